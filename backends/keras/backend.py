@@ -1,0 +1,32 @@
+"""The backend object that ``recipe_spec.get_backend("keras")`` returns."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+__all__ = ["backend", "KerasBackend"]
+
+
+class KerasBackend:
+    """Runs recipes on Keras 3."""
+
+    name = "keras"
+    framework = "keras"
+
+    def framework_available(self) -> bool:
+        """Whether Keras 3 is installed (checked without importing it)."""
+        return importlib.util.find_spec(self.framework) is not None
+
+    def compile(self, recipe: Any, **options: Any) -> Any:
+        """A manager that applies ``recipe`` on Keras 3."""
+        if not self.framework_available():
+            raise ImportError(
+                f"the keras backend needs {self.framework}: pip install 'recipe-spec[keras]'"
+            )
+        raise NotImplementedError(
+            "running recipes on Keras 3 is not available in this version of recipe-spec yet"
+        )
+
+
+backend = KerasBackend()

@@ -1,0 +1,190 @@
+"""The ``recipe-spec`` command line.
+
+Exit codes (every subcommand): 0 clean, 1 findings at error severity, 2 the tool itself could
+not run (bad flags, a path that does not exist, an internal error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from . import __version__
+from .diagnostics import Diagnostic, Severity
+from .loader import check
+from .source import RECIPE_SUFFIXES
+
+__all__ = ["main"]
+
+JSON_FORMAT_VERSION = 1
+
+
+class UsageError(Exception):
+    """The command line is wrong (exit 2)."""
+
+
+def _parse_var(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise UsageError(f"--var expects NAME=VALUE, got {text!r}")
+    name, _, raw = text.partition("=")
+    name = name.strip()
+    if not name:
+        raise UsageError(f"--var expects NAME=VALUE, got {text!r}")
+    from .yaml_reader import read_yaml
+    from .diagnostics import RecipeError
+
+    try:
+        value = read_yaml(raw).value if raw.strip() else ""
+    except RecipeError:
+        value = raw
+    return name, value
+
+
+def collect_files(paths: Sequence[str]) -> list[str]:
+    """The recipe files under ``paths`` (directories are searched recursively), sorted."""
+    found: list[str] = []
+    for p in paths:
+        if os.path.isdir(p):
+            for root, dirs, files in os.walk(p):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for f in sorted(files):
+                    if f.lower().endswith(RECIPE_SUFFIXES):
+                        found.append(os.path.join(root, f))
+        elif os.path.exists(p):
+            found.append(p)
+        else:
+            raise UsageError(f"no such file or directory: {p}")
+    return found
+
+
+def _emit_text(results: list[tuple[str, list[Diagnostic]]], out: Any) -> None:
+    count = {s: 0 for s in Severity}
+    for path, diags in results:
+        for d in diags:
+            count[d.severity] += 1
+            print(d.in_file(path).format(), file=out)
+    files = len(results)
+    bad = sum(1 for _, ds in results if any(d.severity is Severity.ERROR for d in ds))
+    print(
+        f"{files} file(s) checked: {bad} with errors; {count[Severity.ERROR]} error(s), "
+        f"{count[Severity.WARNING]} warning(s), {count[Severity.INFO]} info",
+        file=out,
+    )
+
+
+def _emit_json(results: list[tuple[str, list[Diagnostic]]], out: Any) -> None:
+    summary = {s.value: 0 for s in Severity}
+    files = []
+    for path, diags in results:
+        for d in diags:
+            summary[d.severity.value] += 1
+        files.append({"path": path, "diagnostics": [d.to_json() for d in diags]})
+    doc = {
+        "version": JSON_FORMAT_VERSION,
+        "tool": {"name": "recipe-spec", "version": __version__},
+        "files": files,
+        "summary": {
+            "files": len(results),
+            "files_with_errors": sum(
+                1 for _, ds in results if any(d.severity is Severity.ERROR for d in ds)
+            ),
+            "errors": summary["error"],
+            "warnings": summary["warning"],
+            "infos": summary["info"],
+        },
+    }
+    json.dump(doc, out, indent=2)
+    out.write("\n")
+
+
+def _gh_escape(text: str, prop: bool = False) -> str:
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    if prop:
+        text = text.replace(":", "%3A").replace(",", "%2C")
+    return text
+
+
+def _emit_github(results: list[tuple[str, list[Diagnostic]]], out: Any) -> None:
+    level = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
+    for path, diags in results:
+        for d in diags:
+            props = (
+                f"file={_gh_escape(path, True)},line={d.line},col={d.column},"
+                f"endLine={d.end_line or d.line},endColumn={d.end_column or d.column},"
+                f"title={_gh_escape(d.code, True)}"
+            )
+            message = d.message + (f"\n{d.hint}" if d.hint else "")
+            print(f"::{level[d.severity]} {props}::{_gh_escape(message)}", file=out)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    variables = dict(_parse_var(v) for v in args.var or [])
+    files = collect_files(args.paths)
+    if not files:
+        raise UsageError("no recipe files (.yaml .yml .json .md) found in " + " ".join(args.paths))
+    results: list[tuple[str, list[Diagnostic]]] = []
+    for path in files:
+        _, diags = check(Path(path), variables or None)
+        results.append((path, diags))
+    emit = {"text": _emit_text, "json": _emit_json, "github": _emit_github}[args.format]
+    emit(results, sys.stdout)
+    failed = any(d.severity is Severity.ERROR for _, ds in results for d in ds)
+    return 0 if not failed or args.exit_zero else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="recipe-spec",
+        description="Load, validate and inspect model-compression recipes.",
+    )
+    parser.add_argument("--version", action="version", version=f"recipe-spec {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    v = sub.add_parser(
+        "validate",
+        help="check recipe files and report problems with file:line:col",
+        description="Check recipes. Exit 0 clean, 1 errors found, 2 the tool could not run.",
+    )
+    v.add_argument("paths", nargs="+", metavar="PATH", help="recipe files or directories")
+    v.add_argument("--format", choices=["text", "json", "github"], default="text")
+    v.add_argument(
+        "--var", action="append", metavar="NAME=VALUE", help="override a recipe variable"
+    )
+    v.add_argument("--exit-zero", action="store_true", help="exit 0 even when errors are found")
+    v.set_defaults(run=_validate)
+    return parser
+
+
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(argv) if argv is not None else None)
+    except SystemExit as exc:  # argparse exits 2 on bad usage, 0 on --help
+        return int(exc.code or 0)
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.run(args))
+    except UsageError as exc:
+        print(f"recipe-spec: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # an internal error: say so plainly, exit 2
+        print(
+            f"recipe-spec: internal error: {type(exc).__name__}: {exc}\n"
+            "Please report this with the recipe that caused it.",
+            file=sys.stderr,
+        )
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""The catalogue of diagnostic codes.
+
+Each code has a family letter (``Y`` YAML and files, ``S`` recipe structure, ``V`` variables
+and expressions, ``M`` modifier arguments, ``E`` epochs and schedules, ``P`` parameter patterns,
+``B`` backend support), a default severity, a one-line title and the text of its documentation
+page (``docs/rules/CODE.md`` is generated from this table).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .diagnostics import Diagnostic, Severity, Span
+
+__all__ = ["Code", "CODES", "code"]
+
+
+@dataclass(frozen=True)
+class Code:
+    """A rule code: its identity, default severity and documentation."""
+
+    id: str
+    severity: Severity
+    title: str
+    why: str
+    example: str = ""
+    fix: str = ""
+
+    def __call__(
+        self,
+        message: str,
+        hint: str = "",
+        span: Span | None = None,
+        severity: Severity | None = None,
+    ) -> Diagnostic:
+        """A diagnostic of this code at ``span``."""
+        d = Diagnostic(self.id, severity or self.severity, message, hint)
+        return d.at(span)
+
+
+CODES: dict[str, Code] = {}
+
+
+def _code(id: str, severity: str, title: str, why: str, example: str = "", fix: str = "") -> Code:
+    c = Code(id, Severity(severity), title, why, example, fix)
+    if id in CODES:
+        raise RuntimeError(f"duplicate diagnostic code {id}")
+    CODES[id] = c
+    return c
+
+
+def code(id: str) -> Code:
+    """The :class:`Code` named ``id`` (``KeyError`` if there is none)."""
+    return CODES[id]
+
+
+# --- Y: files and YAML ---------------------------------------------------------------------
+Y001 = _code(
+    "Y001", "error", "YAML syntax error",
+    "The file is not valid YAML, so nothing in it can be read.",
+    "modifiers:\n  - !EpochRangeModifier\n    end_epoch: 10\n   - !GMPruningModifier",
+    "Fix the indentation or punctuation at the reported position.",
+)
+Y002 = _code(
+    "Y002", "error", "duplicate key",
+    "A key given twice in one mapping is ambiguous; PyYAML silently kept the last value, "
+    "so one of the two settings was ignored without a word.",
+    "- !GMPruningModifier\n  end_epoch: 10\n  end_epoch: 20",
+    "Delete one of the two keys.",
+)
+Y003 = _code(
+    "Y003", "error", "undefined alias",
+    "An alias `*name` refers to an anchor `&name` that is not defined before it.",
+    "lr_min: *pruning_recovery_end_lr", "Define the anchor first, or write the value.",
+)
+Y004 = _code(
+    "Y004", "error", "document too large, too deep or recursive",
+    "Aliases that expand to a huge document (an alias bomb), nesting deeper than any recipe "
+    "needs, or an anchor that contains itself would make every tool that reads the recipe "
+    "hang or run out of memory.",
+    "a: &a [*a]", "Write the values out, or use variables and eval(...).",
+)
+Y005 = _code(
+    "Y005", "error", "tag not allowed",
+    "Recipes are data: Python object tags (`!!python/...`) and other executable or "
+    "unusual tags are refused so that loading a recipe never runs code.",
+    "x: !!python/object/apply:os.system ['rm -rf /']",
+    "Remove the tag. Modifier tags (`!GMPruningModifier`) go on items of a modifiers list.",
+)
+Y006 = _code(
+    "Y006", "error", "no YAML front matter",
+    "A Markdown recipe card keeps its recipe in a front-matter block between two lines "
+    "`---`; none was found.",
+    "# My recipe\nmodifiers: ...", "Put the recipe between a line `---` and a second line `---`.",
+)
+Y007 = _code(
+    "Y007", "error", "file cannot be read as text",
+    "The file is not UTF-8 text (binary data, another encoding), is larger than any recipe, "
+    "or could not be opened.",
+    "", "Check the path; save the file as UTF-8.",
+)
+Y008 = _code(
+    "Y008", "error", "more than one YAML document",
+    "A recipe is one YAML document; a second `---` document would be ignored silently.",
+    "modifiers: [...]\n---\nmodifiers: [...]", "Merge the documents or split them into files.",
+)
+
+# --- S: recipe structure -------------------------------------------------------------------
+S001 = _code(
+    "S001", "error", "no modifiers",
+    "A recipe must list its modifiers under a top-level key whose name contains `modifiers`.",
+    "epochs: 10", "Add `modifiers:` with a list of `!Modifier` items.",
+)
+S002 = _code(
+    "S002", "error", "modifier outside a modifiers list",
+    "Modifiers are only read from lists under keys whose name contains `modifiers`; one "
+    "anywhere else would be silently ignored.",
+    "training:\n  - !EpochRangeModifier {start_epoch: 0, end_epoch: 5}",
+    "Rename the key to contain `modifiers` (e.g. `training_modifiers`).",
+)
+S003 = _code(
+    "S003", "error", "SparseML 'core' dialect",
+    "The file is a recipe of SparseML's later LLM dialect (untagged `ModifierName: {...}` "
+    "stages with `start`/`end`/`targets`, one-shot modifiers such as SparseGPTModifier). "
+    "recipe-spec implements the training-time `!Modifier` dialect; this file is a different "
+    "format, not a broken recipe.",
+    "sparsity_stage:\n  sparsity_modifiers:\n    SparseGPTModifier: {sparsity: 0.5}",
+    "Use the file with a tool for the core dialect, or rewrite it as tagged modifiers.",
+)
+S004 = _code(
+    "S004", "error", "not a modifier",
+    "Every item of a modifiers list must be a modifier: `- !Name` with a mapping of "
+    "arguments, or the one-key form `- Name: {...}`.",
+    "modifiers:\n  - start_epoch: 0", "Add the modifier's tag: `- !EpochRangeModifier`.",
+)
+S005 = _code(
+    "S005", "error", "bad recipe layout",
+    "The top level of a recipe must be a mapping (or a list of modifiers); modifier groups "
+    "must be lists; a recipe is either staged or not.",
+    "- 1\n- 2", "Follow the layout in docs/recipe-format.md.",
+)
+S006 = _code(
+    "S006", "error", "modifier arguments must be a mapping",
+    "A modifier's arguments are `key: value` pairs.",
+    "- !GMPruningModifier [0.1, 0.9]", "Write the arguments as a mapping.",
+)
+
+# --- V: variables and expressions ----------------------------------------------------------
+V001 = _code(
+    "V001", "error", "unknown variable",
+    "An `eval(...)` expression uses a name that no variable defines.",
+    "end_epoch: eval(num_epoch)", "Define the variable, or fix the spelling.",
+)
+V002 = _code(
+    "V002", "error", "variables form a cycle",
+    "Variables that depend on each other in a circle have no value.",
+    "a: eval(b)\nb: eval(a)", "Break the cycle by giving one of them a number.",
+)
+V003 = _code(
+    "V003", "error", "expression not allowed",
+    "`eval(...)` accepts numbers, variable names, `+ - * / // % **`, unary `+`/`-`, "
+    "parentheses and calls of abs, min, max, round, int, float; nothing else, so a recipe "
+    "can never run code.",
+    "end_epoch: eval(__import__('os'))", "Rewrite the expression with the allowed operations.",
+)
+V004 = _code(
+    "V004", "error", "expression has no finite number value",
+    "An expression divided by zero, overflowed, produced a non-finite number, would be too "
+    "large to compute, or used a variable that is not a number in arithmetic.",
+    "lr: eval(1 / 0)", "Fix the arithmetic or the variable it uses.",
+)
+V005 = _code(
+    "V005", "error", "unknown variable override",
+    "A variable given at load time (`--var NAME=VALUE`, `variables=`) must already exist in "
+    "the recipe; otherwise the override would silently do nothing.",
+    "recipe-spec validate r.yaml --var num_epoch=5", "Use a name the recipe defines.",
+)
+V006 = _code(
+    "V006", "warning", "stage variable reads a global of the same name",
+    "Inside a stage's own variable definitions, a name that the stage and the top level both "
+    "define resolves to the top-level value (as in SparseML). That is easy to misread.",
+    "end_epoch: 100\nstage:\n  end_epoch: 75\n  x: eval(end_epoch)  # 100, not 75\n"
+    "  stage_modifiers: []",
+    "Rename one of the two variables.",
+)

@@ -1,0 +1,470 @@
+"""``recipe_spec.load``: from a file or a string to a :class:`~recipe_spec.recipe.Recipe`.
+
+Layout (SPEC, "Structure"):
+
+- any top-level key whose name contains ``modifiers`` holds a list of modifiers (group names
+  carry no meaning); a modifier anywhere else is an error that says where it must go;
+- a top-level mapping that itself has ``*modifiers*`` keys is a stage; its other keys are
+  stage variables;
+- ``version`` and ``__metadata__`` are metadata; every other top-level key is a variable;
+- SparseML's later "core" dialect (``ModifierName: {...}`` dictionaries in stages) is
+  recognised and reported with one diagnostic.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import ChainMap
+from typing import Any, Mapping
+
+from . import codes
+from .diagnostics import Diagnostic, RecipeError, Severity, Span
+from .frozen import FrozenDict, freeze
+from .recipe import Group, Modifier, Recipe, Stage
+from .source import Source, from_text, read_source
+from .variables import VariableEvaluator, did_you_mean
+from .yaml_reader import Document, Tagged, read_yaml
+
+__all__ = ["load", "loads", "check", "METADATA_KEYS"]
+
+#: Top-level keys that are metadata, not variables.
+METADATA_KEYS = ("version", "__metadata__")
+_FRAMEWORK_PREFIX = re.compile(r"^(?:pytorch|keras|tensorflow_v1|tensorflow)\.")
+_TAG_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+Path = tuple[Any, ...]
+RecipeInput = str | os.PathLike[str] | Source
+
+
+def _is_group_key(key: Any) -> bool:
+    return isinstance(key, str) and "modifiers" in key
+
+
+def _contains_tagged(value: Any) -> Tagged | None:
+    if isinstance(value, Tagged):
+        return value
+    if isinstance(value, FrozenDict):
+        for v in value.values():
+            found = _contains_tagged(v)
+            if found:
+                return found
+    if isinstance(value, tuple):
+        for v in value:
+            found = _contains_tagged(v)
+            if found:
+                return found
+    return None
+
+
+class _Builder:
+    def __init__(self, source: Source, document: Document):
+        self.source = source
+        self.doc = document
+        self.diagnostics: list[Diagnostic] = []
+
+    def key_span(self, path: Path) -> Span:
+        loc = self.doc.loc(path)
+        if loc is None:
+            return Span.point(1 + self.doc.line_offset)
+        return loc.key_span or loc.span
+
+    def value_span(self, path: Path) -> Span:
+        loc = self.doc.loc(path)
+        return loc.span if loc is not None else Span.point(1 + self.doc.line_offset)
+
+    # -- dialect ---------------------------------------------------------------------------
+    def core_dialect(self, root: FrozenDict) -> Diagnostic | None:
+        def untagged_dict_group(mapping: FrozenDict, base: Path) -> Path | None:
+            for k, v in mapping.items():
+                if _is_group_key(k) and isinstance(v, FrozenDict):
+                    return base + (k,)
+            return None
+
+        for key, value in root.items():
+            path: Path | None = None
+            if _is_group_key(key) and isinstance(value, FrozenDict):
+                path = (key,)
+            elif key == "stages" and isinstance(value, FrozenDict):
+                for sk, sv in value.items():
+                    if isinstance(sv, FrozenDict):
+                        path = untagged_dict_group(sv, (key, sk))
+                        if path:
+                            break
+            elif isinstance(value, FrozenDict):
+                path = untagged_dict_group(value, (key,))
+            if path is not None:
+                group = self.doc.value
+                for p in path:
+                    group = group[p]
+                names = [str(n) for n in list(group)[:3]]
+                return codes.S003(
+                    "this is a SparseML 'core' (LLM one-shot) recipe: '"
+                    + ".".join(str(p) for p in path)
+                    + "' maps modifier names to settings"
+                    + (f" ({', '.join(names)})" if names else "")
+                    + " instead of listing !Modifier items",
+                    "recipe-spec reads the training-time '!Modifier' dialect; this file is a "
+                    "different format. Use it with a core-dialect tool, or rewrite it as "
+                    "'- !ModifierName' items under a '*modifiers' list.",
+                    self.key_span(path),
+                )
+        return None
+
+    # -- layout ------------------------------------------------------------------------------
+    def modifier(self, item: Any, path: Path, group: str, stage: str | None) -> Modifier | None:
+        if isinstance(item, Tagged):
+            name = _FRAMEWORK_PREFIX.sub("", item.tag)
+            args_path = path
+            raw = item.value
+            if not _TAG_NAME.match(name):
+                self.diagnostics.append(
+                    codes.S004(
+                        f"'!{item.tag}' is not a modifier name",
+                        "Modifier tags are names like !GMPruningModifier.",
+                        item.span,
+                    )
+                )
+                return None
+            span = item.span
+        elif (
+            isinstance(item, FrozenDict)
+            and len(item) == 1
+            and isinstance(next(iter(item)), str)
+            and isinstance(next(iter(item.values())), (FrozenDict, type(None)))
+            and _TAG_NAME.match(next(iter(item)))
+        ):
+            name = next(iter(item))
+            args_path = path + (name,)
+            raw = item[name]
+            span = self.key_span(args_path)
+        else:
+            hint = "Write each item as '- !ModifierName' followed by its arguments."
+            if isinstance(item, FrozenDict) and any(
+                k in item for k in ("start_epoch", "end_epoch", "params", "init_lr")
+            ):
+                hint = (
+                    "This looks like a modifier's arguments without its tag: add a line "
+                    "'- !ModifierName' (e.g. '- !GMPruningModifier') above them."
+                )
+            self.diagnostics.append(
+                codes.S004(f"item {path[-1] + 1} of '{group}' is not a modifier", hint, self.value_span(path))
+            )
+            return None
+        if raw is None:
+            raw = FrozenDict()
+        if not isinstance(raw, FrozenDict):
+            self.diagnostics.append(
+                codes.S006(
+                    f"the arguments of {name} must be a mapping of 'key: value' pairs",
+                    f"Write '- !{name}' and its arguments indented below it, or "
+                    f"'- !{name} {{key: value}}'.",
+                    self.value_span(args_path),
+                )
+            )
+            return None
+        for key, value in raw.items():
+            nested = _contains_tagged(value)
+            if nested is not None:
+                self.diagnostics.append(
+                    codes.S002(
+                        f"modifier !{nested.tag} is nested inside argument '{key}' of {name}",
+                        "Modifiers go directly into a list under a key containing 'modifiers'.",
+                        nested.span,
+                    )
+                )
+        return Modifier(
+            type=name,
+            args=raw,
+            raw_args=raw,
+            group=group,
+            stage=stage,
+            span=span,
+            path=path,
+            args_path=args_path,
+            document=self.doc,
+            file=self.source.path,
+        )
+
+    def group(self, key: str, value: Any, path: Path, stage: str | None) -> Group | None:
+        if value is None:
+            items: tuple[Any, ...] = ()
+        elif isinstance(value, Tagged):
+            items = (value,)
+            path = path[:-1] + (path[-1],)
+            mods = self.modifier(value, path, key, stage)
+            return Group(key, (mods,) if mods else (), self.key_span(path))
+        elif isinstance(value, tuple):
+            items = value
+        else:
+            self.diagnostics.append(
+                codes.S005(
+                    f"'{key}' must be a list of modifiers",
+                    "Keys whose name contains 'modifiers' hold lists: start each item with "
+                    "'- !ModifierName'. Rename the key if it is a variable.",
+                    self.value_span(path),
+                )
+            )
+            return None
+        mods = [self.modifier(item, path + (i,), key, stage) for i, item in enumerate(items)]
+        return Group(key, tuple(m for m in mods if m is not None), self.key_span(path))
+
+    def misplaced(self, value: Any, path: Path, where: str) -> None:
+        nested = _contains_tagged(value)
+        if nested is not None:
+            self.diagnostics.append(
+                codes.S002(
+                    f"modifier !{nested.tag} is under '{where}', whose name does not contain "
+                    "'modifiers', so it would never run",
+                    f"Rename '{where}' to a name containing 'modifiers' (e.g. "
+                    f"'{where}_modifiers'), or move the modifier into such a list.",
+                    nested.span,
+                )
+            )
+
+    def build(self, overrides: Mapping[str, Any] | None) -> Recipe | None:
+        root = self.doc.value
+        if isinstance(root, (Tagged, tuple)):
+            root = FrozenDict({"modifiers": root})
+            self.doc.locs.setdefault(("modifiers",), self.doc.locs[()])
+            if isinstance(self.doc.value, tuple):
+                for i in range(len(self.doc.value)):
+                    if (i,) in self.doc.locs:
+                        self.doc.locs[("modifiers", i)] = self.doc.locs[(i,)]
+        if root is None:
+            self.diagnostics.append(
+                codes.S001(
+                    "the recipe is empty",
+                    "Add a 'modifiers:' list of '- !ModifierName' items.",
+                    Span.point(1 + self.doc.line_offset),
+                )
+            )
+            return None
+        if not isinstance(root, FrozenDict):
+            self.diagnostics.append(
+                codes.S005(
+                    "a recipe must be a mapping of variables and modifier lists",
+                    "Start with 'modifiers:' followed by '- !ModifierName' items.",
+                    self.value_span(()),
+                )
+            )
+            return None
+        dialect = self.core_dialect(root)
+        if dialect is not None:
+            self.diagnostics.append(dialect)
+            return None
+
+        version: Any = None
+        metadata: FrozenDict | None = None
+        global_raw: dict[str, tuple[Any, Path]] = {}
+        groups: list[Group] = []
+        stage_parts: list[tuple[str, FrozenDict]] = []
+        for key, value in root.items():
+            path = (key,)
+            if key == "version":
+                version = value
+            elif key == "__metadata__":
+                metadata = value if isinstance(value, FrozenDict) else FrozenDict({"value": value})
+            elif _is_group_key(key):
+                g = self.group(key, value, path, None)
+                if g is not None:
+                    groups.append(g)
+            elif isinstance(value, FrozenDict) and any(_is_group_key(k) for k in value):
+                stage_parts.append((key, value))
+            else:
+                self.misplaced(value, path, str(key))
+                global_raw[str(key)] = (value, path)
+        if groups and stage_parts:
+            self.diagnostics.append(
+                codes.S005(
+                    f"the recipe mixes top-level modifier lists ('{groups[0].name}') with "
+                    f"stages ('{stage_parts[0][0]}')",
+                    f"Move '{groups[0].name}' into a stage of its own, or un-stage the recipe.",
+                    groups[0].span,
+                )
+            )
+
+        stages_raw: list[tuple[str, dict[str, tuple[Any, Path]], list[Group], FrozenDict | None]] = []
+        for name, body in stage_parts:
+            raw: dict[str, tuple[Any, Path]] = {}
+            stage_groups: list[Group] = []
+            stage_meta: FrozenDict | None = None
+            for key, value in body.items():
+                path = (name, key)
+                if key == "__metadata__":
+                    stage_meta = value if isinstance(value, FrozenDict) else FrozenDict({"value": value})
+                elif _is_group_key(key):
+                    g = self.group(key, value, path, name)
+                    if g is not None:
+                        stage_groups.append(g)
+                elif isinstance(value, FrozenDict) and any(_is_group_key(k) for k in value):
+                    self.diagnostics.append(
+                        codes.S005(
+                            f"stage '{name}' contains another stage '{key}'; stages do not nest",
+                            "Move the inner stage to the top level.",
+                            self.key_span(path),
+                        )
+                    )
+                else:
+                    self.misplaced(value, path, f"{name}.{key}")
+                    raw[str(key)] = (value, path)
+            stages_raw.append((name, raw, stage_groups, stage_meta))
+
+        if not groups and not stages_raw and not any(self.diagnostics):
+            self.diagnostics.append(
+                codes.S001(
+                    "no modifiers: no top-level key's name contains 'modifiers'",
+                    "List the modifiers under 'modifiers:' (or any key containing "
+                    "'modifiers', e.g. 'pruning_modifiers').",
+                    Span.point(1 + self.doc.line_offset),
+                )
+            )
+
+        # -- variables ---------------------------------------------------------------------
+        self.apply_overrides(overrides or {}, global_raw, [s[1] for s in stages_raw])
+        evaluator = VariableEvaluator(self.doc)
+        evaluator.known_names([*global_raw, *(n for s in stages_raw for n in s[1])])
+        global_values = evaluator.resolve_scope(global_raw)
+
+        def evaluated(group_list: list[Group], visible: Mapping[str, Any]) -> tuple[Group, ...]:
+            out = []
+            for g in group_list:
+                mods = tuple(
+                    _with_args(m, evaluator.evaluate_tree(m.raw_args, m.args_path, visible))
+                    for m in g.modifiers
+                )
+                out.append(Group(g.name, mods, g.span))
+            return tuple(out)
+
+        stages: list[Stage] = []
+        if not stages_raw:
+            stages.append(
+                Stage(None, evaluated(groups, global_values), span=Span.point(1 + self.doc.line_offset))
+            )
+        for name, raw, stage_groups, stage_meta in stages_raw:
+            values = evaluator.resolve_scope(raw, outer=global_values, scope_name=name)
+            visible = ChainMap(values, global_values)
+            stages.append(
+                Stage(
+                    name,
+                    evaluated(stage_groups, visible),
+                    variables=freeze(values),
+                    raw_variables=FrozenDict({k: v for k, (v, _) in raw.items()}),
+                    metadata=stage_meta,
+                    span=self.key_span((name,)),
+                )
+            )
+        self.diagnostics.extend(evaluator.diagnostics)
+        return Recipe(
+            stages=tuple(stages),
+            variables=freeze(global_values),
+            raw_variables=FrozenDict({k: v for k, (v, _) in global_raw.items()}),
+            version=version,
+            metadata=metadata,
+            staged=bool(stages_raw),
+            path=self.source.path,
+            source=self.source,
+            document=self.doc,
+            warnings=tuple(
+                d.in_file(self.source.path) for d in self.diagnostics if d.severity is not Severity.ERROR
+            ),
+        )
+
+    def apply_overrides(
+        self,
+        overrides: Mapping[str, Any],
+        global_raw: dict[str, tuple[Any, Path]],
+        stage_raws: list[dict[str, tuple[Any, Path]]],
+    ) -> None:
+        known = set(global_raw).union(*[set(s) for s in stage_raws])
+        for name, value in overrides.items():
+            found = False
+            for scope in [global_raw, *stage_raws]:
+                if name in scope:
+                    scope[name] = (freeze(value), scope[name][1])
+                    found = True
+            if not found:
+                hint = did_you_mean(name, known)
+                defined = ", ".join(sorted(known)) if known else "none"
+                self.diagnostics.append(
+                    codes.V005(
+                        f"cannot override variable '{name}': the recipe does not define it",
+                        (hint + " " if hint else "") + f"Variables defined: {defined}.",
+                        Span.point(1 + self.doc.line_offset),
+                    )
+                )
+
+
+def _with_args(m: Modifier, args: Any) -> Modifier:
+    from dataclasses import replace
+
+    return replace(m, args=args)
+
+
+def _source_of(recipe: RecipeInput) -> Source:
+    if isinstance(recipe, Source):
+        return recipe
+    if isinstance(recipe, os.PathLike):
+        return read_source(recipe)
+    if isinstance(recipe, str):
+        if "\n" in recipe or "\r" in recipe:
+            return from_text(recipe)
+        if os.path.exists(recipe) or recipe.lower().endswith(
+            (".yaml", ".yml", ".json", ".md")
+        ):
+            return read_source(recipe)
+        return from_text(recipe)
+    raise TypeError(
+        f"load() takes a path or recipe text, not {type(recipe).__name__}"
+    )
+
+
+def check(
+    recipe: RecipeInput, variables: Mapping[str, Any] | None = None
+) -> tuple[Recipe | None, list[Diagnostic]]:
+    """Load ``recipe`` and return it with every diagnostic found, raising nothing.
+
+    The recipe is None when errors prevented building it.
+    """
+    try:
+        source = _source_of(recipe)
+    except RecipeError as exc:
+        return None, list(exc.diagnostics)
+    try:
+        document = read_yaml(source.yaml_text, source.line_offset)
+    except RecipeError as exc:
+        return None, [d.in_file(source.path) for d in exc.diagnostics]
+    builder = _Builder(source, document)
+    result = builder.build(variables)
+    diagnostics = [d.in_file(source.path) for d in builder.diagnostics]
+    if any(d.severity is Severity.ERROR for d in diagnostics):
+        return None, diagnostics
+    return result, diagnostics
+
+
+def load(recipe: RecipeInput, variables: Mapping[str, Any] | None = None) -> Recipe:
+    """Load a recipe from a path (``.yaml``, ``.yml``, ``.json``, ``.md``) or from YAML text.
+
+    ``variables`` overrides variables the recipe defines (top-level and same-named stage
+    variables); naming one it does not define is an error. Raises :class:`RecipeError`
+    with every problem found, each with its file, line and column.
+
+    >>> recipe = load('''
+    ... num_epochs: 10
+    ... modifiers:
+    ...   - !EpochRangeModifier
+    ...     start_epoch: 0
+    ...     end_epoch: eval(num_epochs)
+    ... ''', variables={"num_epochs": 20})
+    >>> recipe.modifiers[0].args["end_epoch"]
+    20
+    """
+    result, diagnostics = check(recipe, variables)
+    if result is None:
+        raise RecipeError([d for d in diagnostics if d.severity is Severity.ERROR] or diagnostics)
+    return result
+
+
+def loads(text: str, variables: Mapping[str, Any] | None = None) -> Recipe:
+    """Load a recipe from YAML (or Markdown recipe card) text, never from a path."""
+    return load(from_text(text), variables)

@@ -1,0 +1,155 @@
+"""Getting the YAML text of a recipe: files, strings and Markdown recipe cards.
+
+A Markdown card (``.md``) keeps its recipe in YAML front matter: the block between the first
+line that is ``---`` and the next line that is ``---``. Text before it (a licence comment) is
+allowed; a ``---`` inside a value or later in the body does not end it early. The line of every
+YAML value is mapped back to its line in the card.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from frontmatter.default_handlers import YAMLHandler
+
+from . import codes
+from .diagnostics import RecipeError, Span
+
+__all__ = ["Source", "read_source", "from_text", "RECIPE_SUFFIXES", "MAX_BYTES"]
+
+#: File name endings read as recipes.
+RECIPE_SUFFIXES = (".yaml", ".yml", ".json", ".md")
+#: The largest recipe file read (the largest real recipe known is 64 KiB).
+MAX_BYTES = 2 * 1024 * 1024
+
+_BOUNDARY = YAMLHandler.FM_BOUNDARY  # ^-{3,}\s*$ (multiline), python-frontmatter's own rule
+
+
+@dataclass(frozen=True)
+class Source:
+    """The recipe text of one file or string.
+
+    ``yaml_text`` is the YAML to read and ``line_offset`` the number of lines of the file
+    before it (non-zero for Markdown front matter).
+    """
+
+    path: str | None
+    text: str
+    yaml_text: str
+    line_offset: int = 0
+    front_matter: bool = False
+
+
+def _front_matter(text: str, path: str | None, required: bool) -> tuple[str, int, str] | None:
+    """(YAML text, lines before it, the text after the closing line), or None."""
+    matches = _BOUNDARY.finditer(text)
+    first = next(matches, None)
+    second = next(matches, None)
+    if first is None or second is None:
+        if required:
+            raise RecipeError(
+                [
+                    codes.Y006(
+                        "no YAML front matter: the recipe must stand between a line '---' and "
+                        "a second line '---'",
+                        "Put the recipe's YAML at the top of the card between two '---' lines.",
+                        Span.point(1),
+                    ).in_file(path)
+                ]
+            )
+        return None
+    start = first.end()
+    offset = text.count("\n", 0, start)
+    return text[start: second.start()], offset, text[second.end():]
+
+
+def from_text(text: str, path: str | None = None, kind: str | None = None) -> Source:
+    """A :class:`Source` for recipe ``text``; ``kind`` is the file suffix, if any.
+
+    Markdown (``.md``) must have front matter. Other text starting with a ``---`` line that
+    is later closed by a second ``---`` line followed by more text is read as a recipe card
+    too (a recipe pasted with its card); anything else is read whole as YAML.
+    """
+    if "\x00" in text:
+        raise RecipeError(
+            [
+                codes.Y007(
+                    "the file contains NUL bytes: it is binary, not a recipe",
+                    "Check the path.",
+                    Span.point(text.count("\n", 0, text.index("\x00")) + 1),
+                ).in_file(path)
+            ]
+        )
+    if kind == ".md":
+        found = _front_matter(text, path, required=True)
+        assert found is not None
+        return Source(path, text, found[0], found[1], True)
+    if kind is None and text.lstrip().startswith("---"):
+        found = _front_matter(text, path, required=False)
+        lead = text[: text.index("---")]
+        if found is not None and not lead.strip():
+            yaml_text, offset, body = found
+            if body.strip() and not _looks_like_yaml_document(body):
+                return Source(path, text, yaml_text, offset, True)
+    return Source(path, text, text, 0, False)
+
+
+def _looks_like_yaml_document(body: str) -> bool:
+    """Whether the text after a closing '---' is another YAML document (not Markdown)."""
+    for line in body.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        return ":" in stripped and not stripped.startswith(("<", "!", "[", "*", "|"))
+    return False
+
+
+def read_source(path: str | os.PathLike[str]) -> Source:
+    """Read a recipe file (``.yaml``, ``.yml``, ``.json`` or ``.md``)."""
+    name = os.fspath(path)
+    p = Path(name)
+    try:
+        size = p.stat().st_size
+        if p.is_dir():
+            raise IsADirectoryError(name)
+        if size > MAX_BYTES:
+            raise RecipeError(
+                [
+                    codes.Y007(
+                        f"the file is {size / 1024 / 1024:.1f} MiB; recipes are at most "
+                        f"{MAX_BYTES // 1024 // 1024} MiB",
+                        "Is this the right file? Real recipes are a few kilobytes.",
+                        Span.point(1),
+                    ).in_file(name)
+                ]
+            )
+        data = p.read_bytes()
+    except OSError as exc:
+        raise RecipeError(
+            [
+                codes.Y007(
+                    f"cannot read the file: {exc.strerror or exc}",
+                    "Check the path and its permissions.",
+                    Span.point(1),
+                ).in_file(name)
+            ]
+        ) from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        before = data[: exc.start]
+        line = before.count(b"\n") + 1
+        column = len(before[before.rfind(b"\n") + 1:].decode("utf-8", "replace")) + 1
+        raise RecipeError(
+            [
+                codes.Y007(
+                    f"the file is not UTF-8 text (byte {data[exc.start]:#04x} at line {line})",
+                    "Save the recipe as UTF-8; if it is binary, check the path.",
+                    Span.point(line, column),
+                ).in_file(name)
+            ]
+        ) from None
+    suffix = p.suffix.lower()
+    return from_text(text.replace("\r\n", "\n"), name, suffix if suffix == ".md" else "")

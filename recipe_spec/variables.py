@@ -1,0 +1,241 @@
+"""Recipe variables and ``eval(...)`` values.
+
+Rules (SPEC, "Variables and expressions"):
+
+- Top-level keys that are neither modifier groups, stages nor metadata are global variables;
+  a stage's own non-group keys are stage variables.
+- A value that is exactly ``eval(EXPR)`` is evaluated with :mod:`recipe_spec.expressions`.
+  Order does not matter (forward references work); a cycle is reported with its members.
+- ``eval(name)`` where ``name`` holds text, a list or a mapping substitutes that value.
+- Inside modifiers, stage variables shadow globals. Inside a stage's own variable definitions a
+  name that the top level also defines resolves to the top-level value, as in SparseML (a
+  warning says so when the stage defines the name too).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections import ChainMap
+from typing import Any, Iterable, Mapping
+
+from . import codes
+from .diagnostics import Diagnostic, Span
+from .expressions import (
+    ExpressionError,
+    NotANumberError,
+    UnknownNameError,
+    eval_body,
+    evaluate,
+    referenced_names,
+)
+from .frozen import FrozenDict
+from .yaml_reader import Document
+
+__all__ = ["Invalid", "INVALID", "VariableEvaluator", "did_you_mean"]
+
+Path = tuple[Any, ...]
+
+
+class Invalid:
+    """The value of something that could not be evaluated (its error is already reported)."""
+
+    _instance: "Invalid | None" = None
+
+    def __new__(cls) -> "Invalid":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "<invalid>"
+
+
+INVALID = Invalid()
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """`` Did you mean 'x'?`` for the closest candidate, or an empty string.
+
+    >>> did_you_mean("num_epoch", ["num_epochs", "lr"])
+    "Did you mean 'num_epochs'?"
+    """
+    close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    if len(close) == 1:
+        return f"Did you mean '{close[0]}'?"
+    return "Did you mean " + ", ".join(f"'{c}'" for c in close[:-1]) + f" or '{close[-1]}'?"
+
+
+def _is_identifier(text: str) -> bool:
+    return text.strip().isidentifier()
+
+
+class VariableEvaluator:
+    """Evaluates the variables of a recipe and the expressions of its modifiers.
+
+    Problems are collected in ``diagnostics``; the values that could not be computed are
+    :data:`INVALID`.
+    """
+
+    def __init__(self, document: Document):
+        self.document = document
+        self.diagnostics: list[Diagnostic] = []
+
+    # -- positions -----------------------------------------------------------------------
+    def span(self, path: Path) -> Span:
+        loc = self.document.loc(path)
+        return loc.span if loc is not None else Span.point(1 + self.document.line_offset)
+
+    def expr_span(self, path: Path, offset: int, length: int = 1) -> Span:
+        """The span of ``offset`` inside the ``eval(...)`` text at ``path``."""
+        loc = self.document.loc(path)
+        if loc is None:
+            return self.span(path)
+        span = loc.span
+        if span.line != span.end_line or loc.style not in (None, "'", '"'):
+            return span
+        column = span.column + (1 if loc.style else 0) + len("eval(") + offset
+        return Span(span.line, column, span.line, column + max(length, 1))
+
+    # -- scopes --------------------------------------------------------------------------
+    def resolve_scope(
+        self,
+        raw: Mapping[str, tuple[Any, Path]],
+        outer: Mapping[str, Any] | None = None,
+        scope_name: str = "recipe",
+    ) -> dict[str, Any]:
+        """Evaluate the variables ``raw`` (name -> (value as written, path)).
+
+        With ``outer`` (the global variables, for a stage) names defined there resolve to the
+        outer value, as SparseML did.
+        """
+        values: dict[str, Any] = {}
+        stack: list[str] = []
+
+        def lookup(name: str, current: str, path: Path, offset: int) -> Any:
+            if outer is not None and name in outer:
+                if name in raw and name != current:
+                    self.diagnostics.append(
+                        codes.V006(
+                            f"'{name}' here is the top-level value {outer[name]!r}, not this "
+                            f"stage's own {name} ({raw[name][0]!r})",
+                            "SparseML resolved it this way; rename one of the two variables "
+                            "to make the recipe unambiguous.",
+                            self.expr_span(path, offset, len(name)),
+                        )
+                    )
+                return outer[name]
+            if name in raw and name != current:
+                return resolve(name)
+            raise UnknownNameError(name, offset)
+
+        def resolve(name: str) -> Any:
+            if name in values:
+                return values[name]
+            if name in stack:
+                cycle = stack[stack.index(name):]
+                first = min(cycle, key=lambda n: (self.span(raw[n][1]).line, n))
+                self.diagnostics.append(
+                    codes.V002(
+                        "variables form a cycle: " + " -> ".join([*cycle, name]),
+                        "Give one of them a number instead of an expression.",
+                        self.span(raw[first][1]),
+                    )
+                )
+                for member in cycle:
+                    values[member] = INVALID
+                return INVALID
+            value, path = raw[name]
+            stack.append(name)
+            try:
+                result = self.evaluate_value(
+                    value, path, lambda n, off, _p=path, _c=name: lookup(n, _c, _p, off)
+                )
+            finally:
+                stack.pop()
+            values.setdefault(name, result)
+            return values[name]
+
+        for name in raw:
+            resolve(name)
+        return values
+
+    def evaluate_tree(self, value: Any, path: Path, visible: Mapping[str, Any]) -> Any:
+        """``value`` with every ``eval(...)`` string inside it evaluated in ``visible``."""
+
+        def lookup(name: str, offset: int) -> Any:
+            if name in visible:
+                return visible[name]
+            raise UnknownNameError(name, offset)
+
+        return self._walk(value, path, lookup, visible)
+
+    def _walk(self, value: Any, path: Path, lookup: Any, visible: Mapping[str, Any]) -> Any:
+        if isinstance(value, str):
+            return self.evaluate_value(value, path, lookup, visible)
+        if isinstance(value, FrozenDict):
+            return FrozenDict(
+                {k: self._walk(v, path + (k,), lookup, visible) for k, v in value.items()}
+            )
+        if isinstance(value, tuple):
+            return tuple(self._walk(v, path + (i,), lookup, visible) for i, v in enumerate(value))
+        return value
+
+    def evaluate_value(
+        self, value: Any, path: Path, lookup: Any, visible: Mapping[str, Any] | None = None
+    ) -> Any:
+        """The value of one scalar: itself, or the result of its ``eval(...)``."""
+        body = eval_body(value)
+        if body is None:
+            return value
+        try:
+            names = referenced_names(body)
+        except ExpressionError as exc:
+            self._report(exc, path, visible)
+            return INVALID
+        bound: dict[str, Any] = {}
+        for name in names:
+            offset = body.find(name)
+            try:
+                bound[name] = lookup(name, max(offset, 0))
+            except UnknownNameError as exc:
+                self._report(exc, path, visible)
+                return INVALID
+            if bound[name] is INVALID:
+                return INVALID
+        if _is_identifier(body):
+            return bound[body.strip()]
+        try:
+            return evaluate(body, bound)
+        except ExpressionError as exc:
+            self._report(exc, path, visible)
+            return INVALID
+
+    def _report(self, exc: ExpressionError, path: Path, visible: Mapping[str, Any] | None) -> None:
+        if isinstance(exc, UnknownNameError):
+            names: Iterable[str] = visible.keys() if visible is not None else []
+            if visible is None:
+                names = self._all_names
+            hint = did_you_mean(exc.name, names) or "Define it as a top-level variable."
+            self.diagnostics.append(
+                codes.V001(
+                    f"unknown variable '{exc.name}' in eval()",
+                    hint,
+                    self.expr_span(path, exc.offset, len(exc.name)),
+                )
+            )
+            return
+        make = codes.V004 if exc.kind == "value" or isinstance(exc, NotANumberError) else codes.V003
+        self.diagnostics.append(make(exc.message, exc.hint, self.expr_span(path, exc.offset)))
+
+    _all_names: tuple[str, ...] = ()
+
+    def known_names(self, names: Iterable[str]) -> None:
+        """Names offered as suggestions when a variable definition uses an unknown name."""
+        self._all_names = tuple(names)
+
+
+def visible_variables(stage_vars: Mapping[str, Any], global_vars: Mapping[str, Any]) -> ChainMap[str, Any]:
+    """What a modifier in a stage sees: its stage's variables over the globals."""
+    return ChainMap(dict(stage_vars), dict(global_vars))
