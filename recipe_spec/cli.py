@@ -177,6 +177,10 @@ def main(argv: Iterable[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # e.g. `recipe-spec validate ... | head`: stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     except Exception as exc:  # an internal error: say so plainly, exit 2
         print(
             f"recipe-spec: internal error: {type(exc).__name__}: {exc}\n"

@@ -1,0 +1,88 @@
+"""`recipe-spec validate`: exit codes, output formats, directory search."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from recipe_spec.cli import main
+
+from conftest import REPO
+
+GOOD = "modifiers:\n  - !EpochRangeModifier\n    start_epoch: 0\n    end_epoch: 5\n"
+BAD = "modifiers:\n  - !EpochRangeModifier\n    start_epoch: 0\n    start_epoch: 5\n"
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    (tmp_path / "good.yaml").write_text(GOOD)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "bad.yml").write_text(BAD)
+    (tmp_path / "notes.txt").write_text("not a recipe")
+    return tmp_path
+
+
+def test_examples_validate_clean(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(REPO / "examples")]) == 0
+    assert "0 error(s)" in capsys.readouterr().out
+
+
+def test_text_output_and_exit_1(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(tree)]) == 1
+    out = capsys.readouterr().out
+    assert f"{tree / 'sub' / 'bad.yml'}:4:5: Y002 [error]" in out
+    assert "2 file(s) checked: 1 with errors" in out
+    assert main(["validate", str(tree), "--exit-zero"]) == 0
+
+
+def test_json_output_is_one_document(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(tree), "--format", "json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["version"] == 1
+    assert [f["path"] for f in doc["files"]] == [str(tree / "good.yaml"), str(tree / "sub" / "bad.yml")]
+    (diag,) = doc["files"][1]["diagnostics"]
+    assert set(diag) == {"code", "severity", "message", "hint", "line", "column", "end_line", "end_column"}
+    assert (diag["code"], diag["line"], diag["column"]) == ("Y002", 4, 5)
+    assert doc["summary"]["errors"] == 1 and doc["summary"]["files"] == 2
+
+
+def test_github_annotations(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    main(["validate", str(tree / "sub"), "--format", "github"])
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("::error file=") and ",line=4,col=5," in line and "title=Y002::" in line
+
+
+def test_var_override(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "r.yaml"
+    p.write_text("n: 5\nmodifiers:\n  - !EpochRangeModifier {start_epoch: 0, end_epoch: eval(n)}\n")
+    assert main(["validate", str(p), "--var", "n=7"]) == 0
+    assert main(["validate", str(p), "--var", "m=7"]) == 1
+    assert "V005" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["validate", "does/not/exist.yaml"],
+        ["validate", "--format", "xml", "examples"],
+        ["validate", "examples", "--var", "novalue"],
+        ["frobnicate"],
+        [],
+    ],
+)
+def test_tool_could_not_run_exits_2(argv: list[str]) -> None:
+    assert main(argv) == 2
+
+
+def test_console_script_runs() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "recipe_spec", "validate", str(REPO / "examples")],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "3 file(s) checked" in out.stdout
