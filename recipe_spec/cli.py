@@ -15,7 +15,7 @@ from typing import Any, Iterable, Sequence
 
 from . import __version__
 from .diagnostics import Diagnostic, Severity
-from .loader import check
+from .validation import validate
 from .source import RECIPE_SUFFIXES
 
 __all__ = ["main"]
@@ -121,19 +121,120 @@ def _emit_github(results: list[tuple[str, list[Diagnostic]]], out: Any) -> None:
             print(f"::{level[d.severity]} {props}::{_gh_escape(message)}", file=out)
 
 
+def _codes(text: str | None) -> list[str]:
+    return [c.strip().upper() for c in text.split(",") if c.strip()] if text else []
+
+
+def _selected(d: Diagnostic, select: list[str], ignore: list[str]) -> bool:
+    def hit(prefixes: list[str]) -> bool:
+        return any(d.code.startswith(p) for p in prefixes)
+
+    if select and not hit(select):
+        return False
+    return not hit(ignore)
+
+
 def _validate(args: argparse.Namespace) -> int:
     variables = dict(_parse_var(v) for v in args.var or [])
+    select, ignore = _codes(args.select), _codes(args.ignore)
     files = collect_files(args.paths)
     if not files:
         raise UsageError("no recipe files (.yaml .yml .json .md) found in " + " ".join(args.paths))
     results: list[tuple[str, list[Diagnostic]]] = []
     for path in files:
-        _, diags = check(Path(path), variables or None)
-        results.append((path, diags))
-    emit = {"text": _emit_text, "json": _emit_json, "github": _emit_github}[args.format]
+        diags = validate(Path(path), variables or None, backend=args.backend)
+        results.append((path, [d for d in diags if _selected(d, select, ignore)]))
+    emit = {"text": _emit_text, "json": _emit_json, "github": _emit_github, "sarif": _emit_sarif}[
+        args.format
+    ]
     emit(results, sys.stdout)
     failed = any(d.severity is Severity.ERROR for _, ds in results for d in ds)
     return 0 if not failed or args.exit_zero else 1
+
+
+def _emit_sarif(results: list[tuple[str, list[Diagnostic]]], out: Any) -> None:
+    from .codes import CODES
+
+    used = sorted({d.code for _, ds in results for d in ds})
+    level = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
+    rules = [
+        {
+            "id": c,
+            "name": CODES[c].title.replace(" ", "-") if c in CODES else c,
+            "shortDescription": {"text": CODES[c].title if c in CODES else c},
+            "fullDescription": {"text": CODES[c].why if c in CODES else c},
+            "helpUri": f"docs/rules/{c}.md",
+            "defaultConfiguration": {"level": level[CODES[c].severity] if c in CODES else "error"},
+        }
+        for c in used
+    ]
+    index = {c: i for i, c in enumerate(used)}
+    sarif_results = []
+    for path, diags in results:
+        for d in diags:
+            sarif_results.append(
+                {
+                    "ruleId": d.code,
+                    "ruleIndex": index[d.code],
+                    "level": level[d.severity],
+                    "message": {"text": d.message + (f" ({d.hint})" if d.hint else "")},
+                    "locations": [
+                        {
+                            "physicalLocation": {
+                                "artifactLocation": {"uri": Path(path).as_posix()},
+                                "region": {
+                                    "startLine": d.line,
+                                    "startColumn": d.column,
+                                    "endLine": d.end_line or d.line,
+                                    "endColumn": d.end_column or d.column,
+                                },
+                            }
+                        }
+                    ],
+                }
+            )
+    doc = {
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "recipe-spec",
+                        "version": __version__,
+                        "informationUri": "https://pypi.org/project/recipe-spec/",
+                        "rules": rules,
+                    }
+                },
+                "results": sarif_results,
+            }
+        ],
+    }
+    json.dump(doc, out, indent=2)
+    out.write("\n")
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from .schema_store import combined_schema, modifier_names, modifier_schema
+
+    if args.modifier is None:
+        doc: Any = combined_schema()
+    elif args.modifier == "list":
+        print("\n".join(modifier_names()))
+        return 0
+    else:
+        try:
+            doc = modifier_schema(args.modifier)
+        except KeyError:
+            from .variables import did_you_mean
+
+            hint = did_you_mean(args.modifier, modifier_names())
+            raise UsageError(
+                f"unknown modifier {args.modifier!r}. {hint} `recipe-spec schema list` lists them."
+            ) from None
+    json.dump(doc, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -149,12 +250,25 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check recipes. Exit 0 clean, 1 errors found, 2 the tool could not run.",
     )
     v.add_argument("paths", nargs="+", metavar="PATH", help="recipe files or directories")
-    v.add_argument("--format", choices=["text", "json", "github"], default="text")
+    v.add_argument("--format", choices=["text", "json", "github", "sarif"], default="text")
+    v.add_argument(
+        "--backend", choices=["torch", "keras"], help="also check that the backend has every modifier"
+    )
+    v.add_argument("--select", metavar="CODES", help="report only these codes or prefixes (E,M001)")
+    v.add_argument("--ignore", metavar="CODES", help="do not report these codes or prefixes")
     v.add_argument(
         "--var", action="append", metavar="NAME=VALUE", help="override a recipe variable"
     )
     v.add_argument("--exit-zero", action="store_true", help="exit 0 even when errors are found")
     v.set_defaults(run=_validate)
+    sc = sub.add_parser(
+        "schema",
+        help="print the JSON Schema of a modifier, or the combined schema for editors",
+        description="Without MODIFIER: the combined schema of a whole recipe (for "
+        "yaml-language-server). 'list' lists the modifiers.",
+    )
+    sc.add_argument("modifier", nargs="?", metavar="MODIFIER")
+    sc.set_defaults(run=_schema)
     return parser
 
 

@@ -183,3 +183,119 @@ V006 = _code(
     "  stage_modifiers: []",
     "Rename one of the two variables.",
 )
+S007 = _code(
+    "S007", "error", "one-shot modifier of SparseML's core dialect",
+    "LLM one-shot modifiers (SparseGPTModifier, SparseOPTModifier, GPTQModifier, ...) belong "
+    "to SparseML's later 'core' dialect and run outside a training loop; a training-time "
+    "recipe cannot run them.",
+    "modifiers:\n  - !SparseOPTModifier {sparsity: 0.5}",
+    "Run the file with a core-dialect tool, or remove the one-shot modifier.",
+)
+
+# --- M: modifier arguments -----------------------------------------------------------------
+M001 = _code(
+    "M001", "error", "unknown modifier",
+    "No modifier of this name exists, so the step would never run.",
+    "- !GMPrunningModifier", "Fix the spelling; `recipe-spec schema` lists every modifier.",
+)
+M002 = _code(
+    "M002", "error", "unknown argument",
+    "A key the modifier does not take is a typo or a setting from another tool; SparseML "
+    "stopped with a TypeError at run time.",
+    "- !GMPruningModifier\n  final_sparsty: 0.9", "Fix the spelling or remove the key.",
+)
+M003 = _code(
+    "M003", "error", "missing required argument",
+    "The modifier cannot run without this argument.",
+    "- !EpochRangeModifier\n  start_epoch: 0", "Add the argument.",
+)
+M004 = _code(
+    "M004", "error", "wrong type",
+    "The value has the wrong type (text where a number is needed, a list where a single "
+    "value is expected).",
+    "init_lr: '0.1'", "Write the value with the type the field's documentation gives.",
+)
+M005 = _code(
+    "M005", "error", "value out of range",
+    "The value is outside the range the modifier accepts.",
+    "init_lr: 1.5", "Use a value inside the documented range.",
+)
+M006 = _code(
+    "M006", "error", "value not allowed",
+    "The value is not one of the choices the modifier accepts.",
+    "inter_func: cubical", "Use one of the listed choices.",
+)
+M007 = _code(
+    "M007", "warning", "deprecated argument",
+    "The argument is ignored or no longer has an effect (for example `log_types`, which "
+    "SparseML silently dropped).",
+    "log_types: __ALL__", "Remove the argument.",
+)
+M008 = _code(
+    "M008", "error", "invalid argument",
+    "The argument does not match the modifier's schema.",
+    "", "See the modifier's reference page in docs/modifiers/.",
+)
+M009 = _code(
+    "M009", "error", "num_grads mapping without a 0.0 key",
+    "A `num_grads` mapping gives the number of gradients per sparsity threshold; it must say "
+    "how many to use from sparsity 0.0.",
+    "num_grads: {0.5: 128, 0.8: 256}", "Add a `0.0:` entry.",
+)
+M010 = _code(
+    "M010", "error", "N:M mask with a gradual schedule",
+    "An N:M mask (e.g. `2:4`, `tensorrt`) always has sparsity 1 - N/M, so it cannot follow "
+    "a gradual schedule from init_sparsity to final_sparsity; SparseML failed at the first "
+    "update inside training.",
+    "mask_type: '2:4'\ninit_sparsity: 0.05\nfinal_sparsity: 0.5",
+    "Set init_sparsity and final_sparsity both to 1 - N/M (0.5 for 2:4).",
+)
+M011 = _code(
+    "M011", "error", "sparsity outside [0, 1)",
+    "A sparsity is the fraction of weights set to zero: 1.0 would remove every weight.",
+    "final_sparsity: 1.2", "Use a value from 0 up to, not including, 1.",
+)
+
+# --- E: epochs and schedules ---------------------------------------------------------------
+E001 = _code(
+    "E001", "error", "end before start",
+    "A modifier whose end_epoch comes before its start_epoch never runs as intended "
+    "(end_epoch -1 means 'never ends' and is fine).",
+    "start_epoch: 10\nend_epoch: 5", "Swap the epochs, or use end_epoch: -1.",
+)
+E002 = _code(
+    "E002", "error", "learning-rate milestone outside the modifier's range",
+    "MultiStepLR milestones are absolute epochs and must lie after start_epoch and before "
+    "end_epoch; SparseML found out only at the first optimizer step.",
+    "start_epoch: 5\nlr_kwargs: {milestones: [3, 8]}", "Move the milestone inside the range.",
+)
+E003 = _code(
+    "E003", "error", "end_epoch on QuantizationModifier",
+    "Quantization-aware training has no end: once modules are quantized they stay quantized.",
+    "- !QuantizationModifier\n  start_epoch: 5\n  end_epoch: 10",
+    "Remove end_epoch (or set it to -1).",
+)
+E004 = _code(
+    "E004", "warning", "two learning-rate modifiers active at once",
+    "Two modifiers that set the learning rate over overlapping epochs overwrite each other "
+    "at every step; which one wins depends on their order.",
+    "- !LearningRateModifier {start_epoch: 0, end_epoch: 10, ...}\n"
+    "- !LearningRateFunctionModifier {start_epoch: 5, end_epoch: 15, ...}",
+    "Make the ranges follow each other.",
+)
+E005 = _code(
+    "E005", "error", "parameter pruned by two modifiers at once",
+    "Two pruning modifiers that name the same parameter over overlapping epochs fight over "
+    "its mask.",
+    "- !GMPruningModifier {params: [fc.weight], start_epoch: 0, end_epoch: 10, ...}\n"
+    "- !GMPruningModifier {params: [fc.weight], start_epoch: 5, end_epoch: 15, ...}",
+    "Give each parameter to one modifier, or make the ranges follow each other.",
+)
+
+# --- B: backend support --------------------------------------------------------------------
+B001 = _code(
+    "B001", "error", "modifier not available on the chosen backend",
+    "The backend chosen with --backend does not implement this modifier.",
+    "recipe-spec validate r.yaml --backend keras  # with an OBSPruningModifier",
+    "Run the recipe on a backend that has the modifier (see docs/backends.md).",
+)

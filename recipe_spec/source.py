@@ -9,6 +9,7 @@ YAML value is mapped back to its line in the card.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,14 +87,21 @@ def from_text(text: str, path: str | None = None, kind: str | None = None) -> So
         found = _front_matter(text, path, required=True)
         assert found is not None
         return Source(path, text, found[0], found[1], True)
-    if kind is None and text.lstrip().startswith("---"):
-        found = _front_matter(text, path, required=False)
-        lead = text[: text.index("---")]
-        if found is not None and not lead.strip():
-            yaml_text, offset, body = found
-            if body.strip() and not _looks_like_yaml_document(body):
-                return Source(path, text, yaml_text, offset, True)
+    if kind is None:
+        first = _BOUNDARY.search(text)
+        # A card's text may start with a licence comment (51 of the 55 real cards do); YAML
+        # with such a preamble would be a multi-document stream, so nothing is misread.
+        if first is not None and _PREAMBLE.fullmatch(text[: first.start()]):
+            found = _front_matter(text, path, required=False)
+            if found is not None:
+                yaml_text, offset, body = found
+                if not body.strip() or not _looks_like_yaml_document(body):
+                    return Source(path, text, yaml_text, offset, True)
     return Source(path, text, text, 0, False)
+
+
+#: What may stand before a card's front matter: blank lines and HTML comments.
+_PREAMBLE = re.compile(r"\s*(?:<!--.*?-->\s*)*", re.S)
 
 
 def _looks_like_yaml_document(body: str) -> bool:
@@ -102,8 +110,13 @@ def _looks_like_yaml_document(body: str) -> bool:
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
-        return ":" in stripped and not stripped.startswith(("<", "!", "[", "*", "|"))
+        # "key: value" or "- !Modifier" starts a YAML document; prose does not, even when
+        # it holds a colon ("[ResNet-50](https://...)", as most real cards' text does).
+        return bool(_YAML_LINE.match(stripped))
     return False
+
+
+_YAML_LINE = re.compile(r"""(?:["']?[A-Za-z_][\w.\-]*["']?[ \t]*:(?:[ \t]|$)|-[ \t]+!)""")
 
 
 def read_source(path: str | os.PathLike[str]) -> Source:

@@ -15,6 +15,7 @@ Rules (SPEC, "Variables and expressions"):
 from __future__ import annotations
 
 import difflib
+import math
 from collections import ChainMap
 from typing import Any, Iterable, Mapping
 
@@ -59,12 +60,8 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     >>> did_you_mean("num_epoch", ["num_epochs", "lr"])
     "Did you mean 'num_epochs'?"
     """
-    close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.6)
-    if not close:
-        return ""
-    if len(close) == 1:
-        return f"Did you mean '{close[0]}'?"
-    return "Did you mean " + ", ".join(f"'{c}'" for c in close[:-1]) + f" or '{close[-1]}'?"
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f"Did you mean '{close[0]}'?" if close else ""
 
 
 def _is_identifier(text: str) -> bool:
@@ -205,7 +202,21 @@ class VariableEvaluator:
             if bound[name] is INVALID:
                 return INVALID
         if _is_identifier(body):
-            return bound[body.strip()]
+            value = bound[body.strip()]
+            if isinstance(value, float) and not math.isfinite(value):
+                # SPEC: results must be finite, also when the expression is just a name.
+                self._report(
+                    ExpressionError(
+                        f"'{body.strip()}' is {value}, not a finite number",
+                        body.find(body.strip()),
+                        "Give the variable a finite value.",
+                        kind="value",
+                    ),
+                    path,
+                    visible,
+                )
+                return INVALID
+            return value
         try:
             return evaluate(body, bound)
         except ExpressionError as exc:

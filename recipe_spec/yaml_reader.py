@@ -377,7 +377,7 @@ def _yaml_error(exc: yaml.YAMLError, line_offset: int, text: str) -> Diagnostic:
             f"on line {ctx_line}); align the '-' with the other items of the list."
         )
     elif context:
-        hint = f"While {context}{where}: check the indentation and punctuation."
+        hint = f"{context[:1].upper()}{context[1:]}{where}: check the indentation and punctuation."
     return codes.Y001(message, hint, span)
 
 
@@ -391,8 +391,11 @@ def read_yaml(text: str, line_offset: int = 0) -> Document:
     >>> doc.value["lr"], doc.value["flag"], doc.loc(("lr",)).span.line
     (8e-05, 'yes', 1)
     """
-    loader = _Loader(text)
+    loader: _Loader | None = None
     try:
+        # The reader checks every character as it is constructed (control characters raise
+        # ReaderError here), so construction belongs inside the try.
+        loader = _Loader(text)
         root = loader.get_single_node()
     except RecursionError:
         raise RecipeError(
@@ -401,7 +404,8 @@ def read_yaml(text: str, line_offset: int = 0) -> Document:
     except yaml.YAMLError as exc:
         raise RecipeError([_yaml_error(exc, line_offset, text)]) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     builder = _Builder(line_offset)
     if root is None:
         return Document(None, {(): Loc(Span.point(1 + line_offset))}, line_offset)

@@ -1,0 +1,441 @@
+"""Validation of a loaded recipe: modifier schemas and the rules beyond them.
+
+Rules are small generators that yield :class:`Finding` values (a code, a message, a hint and
+*which argument* of *which modifier* is wrong); they never know lines or columns. One
+dispatcher, :func:`validate_recipe`, turns findings into positioned diagnostics.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from . import codes
+from .codes import Code
+from .diagnostics import Diagnostic, Severity
+from .frozen import FrozenDict
+from .loader import RecipeInput, check
+from .recipe import Modifier, Recipe
+from .schema_store import backend_support, modifier_names, modifier_schema
+from .variables import did_you_mean
+
+__all__ = ["Finding", "validate", "validate_recipe", "apply_noqa", "RULES", "CORE_DIALECT_MODIFIERS"]
+
+#: One-shot modifiers of SparseML's LLM ("core") dialect.
+CORE_DIALECT_MODIFIERS = frozenset(
+    {
+        "SparseGPTModifier", "SparseOPTModifier", "SparseLlamaModifier", "GPTQModifier",
+        "SmoothQuantModifier", "WandaPruningModifier", "LegacyQuantizationModifier",
+        "LogarithmicEqualizationModifier", "OutputDistillationModifier",
+    }
+)
+LR_MODIFIERS = ("LearningRateModifier", "LearningRateFunctionModifier", "SetLearningRateModifier")
+_NM = re.compile(r"^(\d+):(\d+)$")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A rule's verdict about one modifier: ``keys`` is the path of the argument at fault
+    (empty for the modifier itself); ``on_key`` points at the argument's name, not its value."""
+
+    code: Code
+    message: str
+    hint: str
+    modifier: Modifier
+    keys: tuple[Any, ...] = ()
+    on_key: bool = False
+    severity: Severity | None = None
+
+
+# -- schema --------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def _validator(name: str) -> Draft202012Validator:
+    return Draft202012Validator(modifier_schema(name))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return "null" if value is None else type(value).__name__
+
+
+_JSON_TYPES = {
+    "string": "text", "number": "a number", "integer": "an integer", "boolean": "true or false",
+    "array": "a list", "object": "a mapping", "null": "null",
+}
+
+
+def _leaf_error(error: ValidationError) -> ValidationError:
+    """The most telling sub-error of an anyOf/oneOf failure."""
+    while error.context:
+        candidates = sorted(error.context, key=lambda e: (e.validator == "type", -len(e.path)))
+        error = candidates[0]
+    return error
+
+
+def _schema_findings(m: Modifier) -> Iterator[Finding]:
+    schema = modifier_schema(m.type)
+    props: Mapping[str, Any] = schema.get("properties", {})
+    for key, value in m.args.items():
+        spec = props.get(key)
+        if spec and spec.get("deprecated") and key in ("log_types",) + tuple(
+            k for k, s in props.items() if s.get("deprecated")
+        ):
+            yield Finding(
+                codes.M007, f"'{key}' is deprecated in {m.type}", spec.get("description", ""),
+                m, (key,), on_key=True,
+            )
+    for error in _validator(m.type).iter_errors(_jsonable(m.args)):
+        path = tuple(error.absolute_path)
+        top = path[0] if path else None
+        if error.validator == "additionalProperties":
+            extra = [k for k in error.instance if k not in props]
+            for key in extra:
+                hint = did_you_mean(key, props) or f"{m.type} takes: {', '.join(props)}."
+                yield Finding(codes.M002, f"{m.type} has no argument '{key}'", hint, m, (key,), on_key=True)
+            continue
+        if error.validator == "required":
+            missing = error.message.split("'")[1] if "'" in error.message else str(error.message)
+            desc = props.get(missing, {}).get("description", "")
+            yield Finding(codes.M003, f"{m.type} needs '{missing}'", desc, m)
+            continue
+        if m.type == "QuantizationModifier" and top == "end_epoch":
+            continue  # E003 says it better
+        leaf = _leaf_error(error)
+        value = leaf.instance
+        where = "'" + ".".join(str(p) for p in path) + "'" if path else m.type
+        desc = props.get(top, {}).get("description", "") if isinstance(top, str) else ""
+        if leaf.validator == "type":
+            expected = leaf.validator_value
+            expected = expected if isinstance(expected, list) else [expected]
+            wanted = " or ".join(_JSON_TYPES.get(t, t) for t in expected)
+            hint = desc
+            if isinstance(value, str) and value.lower() in ("yes", "no", "on", "off") and "boolean" in expected:
+                hint = f"YAML 1.2 reads {value} as text: write true or false."
+            elif isinstance(value, str) and value.startswith("eval(") is False and re.fullmatch(r"[-+.\deE]+", value):
+                hint = "Remove the quotes to make it a number."
+            yield Finding(
+                codes.M004, f"{where} must be {wanted}, not {_type_name(value)} ({value!r})", hint, m, path
+            )
+        elif leaf.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "not"):
+            code = codes.M011 if isinstance(top, str) and "sparsity" in top else codes.M005
+            bound = {
+                "minimum": f"at least {leaf.validator_value}",
+                "maximum": f"at most {leaf.validator_value}",
+                "exclusiveMinimum": f"greater than {leaf.validator_value}",
+                "exclusiveMaximum": f"less than {leaf.validator_value}",
+                "not": "a different value",
+            }[leaf.validator]
+            yield Finding(code, f"{where} must be {bound}, not {value!r}", desc, m, path)
+        elif leaf.validator in ("enum", "const"):
+            allowed = leaf.validator_value if leaf.validator == "enum" else [leaf.validator_value]
+            hint = did_you_mean(str(value), [str(a) for a in allowed]) if isinstance(value, str) else ""
+            choices = ", ".join(repr(a) for a in allowed)
+            yield Finding(
+                codes.M006, f"{where} is {value!r}; allowed: {choices}", hint or desc, m, path
+            )
+        else:
+            yield Finding(codes.M008, f"{where}: {leaf.message}", desc, m, path)
+
+
+# -- rules beyond the schema ----------------------------------------------------------------
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _range(m: Modifier) -> tuple[float, float] | None:
+    start = _num(m.args.get("start_epoch", -1))
+    end = _num(m.args.get("end_epoch", -1))
+    if start is None or end is None:
+        return None
+    return (max(start, 0.0) if start != -1 else 0.0, math.inf if end == -1 else end)
+
+
+def rule_end_before_start(recipe: Recipe) -> Iterator[Finding]:
+    for m in recipe.modifiers:
+        start, end = _num(m.args.get("start_epoch")), _num(m.args.get("end_epoch"))
+        if start is not None and end is not None and end != -1 and end < start:
+            yield Finding(
+                codes.E001,
+                f"end_epoch {end:g} is before start_epoch {start:g}",
+                "Swap them, or use end_epoch: -1 for 'never ends'.",
+                m, ("end_epoch",),
+            )
+
+
+def rule_milestones(recipe: Recipe) -> Iterator[Finding]:
+    for m in recipe.modifiers:
+        if m.type != "LearningRateModifier" or m.args.get("lr_class") != "MultiStepLR":
+            continue
+        kwargs = m.args.get("lr_kwargs")
+        milestones = kwargs.get("milestones") if isinstance(kwargs, Mapping) else None
+        if not isinstance(milestones, tuple):
+            continue
+        start, end = _num(m.args.get("start_epoch")), _num(m.args.get("end_epoch", -1))
+        for i, ms in enumerate(milestones):
+            ms_v = _num(ms)
+            if ms_v is None:
+                continue
+            if start is not None and start >= 0 and ms_v <= start:
+                yield Finding(
+                    codes.E002, f"milestone {ms!r} is not after start_epoch {start:g}",
+                    "Milestones are absolute epochs: each must be greater than start_epoch.",
+                    m, ("lr_kwargs", "milestones", i),
+                )
+            elif end is not None and end >= 0 and ms_v >= end:
+                yield Finding(
+                    codes.E002, f"milestone {ms!r} is not before end_epoch {end:g}",
+                    "Milestones are absolute epochs: each must be less than end_epoch.",
+                    m, ("lr_kwargs", "milestones", i),
+                )
+
+
+def rule_num_grads(recipe: Recipe) -> Iterator[Finding]:
+    for m in recipe.modifiers:
+        for keys in (("num_grads",), ("mfac_options", "num_grads")):
+            value: Any = m.args
+            for k in keys:
+                value = value.get(k) if isinstance(value, Mapping) else None
+            if isinstance(value, Mapping) and 0 not in value:
+                yield Finding(
+                    codes.M009,
+                    f"num_grads gives counts for sparsities {sorted(value)} but none for 0.0",
+                    "Add '0.0: COUNT', the number of gradients used until the first threshold.",
+                    m, keys,
+                )
+
+
+def rule_nm_mask_gradual(recipe: Recipe) -> Iterator[Finding]:
+    for m in recipe.modifiers:
+        mask = m.args.get("mask_type")
+        if not isinstance(mask, str):
+            continue
+        match = _NM.match(mask) if mask != "tensorrt" else _NM.match("2:4")
+        if not match:
+            continue
+        n, mm = int(match.group(1)), int(match.group(2))
+        if mm == 0 or n > mm:
+            yield Finding(codes.M006, f"mask_type '{mask}' keeps {n} of every {mm}", "N:M needs 0 < N <= M.", m, ("mask_type",))
+            continue
+        target = 1 - n / mm
+        for key in ("init_sparsity", "final_sparsity"):
+            value = _num(m.args.get(key))
+            if value is not None and value != 0 and abs(value - target) > 1e-2:
+                yield Finding(
+                    codes.M010,
+                    f"mask_type '{mask}' always gives sparsity {target:g}, but {key} is {value:g}",
+                    f"Set init_sparsity and final_sparsity to {target:g}.",
+                    m, (key,),
+                )
+
+
+def rule_quantization_end(recipe: Recipe) -> Iterator[Finding]:
+    for m in recipe.modifiers:
+        if m.type == "QuantizationModifier" and "end_epoch" in m.args and m.args["end_epoch"] != -1:
+            yield Finding(
+                codes.E003,
+                f"QuantizationModifier has no end, but end_epoch is {m.args['end_epoch']!r}",
+                "Remove end_epoch: quantized modules stay quantized to the end of training.",
+                m, ("end_epoch",),
+            )
+
+
+def _lr_window(m: Modifier) -> tuple[float, float] | None:
+    if m.type == "SetLearningRateModifier":
+        start = _num(m.args.get("start_epoch", -1))
+        if start is None:
+            return None
+        s = 0.0 if start < 0 else start
+        return (s, s)
+    return _range(m)
+
+
+def rule_lr_overlap(recipe: Recipe) -> Iterator[Finding]:
+    lrs = [m for m in recipe.modifiers if m.type in LR_MODIFIERS]
+    for i, a in enumerate(lrs):
+        for b in lrs[i + 1:]:
+            if a.stage != b.stage:
+                continue
+            groups_a, groups_b = a.args.get("param_groups"), b.args.get("param_groups")
+            if isinstance(groups_a, tuple) and isinstance(groups_b, tuple) and not set(groups_a) & set(groups_b):
+                continue
+            wa, wb = _lr_window(a), _lr_window(b)
+            if wa is None or wb is None:
+                continue
+            if wa[0] == wa[1] and wb[0] == wb[1]:
+                clash = wa[0] == wb[0]
+            elif wa[0] == wa[1]:
+                clash = wb[0] < wa[0] < wb[1]
+            elif wb[0] == wb[1]:
+                clash = wa[0] < wb[0] < wa[1]
+            else:
+                clash = max(wa[0], wb[0]) < min(wa[1], wb[1])
+            if clash:
+                yield Finding(
+                    codes.E004,
+                    f"{b.type} and {a.type} (line {a.span.line}) both set the learning rate "
+                    f"around epoch {max(wa[0], wb[0]):g}",
+                    "Make their epoch ranges follow each other.",
+                    b,
+                )
+
+
+def _exact_params(m: Modifier) -> list[tuple[int | None, str]]:
+    params = m.args.get("params")
+    items = [(None, params)] if isinstance(params, str) else list(enumerate(params)) if isinstance(params, tuple) else []
+    return [
+        (i, p) for i, p in items
+        if isinstance(p, str) and not p.startswith("re:") and p.upper() not in ("__ALL__", "__ALL_PRUNABLE__")
+    ]
+
+
+def rule_double_pruning(recipe: Recipe) -> Iterator[Finding]:
+    pruners = [
+        m for m in recipe.modifiers
+        if m.type.endswith("PruningModifier") and m.type != "LayerPruningModifier"
+    ]
+    seen: list[tuple[Modifier, str, tuple[float, float]]] = []
+    for m in pruners:
+        window = _range(m)
+        if window is None:
+            continue
+        for i, name in _exact_params(m):
+            for other, other_name, other_window in seen:
+                if other is m or other.stage != m.stage or other_name != name:
+                    continue
+                if max(window[0], other_window[0]) < min(window[1], other_window[1]):
+                    yield Finding(
+                        codes.E005,
+                        f"'{name}' is also pruned by the {other.type} on line {other.span.line} "
+                        "over overlapping epochs",
+                        "Give each parameter to one pruning modifier, or make the ranges follow each other.",
+                        m, ("params",) if i is None else ("params", i),
+                    )
+                    break
+        seen.extend((m, name, window) for _, name in _exact_params(m))
+
+
+RULES: tuple[Callable[[Recipe], Iterable[Finding]], ...] = (
+    rule_end_before_start,
+    rule_milestones,
+    rule_num_grads,
+    rule_nm_mask_gradual,
+    rule_quantization_end,
+    rule_lr_overlap,
+    rule_double_pruning,
+)
+
+
+def _modifier_findings(recipe: Recipe, backend: str | None) -> Iterator[Finding]:
+    known = set(modifier_names())
+    dialect_reported = False
+    support = backend_support().get(backend) if backend else None
+    for m in recipe.modifiers:
+        if m.type in CORE_DIALECT_MODIFIERS:
+            if not dialect_reported:
+                dialect_reported = True
+                yield Finding(
+                    codes.S007,
+                    f"{m.type} is a one-shot modifier of SparseML's 'core' (LLM) dialect, "
+                    "not a training-time modifier",
+                    "recipe-spec reads the training-time '!Modifier' dialect; run this file "
+                    "with a core-dialect tool, or remove the one-shot modifiers.",
+                    m,
+                )
+            continue
+        if m.type not in known:
+            hint = did_you_mean(m.type, known) or "`recipe-spec schema` lists every modifier."
+            yield Finding(codes.M001, f"unknown modifier '{m.type}'", hint, m)
+            continue
+        yield from _schema_findings(m)
+        if support is not None and m.type not in support:
+            yield Finding(
+                codes.B001,
+                f"{m.type} is not available on the {backend} backend",
+                f"Backends with it: {', '.join(sorted(b for b, s in backend_support().items() if m.type in s))}.",
+                m,
+            )
+
+
+def validate_recipe(recipe: Recipe, backend: str | None = None) -> list[Diagnostic]:
+    """Every finding about ``recipe`` (schemas and rules), positioned, in file order."""
+    findings = list(_modifier_findings(recipe, backend))
+    bad = {id(f.modifier) for f in findings if f.code.id in ("M001", "S007")}
+    for rule in RULES:
+        findings.extend(f for f in rule(recipe) if id(f.modifier) not in bad)
+    out = []
+    for f in findings:
+        span = f.modifier.key_span(f.keys[0]) if f.on_key and f.keys else (
+            f.modifier.value_span(*f.keys) if f.keys else f.modifier.span
+        )
+        out.append(f.code(f.message, f.hint, span, f.severity).in_file(recipe.path))
+    return sorted(out, key=lambda d: (d.line, d.column, d.code))
+
+
+_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]\d{3}(?:\s*,\s*[A-Z]\d{3})*))?", re.I)
+
+
+def apply_noqa(diagnostics: Sequence[Diagnostic], text: str) -> list[Diagnostic]:
+    """``diagnostics`` without those silenced by ``# noqa`` / ``# noqa: CODE`` on their line."""
+    lines = text.splitlines()
+    kept = []
+    for d in diagnostics:
+        line = lines[d.line - 1] if 0 < d.line <= len(lines) else ""
+        match = _NOQA.search(line)
+        if match:
+            listed = match.group("codes")
+            if listed is None or d.code in {c.strip().upper() for c in listed.split(",")}:
+                continue
+        kept.append(d)
+    return kept
+
+
+def validate(
+    recipe: RecipeInput,
+    variables: Mapping[str, Any] | None = None,
+    backend: str | None = None,
+) -> list[Diagnostic]:
+    """Load and validate ``recipe`` (a path or text): every diagnostic, in file order.
+
+    >>> [d.code for d in validate("modifiers:\\n  - !EpochRangeModifier {start_epoch: 5, end_epoch: 2}")]
+    ['E001']
+    """
+    loaded, diagnostics = check(recipe, variables)
+    if loaded is not None:
+        diagnostics = diagnostics + validate_recipe(loaded, backend)
+    text = loaded.source.text if loaded is not None and loaded.source is not None else _text_of(recipe)
+    return apply_noqa(diagnostics, text) if text else diagnostics
+
+
+def _text_of(recipe: RecipeInput) -> str:
+    import os
+
+    try:
+        if isinstance(recipe, str) and ("\n" in recipe or not os.path.exists(recipe)):
+            return recipe
+        with open(os.fspath(recipe), encoding="utf-8", errors="replace") as f:  # type: ignore[arg-type]
+            return f.read(4 * 1024 * 1024)
+    except (OSError, TypeError):
+        return ""
