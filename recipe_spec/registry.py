@@ -16,7 +16,6 @@ or, at run time, with :func:`register_backend`.
 
 from __future__ import annotations
 
-from importlib import metadata
 from typing import Any, Callable, Protocol, runtime_checkable
 
 __all__ = [
@@ -52,6 +51,8 @@ class BackendError(LookupError):
 
 
 def _entry_points() -> dict[str, str]:
+    from importlib import metadata
+
     found = dict(_BUILTIN)
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         found[ep.name] = ep.value

@@ -13,8 +13,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from frontmatter.default_handlers import YAMLHandler
-
 from . import codes
 from .diagnostics import RecipeError, Span
 
@@ -25,7 +23,13 @@ RECIPE_SUFFIXES = (".yaml", ".yml", ".json", ".md")
 #: The largest recipe file read (the largest real recipe known is 64 KiB).
 MAX_BYTES = 2 * 1024 * 1024
 
-_BOUNDARY = YAMLHandler.FM_BOUNDARY  # ^-{3,}\s*$ (multiline), python-frontmatter's own rule
+
+
+def _boundary() -> "re.Pattern[str]":
+    """python-frontmatter's own boundary rule (``^-{3,}\\s*$``, multiline), imported lazily."""
+    from frontmatter.default_handlers import YAMLHandler
+
+    return YAMLHandler.FM_BOUNDARY
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,7 @@ class Source:
 
 def _front_matter(text: str, path: str | None, required: bool) -> tuple[str, int, str] | None:
     """(YAML text, lines before it, the text after the closing line), or None."""
-    matches = _BOUNDARY.finditer(text)
+    matches = _boundary().finditer(text)
     first = next(matches, None)
     second = next(matches, None)
     if first is None or second is None:
@@ -88,7 +92,7 @@ def from_text(text: str, path: str | None = None, kind: str | None = None) -> So
         assert found is not None
         return Source(path, text, found[0], found[1], True)
     if kind is None:
-        first = _BOUNDARY.search(text)
+        first = _boundary().search(text)
         # A card's text may start with a licence comment (51 of the 55 real cards do); YAML
         # with such a preamble would be a multi-document stream, so nothing is misread.
         if first is not None and _PREAMBLE.fullmatch(text[: first.start()]):

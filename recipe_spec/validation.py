@@ -11,10 +11,7 @@ import functools
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from . import codes
 from .codes import Code
@@ -22,8 +19,13 @@ from .diagnostics import Diagnostic, Severity
 from .frozen import FrozenDict
 from .loader import RecipeInput, check
 from .recipe import Modifier, Recipe
+from .schema_check import fast_is_valid
 from .schema_store import backend_support, modifier_names, modifier_schema
 from .variables import did_you_mean
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
 
 __all__ = ["Finding", "validate", "validate_recipe", "apply_noqa", "RULES", "CORE_DIALECT_MODIFIERS"]
 
@@ -55,7 +57,9 @@ class Finding:
 
 # -- schema --------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
-def _validator(name: str) -> Draft202012Validator:
+def _validator(name: str) -> "Draft202012Validator":
+    from jsonschema import Draft202012Validator  # imported only when a modifier is invalid
+
     return Draft202012Validator(modifier_schema(name))
 
 
@@ -87,7 +91,7 @@ _JSON_TYPES = {
 }
 
 
-def _leaf_error(error: ValidationError) -> ValidationError:
+def _leaf_error(error: "ValidationError") -> "ValidationError":
     """The most telling sub-error of an anyOf/oneOf failure."""
     while error.context:
         candidates = sorted(error.context, key=lambda e: (e.validator == "type", -len(e.path)))
@@ -107,7 +111,10 @@ def _schema_findings(m: Modifier) -> Iterator[Finding]:
                 codes.M007, f"'{key}' is deprecated in {m.type}", spec.get("description", ""),
                 m, (key,), on_key=True,
             )
-    for error in _validator(m.type).iter_errors(_jsonable(m.args)):
+    instance = _jsonable(m.args)
+    if fast_is_valid(schema, instance) is True:
+        return
+    for error in _validator(m.type).iter_errors(instance):
         path = tuple(error.absolute_path)
         top = path[0] if path else None
         if error.validator == "additionalProperties":

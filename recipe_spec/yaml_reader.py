@@ -205,7 +205,7 @@ class _Builder:
         else:
             node = item
             span = self.node_span(node)
-        style = getattr(node, "style", None) if isinstance(node, ScalarNode) else None
+        style = (getattr(node, "style", None) or None) if isinstance(node, ScalarNode) else None
         self.locs[path] = Loc(span, key_span, style)
         tag: str = node.tag
         local = tag.startswith("!") and not tag.startswith("!!") and tag != "!"
@@ -281,7 +281,7 @@ class _Builder:
                 key_item.start_mark, key_item.end_mark
             )
             if key_node.tag == _STD + "merge" or (
-                isinstance(key_node, ScalarNode) and key_node.value == "<<" and key_node.style is None
+                isinstance(key_node, ScalarNode) and key_node.value == "<<" and not key_node.style
             ):
                 merged.update(self.merge_values(value_item, path))
                 continue
@@ -381,6 +381,62 @@ def _yaml_error(exc: yaml.YAMLError, line_offset: int, text: str) -> Diagnostic:
     return codes.Y001(message, hint, span)
 
 
+try:  # libyaml's C parser, when PyYAML was built with it: 5-10x faster
+    from yaml._yaml import CParser as _CParser
+
+    class _CLoader(_CParser, Resolver12):  # type: ignore[misc, valid-type]
+        def __init__(self, text: str):
+            _CParser.__init__(self, text)
+            Resolver12.__init__(self)
+
+except ImportError:  # pragma: no cover - pure-Python PyYAML
+    _CLoader = None  # type: ignore[assignment, misc]
+
+_ANCHOR_OR_ALIAS = re.compile(r"[&*][^\s,\[\]{}]")
+_FLOW_TOKENS = re.compile(r"""[\[\]{}]|'[^'\n]*'|"(?:[^"\\\n]|\\.)*"|#[^\n]*""")
+_LINE_LEAD = re.compile(r"^( *)((?:- +)*)", re.M)
+
+
+def _fast_path_safe(text: str) -> bool:
+    """Whether the C parser may read ``text``: no anchors or aliases (whose use sites only
+    the pure-Python reader records) and a nesting depth provably within MAX_DEPTH (the C
+    composer has no depth limit of its own)."""
+    if _CLoader is None or _ANCHOR_OR_ALIAS.search(text):
+        return False
+    depth = deepest = 0
+    for token in _FLOW_TOKENS.finditer(text):
+        ch = token.group()
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+    block = max((len(m.group(1)) + m.group(2).count("-") for m in _LINE_LEAD.finditer(text)), default=0)
+    return block + deepest + 2 <= MAX_DEPTH
+
+
+def _compose(text: str) -> Any:
+    if _fast_path_safe(text):
+        try:
+            fast = _CLoader(text)
+        except yaml.YAMLError:
+            fast = None
+        if fast is not None:
+            try:
+                return fast.get_single_node()
+            except yaml.YAMLError:
+                pass  # read it again below, for PyYAML's clearer messages and positions
+            finally:
+                fast.dispose()
+    # The pure-Python reader checks every character as it is constructed (control characters
+    # raise ReaderError here), so the caller's try covers construction too.
+    loader = _Loader(text)
+    try:
+        return loader.get_single_node()
+    finally:
+        loader.dispose()
+
+
 def read_yaml(text: str, line_offset: int = 0) -> Document:
     """Read one YAML document of a recipe.
 
@@ -391,21 +447,14 @@ def read_yaml(text: str, line_offset: int = 0) -> Document:
     >>> doc.value["lr"], doc.value["flag"], doc.loc(("lr",)).span.line
     (8e-05, 'yes', 1)
     """
-    loader: _Loader | None = None
     try:
-        # The reader checks every character as it is constructed (control characters raise
-        # ReaderError here), so construction belongs inside the try.
-        loader = _Loader(text)
-        root = loader.get_single_node()
+        root = _compose(text)
     except RecursionError:
         raise RecipeError(
             [codes.Y004(f"nesting deeper than {MAX_DEPTH} levels", "", Span.point(1 + line_offset))]
         ) from None
     except yaml.YAMLError as exc:
         raise RecipeError([_yaml_error(exc, line_offset, text)]) from None
-    finally:
-        if loader is not None:
-            loader.dispose()
     builder = _Builder(line_offset)
     if root is None:
         return Document(None, {(): Loc(Span.point(1 + line_offset))}, line_offset)

@@ -1,0 +1,97 @@
+"""Validation throughput: full `recipe-spec validate` work on 1,000 recipe files (the corpus
+repeated) in one process, against a bare `yaml.compose` of the same texts in the same run.
+
+Target: full validation within 3x of the bare parse. Also times one `recipe-spec validate FILE`
+process (target: under 0.3 s wall; it must not import a framework).
+
+    python benchmarks/bench_validate.py [--files 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from recipe_spec.validation import validate
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+
+
+def corpus_files() -> list[Path]:
+    with (SHARED / "corpus" / "INDEX.tsv").open(newline="") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    return [SHARED / r["stored_at"].split("/", 1)[1] for r in rows]
+
+
+def front_matter_text(path: Path) -> str:
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".md":
+        parts = text.split("\n---", 2)
+        return parts[1] if len(parts) > 2 else text
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--files", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    files = corpus_files()
+    batch = [files[i % len(files)] for i in range(args.files)]
+    texts = [front_matter_text(p) for p in batch]
+
+    def bare() -> None:
+        for t in texts:
+            try:
+                yaml.compose(t, Loader=yaml.SafeLoader)
+            except yaml.YAMLError:
+                pass
+
+    def full() -> None:
+        for p in batch:
+            validate(p)
+
+    timings: dict[str, list[float]] = {"compose": [], "validate": []}
+    for _ in range(args.repeats):
+        for name, fn in (("compose", bare), ("validate", full)):
+            t0 = time.perf_counter()
+            fn()
+            timings[name].append(time.perf_counter() - t0)
+    compose_s = min(timings["compose"])
+    validate_s = min(timings["validate"])
+    print(f"files: {args.files} (corpus of {len(files)} repeated)")
+    print(f"bare yaml.compose : {args.files / compose_s:8.0f} files/s ({compose_s:.2f} s)")
+    print(f"full validation   : {args.files / validate_s:8.0f} files/s ({validate_s:.2f} s)")
+    print(f"ratio validate/compose: {validate_s / compose_s:.2f}x (target <= 3x)")
+
+    one = SHARED / "corpus" / "real" / (
+        "sparseml__integrations__huggingface-transformers__recipes__90sparsity10epochs.yaml"
+    )
+    exe = Path(sys.executable).with_name("recipe-spec")
+    walls = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        subprocess.run([str(exe), "validate", str(one)], capture_output=True, check=False)
+        walls.append(time.perf_counter() - t0)
+    bare_py = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        bare_py.append(time.perf_counter() - t0)
+    print(
+        f"one `recipe-spec validate FILE` process: median {statistics.median(walls):.3f} s wall "
+        f"(target < 0.3 s); bare `python -c pass`: {statistics.median(bare_py):.3f} s; "
+        f"ratio {statistics.median(walls) / statistics.median(bare_py):.1f}x"
+    )
+
+
+if __name__ == "__main__":
+    main()
