@@ -699,9 +699,10 @@ def editors_page() -> str:
         "## What the editor checks, and what it does not",
         "",
         "- A JSON Schema cannot see YAML tags, so the editor checks the arguments of each "
-        "`- !Name` item against every modifier and accepts the item when any modifier takes "
-        "those keys. A misspelled key that no modifier takes is flagged; a key that belongs to "
-        "a different modifier is not. `recipe-spec validate` reads the tag and is exact.",
+        "`- !Name` item against every modifier and accepts the item when they are valid for "
+        "*some* modifier, even if not for the one its tag names. A key that no modifier takes "
+        "or a value of the wrong type is still flagged. `recipe-spec validate` reads the tag "
+        "and is exact.",
         "- The schema is written in JSON Schema draft 2020-12, while yaml-language-server "
         "documents support for draft 7 and below: keywords newer than draft 7 (such as "
         "`dependentSchemas`, used for arguments that exclude each other) may go unchecked in "
