@@ -137,7 +137,7 @@ S005 = _code(
     "S005", "error", "bad recipe layout",
     "The top level of a recipe must be a mapping (or a list of modifiers); modifier groups "
     "must be lists; a recipe is either staged or not.",
-    "- 1\n- 2", "Follow the layout in docs/recipe-format.md.",
+    "modifiers: 5", "Follow the layout in docs/recipe-format.md.",
 )
 S006 = _code(
     "S006", "error", "modifier arguments must be a mapping",

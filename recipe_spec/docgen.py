@@ -23,8 +23,9 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from .codes import CODES, Code
 from .schema_store import backend_support, modifier_names, modifier_schema
@@ -144,13 +145,13 @@ def _type_of(spec: Mapping[str, Any]) -> str:
             return " or ".join(dict.fromkeys(k for k in kinds if k))
         return "any"
     types = types if isinstance(types, list) else [types]
-    words = []
+    words: list[str] = []
     for t in types:
-        word = _TYPE_NAMES.get(t, t)
+        word = str(_TYPE_NAMES.get(t, t))
         items = spec.get("items")
         if t == "array" and isinstance(items, Mapping) and "type" in items:
             inner = items["type"] if isinstance(items["type"], list) else [items["type"]]
-            word += " of " + " or ".join(_TYPE_NAMES.get(i, i) for i in inner)
+            word += " of " + " or ".join(str(_TYPE_NAMES.get(i, i)) for i in inner)
         elif t == "array" and isinstance(items, Mapping) and "$ref" in items:
             word += " of " + _code(_ref_name(items["$ref"]))
         words.append(word)
@@ -425,7 +426,7 @@ def modifier_example(name: str) -> str:
     if not example:
         return f"modifiers:\n  - !{name} {{}}\n"
     body = dump_value(_numeric_keys(example))
-    lines = [f"modifiers:", f"  - !{name}"]
+    lines = ["modifiers:", f"  - !{name}"]
     lines += [("    " + line) if line else "" for line in body.splitlines()]
     return "\n".join(lines) + "\n"
 
@@ -566,7 +567,7 @@ def rule_page(code_id: str) -> str:
         _GENERATED_NOTE.format(source="`recipe_spec/codes.py`"),
         "",
         f"- **Code:** {_code(c.id)}",
-        f"- **Family:** {letter}, {family.lower()}",
+        f"- **Family:** {letter} ({family})",
         f"- **Default severity:** {c.severity.value}",
         "",
         "## What it does",

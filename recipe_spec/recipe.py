@@ -158,9 +158,6 @@ class Recipe:
     def __iter__(self) -> Iterator[Modifier]:
         return iter(self.modifiers)
 
-    def __len__(self) -> int:
-        return len(self.modifiers)
-
     def stage(self, name: str | None) -> Stage:
         """The stage called ``name`` (``KeyError`` naming the stages there are)."""
         for s in self.stages:

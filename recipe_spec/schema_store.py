@@ -78,7 +78,9 @@ def combined_schema() -> dict[str, Any]:
         text = json.dumps(body).replace("#/$defs/", f"#/$defs/{name}__")
         defs[name] = json.loads(text)
         for dname, dschema in inner_defs.items():
-            defs[f"{name}__{dname}"] = dschema
+            defs[f"{name}__{dname}"] = json.loads(
+                json.dumps(dschema).replace("#/$defs/", f"#/$defs/{name}__")
+            )
     modifier_ref = {"anyOf": [{"$ref": f"#/$defs/{n}"} for n in sorted(_all_schemas())]}
     one_key = {
         "type": "object",

@@ -130,7 +130,7 @@ def read_source(path: str | os.PathLike[str]) -> Source:
     try:
         size = p.stat().st_size
         if p.is_dir():
-            raise IsADirectoryError(name)
+            raise IsADirectoryError(21, "it is a directory", name)
         if size > MAX_BYTES:
             raise RecipeError(
                 [

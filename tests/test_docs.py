@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import REPO
 
 import recipe_spec
-from conftest import REPO
 from recipe_spec import docgen
 from recipe_spec.codes import CODES
 from recipe_spec.diagnostics import Severity

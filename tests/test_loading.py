@@ -180,6 +180,21 @@ def test_every_loader_code_has_a_fixture() -> None:
     assert wanted <= covered
 
 
+@pytest.mark.parametrize(
+    "text,hint",
+    [
+        ("modifiers:\n  - !EpochRangeModifier\n    end_epoch: 10\n   - !GMPruningModifier\n",
+         "While parsing a block collection (line 2): check the indentation"),
+        ('modifiers: []\nx: "a\\.b"\n', "While scanning a double-quoted scalar (line 2)"),
+    ],
+    ids=["block", "escape"],
+)
+def test_y001_hint_says_what_the_parser_was_doing(text: str, hint: str) -> None:
+    (d,) = check_text(text)[1]
+    assert d.code == "Y001"
+    assert d.hint.startswith(hint)
+
+
 def test_error_raises_recipe_error_with_all_diagnostics() -> None:
     """`load` raises RecipeError carrying every error; `str()` lists `path:line:col: CODE`."""
     text = ("modifiers:\n  - !EpochRangeModifier {end_epoch: eval(a)}\n"
