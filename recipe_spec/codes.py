@@ -297,5 +297,5 @@ B001 = _code(
     "B001", "error", "modifier not available on the chosen backend",
     "The backend chosen with --backend does not implement this modifier.",
     "recipe-spec validate r.yaml --backend keras  # with an OBSPruningModifier",
-    "Run the recipe on a backend that has the modifier (see docs/backends.md).",
+    "Run the recipe on a backend that has the modifier (docs/modifiers/index.md lists them).",
 )

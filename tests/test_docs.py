@@ -145,12 +145,6 @@ def _refs(node: Any) -> list[str]:
     return []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="schema_store.combined_schema() prefixes the $refs of each modifier body but not "
-    "those inside the modifier's own $defs (e.g. #/$defs/param_name), so editors cannot "
-    "resolve them; remove this mark once fixed",
-)
 def test_combined_schema_for_editors_has_no_dangling_refs() -> None:
     schema = combined_schema()
     dangling = []
@@ -161,6 +155,13 @@ def test_combined_schema_for_editors_has_no_dangling_refs() -> None:
         if node is None:
             dangling.append(ref)
     assert not dangling, f"unresolvable $refs in `recipe-spec schema`: {dangling}"
+    from jsonschema import Draft202012Validator
+
+    Draft202012Validator.check_schema(schema)
+    example = {"num_epochs": 5, "modifiers": [{"EpochRangeModifier": {"start_epoch": 0, "end_epoch": 5}}]}
+    assert Draft202012Validator(schema).is_valid(example)
+    bad = {"modifiers": [{"EpochRangeModifier": {"start_epoch": "zero", "end_epoch": 5}}]}
+    assert not Draft202012Validator(schema).is_valid(bad)
 
 
 # -- validate.md -----------------------------------------------------------------------------
