@@ -10,13 +10,14 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from . import __version__
 from .diagnostics import Diagnostic, Severity
-from .validation import validate
 from .source import RECIPE_SUFFIXES
+from .validation import validate
 
 __all__ = ["main"]
 
@@ -34,8 +35,8 @@ def _parse_var(text: str) -> tuple[str, Any]:
     name = name.strip()
     if not name:
         raise UsageError(f"--var expects NAME=VALUE, got {text!r}")
-    from .yaml_reader import read_yaml
     from .diagnostics import RecipeError
+    from .yaml_reader import read_yaml
 
     try:
         value = read_yaml(raw).value if raw.strip() else ""

@@ -10,8 +10,8 @@ cards, the line in the ``.md`` file, not in the extracted front matter).
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Iterable, Sequence
 
 __all__ = ["Span", "Severity", "Diagnostic", "RecipeError"]
 
@@ -30,7 +30,7 @@ class Span:
     end_column: int
 
     @classmethod
-    def point(cls, line: int, column: int = 1) -> "Span":
+    def point(cls, line: int, column: int = 1) -> Span:
         """A zero-width span at ``line:column``."""
         return cls(line, column, line, column)
 
@@ -65,7 +65,7 @@ class Diagnostic:
     end_line: int | None = None
     end_column: int | None = None
 
-    def at(self, span: Span | None) -> "Diagnostic":
+    def at(self, span: Span | None) -> Diagnostic:
         """This diagnostic moved to ``span`` (unchanged when ``span`` is None)."""
         if span is None:
             return self
@@ -77,7 +77,7 @@ class Diagnostic:
             end_column=span.end_column,
         )
 
-    def in_file(self, file: str | None) -> "Diagnostic":
+    def in_file(self, file: str | None) -> Diagnostic:
         return replace(self, file=file)
 
     def format(self) -> str:

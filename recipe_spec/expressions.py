@@ -17,7 +17,8 @@ from __future__ import annotations
 import ast
 import math
 import operator
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 __all__ = [
     "ExpressionError",

@@ -7,7 +7,8 @@ Loaded recipes are values: mappings become :class:`FrozenDict`, lists become tup
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 __all__ = ["FrozenDict", "freeze", "thaw"]
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import os
 import re
 from collections import ChainMap
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from . import codes
 from .diagnostics import Diagnostic, RecipeError, Severity, Span

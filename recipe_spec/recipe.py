@@ -10,8 +10,9 @@ types, arguments as written, variables and metadata, wherever they came from.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from .diagnostics import Diagnostic, Span
 from .frozen import FrozenDict
@@ -46,7 +47,7 @@ class Modifier:
     span: Span = field(default_factory=lambda: Span.point(1))
     path: Path = ()
     args_path: Path = ()
-    document: "Document | None" = field(default=None, repr=False)
+    document: Document | None = field(default=None, repr=False)
     file: str | None = field(default=None, repr=False)
 
     def value_span(self, *keys: Any) -> Span:
@@ -146,8 +147,8 @@ class Recipe:
     metadata: FrozenDict | None = None
     staged: bool = False
     path: str | None = None
-    source: "Source | None" = field(default=None, repr=False)
-    document: "Document | None" = field(default=None, repr=False)
+    source: Source | None = field(default=None, repr=False)
+    document: Document | None = field(default=None, repr=False)
     warnings: tuple[Diagnostic, ...] = ()
 
     @property

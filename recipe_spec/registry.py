@@ -16,7 +16,8 @@ or, at run time, with :func:`register_backend`.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "Backend",

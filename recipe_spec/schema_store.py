@@ -32,7 +32,7 @@ def _root() -> Any:
     return Path(__file__).resolve().parent.parent / "schemas"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _all_schemas() -> dict[str, dict[str, Any]]:
     folder = _root() / "modifiers"
     found: dict[str, dict[str, Any]] = {}
@@ -57,7 +57,7 @@ def modifier_schema(name: str) -> dict[str, Any]:
     return _all_schemas()[name]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def backend_support() -> dict[str, frozenset[str]]:
     """backend name -> the modifiers it implements (from ``schemas/backends.json``)."""
     data = json.loads((_root() / "backends.json").read_text(encoding="utf-8"))

@@ -112,13 +112,13 @@ def dump_value(value: Any, indent: int = 2) -> str:
     return yaml.dump(value, Dumper=_Dumper, indent=indent)
 
 
-def _modifier_node(m: "Modifier", evaluated: bool, drop: tuple[str, ...] = ()) -> _TaggedMapping:
+def _modifier_node(m: Modifier, evaluated: bool, drop: tuple[str, ...] = ()) -> _TaggedMapping:
     args = m.args if evaluated else m.raw_args
     mapping = {k: thaw(v) for k, v in args.items() if k not in drop}
     return _TaggedMapping(m.type, mapping)
 
 
-def to_yaml(recipe: "Recipe", evaluated: bool = False, style: str = "recipe") -> str:
+def to_yaml(recipe: Recipe, evaluated: bool = False, style: str = "recipe") -> str:
     """See :meth:`recipe_spec.recipe.Recipe.to_yaml`."""
     if style not in ("recipe", "sparseml"):
         raise ValueError(f"style must be 'recipe' or 'sparseml', not {style!r}")
@@ -144,11 +144,11 @@ def to_yaml(recipe: "Recipe", evaluated: bool = False, style: str = "recipe") ->
     return dump_value(doc)
 
 
-def _sparseml(recipe: "Recipe") -> str:
+def _sparseml(recipe: Recipe) -> str:
     """SparseML's ``str(manager)`` layout: version first, then one modifiers list per stage."""
     parts = ["version: 1.1.0\n"]
 
-    def block(stage_mods: tuple["Modifier", ...], metadata: Any) -> dict[str, Any]:
+    def block(stage_mods: tuple[Modifier, ...], metadata: Any) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if metadata is not None:
             out["__metadata__"] = thaw(metadata)

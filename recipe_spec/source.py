@@ -25,7 +25,7 @@ MAX_BYTES = 2 * 1024 * 1024
 
 
 
-def _boundary() -> "re.Pattern[str]":
+def _boundary() -> re.Pattern[str]:
     """python-frontmatter's own boundary rule (``^-{3,}\\s*$``, multiline), imported lazily."""
     from frontmatter.default_handlers import YAMLHandler
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from . import codes
 from .codes import Code
 from .diagnostics import Diagnostic, Severity
-from .frozen import FrozenDict
 from .loader import RecipeInput, check
 from .recipe import Modifier, Recipe
 from .schema_check import fast_is_valid
@@ -56,8 +56,8 @@ class Finding:
 
 
 # -- schema --------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=None)
-def _validator(name: str) -> "Draft202012Validator":
+@functools.cache
+def _validator(name: str) -> Draft202012Validator:
     from jsonschema import Draft202012Validator  # imported only when a modifier is invalid
 
     return Draft202012Validator(modifier_schema(name))
@@ -91,7 +91,7 @@ _JSON_TYPES = {
 }
 
 
-def _leaf_error(error: "ValidationError") -> "ValidationError":
+def _leaf_error(error: ValidationError) -> ValidationError:
     """The most telling sub-error of an anyOf/oneOf failure."""
     while error.context:
         candidates = sorted(error.context, key=lambda e: (e.validator == "type", -len(e.path)))
@@ -102,11 +102,9 @@ def _leaf_error(error: "ValidationError") -> "ValidationError":
 def _schema_findings(m: Modifier) -> Iterator[Finding]:
     schema = modifier_schema(m.type)
     props: Mapping[str, Any] = schema.get("properties", {})
-    for key, value in m.args.items():
+    for key in m.args:
         spec = props.get(key)
-        if spec and spec.get("deprecated") and key in ("log_types",) + tuple(
-            k for k, s in props.items() if s.get("deprecated")
-        ):
+        if spec and spec.get("deprecated"):
             yield Finding(
                 codes.M007, f"'{key}' is deprecated in {m.type}", spec.get("description", ""),
                 m, (key,), on_key=True,

@@ -17,7 +17,8 @@ from __future__ import annotations
 import difflib
 import math
 from collections import ChainMap
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from . import codes
 from .diagnostics import Diagnostic, Span
@@ -40,9 +41,9 @@ Path = tuple[Any, ...]
 class Invalid:
     """The value of something that could not be evaluated (its error is already reported)."""
 
-    _instance: "Invalid | None" = None
+    _instance: Invalid | None = None
 
-    def __new__(cls) -> "Invalid":
+    def __new__(cls) -> Invalid:
         if cls._instance is None:
             cls._instance = super().__new__(cls)
         return cls._instance

@@ -353,7 +353,7 @@ def _yaml_error(exc: yaml.YAMLError, line_offset: int, text: str) -> Diagnostic:
         return codes.Y003(
             problem, "Define the anchor (`&name value`) before using `*name`, or write the value.", span
         )
-    if problem.startswith(f"nesting deeper than"):
+    if problem.startswith("nesting deeper than"):
         return codes.Y004(problem, "Recipes need only a few levels of nesting.", span)
     if context and "expected a single document" in context:
         return codes.Y008(

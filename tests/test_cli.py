@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from recipe_spec.cli import main
-
-from conftest import REPO
 
 GOOD = "modifiers:\n  - !EpochRangeModifier\n    start_epoch: 0\n    end_epoch: 5\n"
 BAD = "modifiers:\n  - !EpochRangeModifier\n    start_epoch: 0\n    start_epoch: 5\n"

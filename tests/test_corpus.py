@@ -13,11 +13,10 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from conftest import corpus_rows
 
 import recipe_spec
 from recipe_spec import RecipeError
-
-from conftest import corpus_rows
 
 ROWS = corpus_rows()
 LEGACY_OK = [r for r in ROWS if r["format"] == "legacy-tagged" and r["parse_ok"] == "yes"]

@@ -3,16 +3,15 @@ schema example, and on randomly broken variants of them."""
 
 from __future__ import annotations
 
-from jsonschema import Draft202012Validator
+from conftest import corpus_rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
 
 import recipe_spec
 from recipe_spec.schema_check import fast_is_valid
 from recipe_spec.schema_store import modifier_names, modifier_schema
 from recipe_spec.validation import _jsonable
-
-from conftest import corpus_rows
 
 SAMPLES: list[tuple[str, dict]] = []
 for row in corpus_rows():

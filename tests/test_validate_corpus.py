@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+from conftest import corpus_rows
+
 from recipe_spec.diagnostics import Severity
 from recipe_spec.validation import validate
-
-from conftest import corpus_rows
 
 ROWS = corpus_rows()
 LOAD_BROKEN = 6

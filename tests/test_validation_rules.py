@@ -17,7 +17,7 @@ EXPECT = re.compile(r"^# expect: ([A-Z]\d{3}) (\d+) (\d+)$", re.M)
 
 
 def _expected(path: Path) -> list[tuple[str, int, int]]:
-    return sorted((c, int(l), int(col)) for c, l, col in EXPECT.findall(path.read_text()))
+    return sorted((c, int(ln), int(col)) for c, ln, col in EXPECT.findall(path.read_text()))
 
 
 @pytest.mark.parametrize("path", sorted(FIXTURES.glob("*.yaml")), ids=lambda p: p.stem)
