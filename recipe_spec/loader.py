@@ -223,6 +223,32 @@ class _Builder:
                 )
             )
 
+    def split_scope(
+        self, mapping: FrozenDict, base: Path, stage: str | None
+    ) -> tuple[FrozenDict | None, list[Group], dict[str, tuple[Any, Path]], list[tuple[str, FrozenDict]]]:
+        """Sort the keys of the top level (or of a stage): metadata, modifier groups,
+        variables (name -> (value as written, path)) and stages."""
+        metadata: FrozenDict | None = None
+        groups: list[Group] = []
+        variables: dict[str, tuple[Any, Path]] = {}
+        stages: list[tuple[str, FrozenDict]] = []
+        for key, value in mapping.items():
+            path = base + (key,)
+            if key == "__metadata__":
+                metadata = value if isinstance(value, FrozenDict) else FrozenDict({"value": value})
+            elif key == "version" and stage is None:
+                continue
+            elif _is_group_key(key):
+                g = self.group(key, value, path, stage)
+                if g is not None:
+                    groups.append(g)
+            elif isinstance(value, FrozenDict) and any(_is_group_key(k) for k in value):
+                stages.append((key, value))
+            else:
+                self.misplaced(value, path, ".".join(str(p) for p in path))
+                variables[str(key)] = (value, path)
+        return metadata, groups, variables, stages
+
     def build(self, overrides: Mapping[str, Any] | None) -> Recipe | None:
         root = self.doc.value
         if isinstance(root, (Tagged, tuple)):
@@ -255,26 +281,8 @@ class _Builder:
             self.diagnostics.append(dialect)
             return None
 
-        version: Any = None
-        metadata: FrozenDict | None = None
-        global_raw: dict[str, tuple[Any, Path]] = {}
-        groups: list[Group] = []
-        stage_parts: list[tuple[str, FrozenDict]] = []
-        for key, value in root.items():
-            path = (key,)
-            if key == "version":
-                version = value
-            elif key == "__metadata__":
-                metadata = value if isinstance(value, FrozenDict) else FrozenDict({"value": value})
-            elif _is_group_key(key):
-                g = self.group(key, value, path, None)
-                if g is not None:
-                    groups.append(g)
-            elif isinstance(value, FrozenDict) and any(_is_group_key(k) for k in value):
-                stage_parts.append((key, value))
-            else:
-                self.misplaced(value, path, str(key))
-                global_raw[str(key)] = (value, path)
+        version = root.get("version")
+        metadata, groups, global_raw, stage_parts = self.split_scope(root, (), None)
         if groups and stage_parts:
             self.diagnostics.append(
                 codes.S005(
@@ -287,28 +295,15 @@ class _Builder:
 
         stages_raw: list[tuple[str, dict[str, tuple[Any, Path]], list[Group], FrozenDict | None]] = []
         for name, body in stage_parts:
-            raw: dict[str, tuple[Any, Path]] = {}
-            stage_groups: list[Group] = []
-            stage_meta: FrozenDict | None = None
-            for key, value in body.items():
-                path = (name, key)
-                if key == "__metadata__":
-                    stage_meta = value if isinstance(value, FrozenDict) else FrozenDict({"value": value})
-                elif _is_group_key(key):
-                    g = self.group(key, value, path, name)
-                    if g is not None:
-                        stage_groups.append(g)
-                elif isinstance(value, FrozenDict) and any(_is_group_key(k) for k in value):
-                    self.diagnostics.append(
-                        codes.S005(
-                            f"stage '{name}' contains another stage '{key}'; stages do not nest",
-                            "Move the inner stage to the top level.",
-                            self.key_span(path),
-                        )
+            stage_meta, stage_groups, raw, nested = self.split_scope(body, (name,), name)
+            for inner, _ in nested:
+                self.diagnostics.append(
+                    codes.S005(
+                        f"stage '{name}' contains another stage '{inner}'; stages do not nest",
+                        "Move the inner stage to the top level.",
+                        self.key_span((name, inner)),
                     )
-                else:
-                    self.misplaced(value, path, f"{name}.{key}")
-                    raw[str(key)] = (value, path)
+                )
             stages_raw.append((name, raw, stage_groups, stage_meta))
 
         if not groups and not stages_raw and not any(self.diagnostics):
