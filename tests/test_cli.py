@@ -85,3 +85,129 @@ def test_console_script_runs() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "3 file(s) checked" in out.stdout
+
+
+# The parts of the SARIF 2.1.0 schema (sarif-schema-2.1.0.json) that a run of recipe-spec
+# uses: required properties, enums and minimums, transcribed from the OASIS standard.
+SARIF_SUBSET = {
+    "type": "object",
+    "required": ["version", "runs"],
+    "properties": {
+        "version": {"enum": ["2.1.0"]},
+        "$schema": {"type": "string", "format": "uri"},
+        "runs": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["tool"],
+                "properties": {
+                    "tool": {
+                        "type": "object",
+                        "required": ["driver"],
+                        "properties": {
+                            "driver": {
+                                "type": "object",
+                                "required": ["name"],
+                                "properties": {
+                                    "name": {"type": "string"},
+                                    "rules": {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "object",
+                                            "required": ["id"],
+                                            "properties": {
+                                                "id": {"type": "string"},
+                                                "shortDescription": {"type": "object", "required": ["text"]},
+                                                "fullDescription": {"type": "object", "required": ["text"]},
+                                                "defaultConfiguration": {
+                                                    "type": "object",
+                                                    "properties": {"level": {"enum": ["none", "note", "warning", "error"]}},
+                                                },
+                                            },
+                                        },
+                                    },
+                                },
+                            }
+                        },
+                    },
+                    "results": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["message"],
+                            "properties": {
+                                "ruleId": {"type": "string"},
+                                "ruleIndex": {"type": "integer", "minimum": -1},
+                                "level": {"enum": ["none", "note", "warning", "error"]},
+                                "message": {"type": "object", "required": ["text"]},
+                                "locations": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "properties": {
+                                            "physicalLocation": {
+                                                "type": "object",
+                                                "properties": {
+                                                    "artifactLocation": {"type": "object", "required": ["uri"]},
+                                                    "region": {
+                                                        "type": "object",
+                                                        "properties": {
+                                                            "startLine": {"type": "integer", "minimum": 1},
+                                                            "startColumn": {"type": "integer", "minimum": 1},
+                                                            "endLine": {"type": "integer", "minimum": 1},
+                                                            "endColumn": {"type": "integer", "minimum": 1},
+                                                        },
+                                                    },
+                                                },
+                                            }
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+def test_sarif_output_is_valid_sarif_2_1_0(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from jsonschema import Draft7Validator
+
+    assert main(["validate", str(tree), "--format", "sarif"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    Draft7Validator(SARIF_SUBSET).validate(doc)
+    (run,) = doc["runs"]
+    (result,) = run["results"]
+    assert result["ruleId"] == "Y002" and run["tool"]["driver"]["rules"][result["ruleIndex"]]["id"] == "Y002"
+    region = result["locations"][0]["physicalLocation"]["region"]
+    assert (region["startLine"], region["startColumn"]) == (4, 5)
+
+
+def test_select_and_ignore(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "r.yaml"
+    p.write_text(
+        "modifiers:\n  - !EpochRangeModifier {start_epoch: 5, end_epoch: 2}\n"
+        "  - !GMPruningModifier {params: [a], init_sparsity: 0.1, final_sparsity: 0.5,"
+        " start_epoch: 0, end_epoch: 3, update_frequency: 1, log_types: __ALL__}\n"
+    )
+    assert main(["validate", str(p), "--format", "json"]) == 1
+    codes = [d["code"] for d in json.loads(capsys.readouterr().out)["files"][0]["diagnostics"]]
+    assert codes == ["E001", "M007"]
+    assert main(["validate", str(p), "--ignore", "E", "--format", "json"]) == 0
+    assert [d["code"] for d in json.loads(capsys.readouterr().out)["files"][0]["diagnostics"]] == ["M007"]
+    assert main(["validate", str(p), "--select", "M007", "--format", "json"]) == 0
+    assert [d["code"] for d in json.loads(capsys.readouterr().out)["files"][0]["diagnostics"]] == ["M007"]
+
+
+def test_schema_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema", "GMPruningModifier"]) == 0
+    assert json.loads(capsys.readouterr().out)["title"] == "GMPruningModifier"
+    assert main(["schema"]) == 0
+    assert "modifiers" in json.loads(capsys.readouterr().out)["patternProperties"]
+    assert main(["schema", "list"]) == 0
+    assert "EpochRangeModifier" in capsys.readouterr().out.split()
+    assert main(["schema", "GMPrunningModifier"]) == 2
+    assert "GMPruningModifier" in capsys.readouterr().err
