@@ -15,7 +15,7 @@ Gradual interpolation, ``p = clamp((e - start) / (end - start), 0, 1)``:
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 __all__ = [
     "INTERPOLATIONS",

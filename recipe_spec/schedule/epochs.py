@@ -11,7 +11,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 __all__ = ["max_epochs", "min_epochs", "shift_epochs", "stage_offsets", "EPOCH_KEYS"]
 

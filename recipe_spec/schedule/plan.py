@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from . import curves
 from .clock import epoch_of_step, first_step_at, next_grid_step
@@ -88,7 +89,7 @@ class Track:
     """
 
     index: int
-    modifier: "Modifier"
+    modifier: Modifier
     first: int
     last: int | None
     next_step: Callable[[int], int | None]
@@ -111,10 +112,10 @@ class _Builder:
             raise PlanError(f"Argument `steps_per_epoch` must be a positive integer. Received: {S!r}")
         self.S = S
 
-    def event(self, m: "Modifier", i: int, k: int, action: str, target: str, value: Any, params: Any = None) -> Event:
+    def event(self, m: Modifier, i: int, k: int, action: str, target: str, value: Any, params: Any = None) -> Event:
         return Event(k, epoch_of_step(k, self.S), i, m.type, m.span.line, action, target, value, params)
 
-    def window(self, m: "Modifier") -> tuple[float, float, int, int | None]:
+    def window(self, m: Modifier) -> tuple[float, float, int, int | None]:
         start = _num(m.args, "start_epoch", -1)
         end = _num(m.args, "end_epoch", -1)
         first = first_step_at(start, self.S)
@@ -127,7 +128,7 @@ class _Builder:
         return start, end, first, last
 
     # -- the kinds of track ----------------------------------------------------------------
-    def points(self, i: int, m: "Modifier", steps: Sequence[tuple[int, str, str, Any, Any]]) -> Track:
+    def points(self, i: int, m: Modifier, steps: Sequence[tuple[int, str, str, Any, Any]]) -> Track:
         """A track with a few fixed event steps: (step, action, target, value, params)."""
         by_step: dict[int, list[Event]] = {}
         for k, action, target, value, params in sorted(steps, key=lambda s: s[0]):
@@ -143,7 +144,7 @@ class _Builder:
         return Track(i, m, ordered[0] if ordered else 0, ordered[-1] if ordered else 0, next_step,
                      lambda k: list(by_step.get(k, [])))
 
-    def gradual(self, i: int, m: "Modifier") -> Track:
+    def gradual(self, i: int, m: Modifier) -> Track:
         start, end, first, last = self.window(m)
         if last is None:
             raise PlanError(f"{m.type} (line {m.span.line}) needs an `end_epoch`; received -1")
@@ -183,7 +184,7 @@ class _Builder:
 
         return Track(i, m, first, last, next_step, make)
 
-    def lr_class(self, i: int, m: "Modifier") -> Track:
+    def lr_class(self, i: int, m: Modifier) -> Track:
         start, end, first, last = self.window(m)
         args = m.args
         init_lr = _num(args, "init_lr", 0.0)
@@ -239,7 +240,7 @@ class _Builder:
 
         return Track(i, m, first, last, next_step, make)
 
-    def lr_function(self, i: int, m: "Modifier") -> Track:
+    def lr_function(self, i: int, m: Modifier) -> Track:
         start, end, first, last = self.window(m)
         if last is None:
             raise PlanError(f"{m.type} (line {m.span.line}) needs an `end_epoch`; received -1")
@@ -271,7 +272,7 @@ class _Builder:
 
         return Track(i, m, first, last, next_step, make)
 
-    def build(self, i: int, m: "Modifier") -> Track | None:
+    def build(self, i: int, m: Modifier) -> Track | None:
         t = m.type
         if t in GRADUAL_PRUNING:
             return self.gradual(i, m)
@@ -323,7 +324,7 @@ class _Builder:
             return self.acdc(i, m)
         return None
 
-    def acdc(self, i: int, m: "Modifier") -> Track:
+    def acdc(self, i: int, m: Modifier) -> Track:
         """AC/DC: alternating compressed (at ``compression_sparsity``) and decompressed (dense)
         phases of ``update_frequency`` epochs, from ``start_epoch``; the last phase before
         ``end_epoch`` is compressed and stays so."""
@@ -341,7 +342,7 @@ class _Builder:
         return self.points(i, m, steps)
 
 
-def _manager_order(m: "Modifier", index: int) -> tuple[Any, ...]:
+def _manager_order(m: Modifier, index: int) -> tuple[Any, ...]:
     end = m.args.get("end_epoch", -1)
     start = m.args.get("start_epoch", -1)
     end_key = math.inf if end == -1 or not isinstance(end, (int, float)) else float(end)
@@ -353,7 +354,7 @@ def _manager_order(m: "Modifier", index: int) -> tuple[Any, ...]:
 class Plan:
     """The schedule of a recipe at ``steps_per_epoch`` optimizer steps per epoch."""
 
-    recipe: "Recipe"
+    recipe: Recipe
     steps_per_epoch: int
     tracks: list[Track]
     max_epochs: int
@@ -441,7 +442,7 @@ class Plan:
         return cached
 
 
-def compile_plan(recipe: "Recipe", steps_per_epoch: int) -> Plan:
+def compile_plan(recipe: Recipe, steps_per_epoch: int) -> Plan:
     """Compile ``recipe`` for ``steps_per_epoch`` optimizer steps per epoch.
 
     Raises :class:`PlanError` naming the modifier and its line when its arguments cannot
