@@ -238,6 +238,112 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _schedule(args: argparse.Namespace) -> int:
+    from . import schedule_report as report
+    from .loader import load
+    from .schedule import compile_plan
+    from .schedule.plan import PlanError
+
+    variables = dict(_parse_var(v) for v in args.var or [])
+    path = args.recipe
+    if os.path.isdir(path):
+        raise UsageError(f"{path} is a directory; `schedule` takes one recipe file")
+    if not os.path.exists(path):
+        raise UsageError(f"no such file: {path}")
+    if args.plot is not None:
+        if Path(args.plot).suffix.lower() not in report.PLOT_SUFFIXES:
+            raise UsageError(f"--plot {args.plot}: the picture must end in .png or .svg")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise UsageError(
+                "--plot needs matplotlib, which is not installed: pip install 'recipe-spec[plot]'"
+            ) from None
+    diags = validate(Path(path), variables or None)
+    for d in diags:
+        print(d.in_file(path).format(), file=sys.stderr)
+    errors = [d for d in diags if d.severity is Severity.ERROR]
+    if errors:
+        print(
+            f"{path}: {len(errors)} error(s); fix them to preview the schedule "
+            "(`recipe-spec validate` explains each code)",
+            file=sys.stderr,
+        )
+        return 1
+    recipe = load(path, variables or None)
+    try:
+        plan = compile_plan(recipe, args.steps_per_epoch)
+    except PlanError as exc:
+        print(f"recipe-spec: error: {path}: {_plan_error_text(recipe, args.steps_per_epoch, exc)}", file=sys.stderr)
+        return 1
+    rows = report.schedule_rows(plan, args.epochs)
+    if args.format == "json":
+        meta = {
+            "recipe": path,
+            "steps_per_epoch": plan.steps_per_epoch,
+            "epochs": args.epochs,
+            "max_epochs": plan.max_epochs,
+        }
+        sys.stdout.write(report.render_json(rows, meta))
+    elif args.format == "csv":
+        sys.stdout.write(report.render_csv(rows))
+    else:
+        sys.stdout.write(report.render_table(rows))
+        span = (
+            f"the first {args.epochs:g} epoch(s)" if args.epochs is not None
+            else f"max_epochs {plan.max_epochs}"
+        )
+        print(
+            f"\n{len(rows)} event(s) from {len({r['line'] for r in rows})} modifier(s); "
+            f"{plan.steps_per_epoch} steps per epoch, {span}",
+        )
+    if args.plot is not None:
+        try:
+            report.plot(plan, args.plot, args.epochs, args.initial_lr)
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.plot}: {exc.strerror or exc}") from None
+        print(f"wrote {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _plan_error_text(recipe: Any, steps_per_epoch: int, exc: Exception) -> str:
+    """The PlanError message, naming the modifier and its line when it does not already."""
+    text = str(exc)
+    if "(line " in text:
+        return text
+    from .recipe import Group, Recipe, Stage
+    from .schedule import compile_plan
+    from .schedule.plan import PlanError
+
+    for m in recipe.modifiers:
+        alone = Recipe(stages=(Stage(None, (Group("modifiers", (m,)),)),))
+        try:
+            compile_plan(alone, steps_per_epoch)
+        except PlanError:
+            return f"{m.type} (line {m.span.line}): {text}"
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="recipe-spec",
@@ -270,6 +376,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sc.add_argument("modifier", nargs="?", metavar="MODIFIER")
     sc.set_defaults(run=_schema)
+    sd = sub.add_parser(
+        "schedule",
+        help="list what a recipe does at each optimizer step, optionally as a picture",
+        description="Compile a recipe for a number of optimizer steps per epoch and list its "
+        "events (starts, updates, ends) step by step. Exit 0 done, 1 the recipe has errors, "
+        "2 the tool could not run.",
+    )
+    sd.add_argument("recipe", metavar="RECIPE", help="one recipe file (.yaml .yml .json .md)")
+    sd.add_argument(
+        "--steps-per-epoch", type=_positive_int, required=True, metavar="N",
+        help="optimizer steps in one epoch (batches per epoch)",
+    )
+    sd.add_argument(
+        "--epochs", type=_positive_float, metavar="E",
+        help="only the first E epochs (default: up to the last event)",
+    )
+    sd.add_argument(
+        "--initial-lr", type=_positive_float, metavar="X",
+        help="the optimizer's learning rate before the recipe changes it (for the picture)",
+    )
+    sd.add_argument(
+        "--var", action="append", metavar="NAME=VALUE", help="override a recipe variable"
+    )
+    sd.add_argument("--format", choices=["table", "json", "csv"], default="table")
+    sd.add_argument(
+        "--plot", metavar="FILE", help="also draw the schedule to FILE.png or FILE.svg (needs matplotlib)"
+    )
+    sd.set_defaults(run=_schedule)
     return parser
 
 

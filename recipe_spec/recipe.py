@@ -179,6 +179,13 @@ class Recipe:
 
         return to_yaml(self, evaluated=evaluated, style=style)
 
+    def plan(self, steps_per_epoch: int) -> Any:
+        """The schedule of this recipe at ``steps_per_epoch``: a
+        :class:`recipe_spec.schedule.Plan` (see docs/schedule.md)."""
+        from .schedule import compile_plan
+
+        return compile_plan(self, steps_per_epoch)
+
     def compile(self, backend: str, **options: Any) -> Any:
         """A manager that runs this recipe on ``backend`` (``"torch"`` or ``"keras"``).
 

@@ -181,11 +181,20 @@ def _range(m: Modifier) -> tuple[float, float] | None:
 def rule_end_before_start(recipe: Recipe) -> Iterator[Finding]:
     for m in recipe.modifiers:
         start, end = _num(m.args.get("start_epoch")), _num(m.args.get("end_epoch"))
-        if start is not None and end is not None and end != -1 and end < start:
+        if start is None or end is None:
+            continue
+        if end != -1 and end < start:
             yield Finding(
                 codes.E001,
                 f"end_epoch {end:g} is before start_epoch {start:g}",
                 "Swap them, or use end_epoch: -1 for 'never ends'.",
+                m, ("end_epoch",),
+            )
+        elif m.type == "LearningRateFunctionModifier" and end <= max(start, 0):
+            yield Finding(
+                codes.E001,
+                f"a learning-rate function needs end_epoch after start_epoch; got {start:g} to {end:g}",
+                "The function runs from start_epoch to end_epoch: give it a range.",
                 m, ("end_epoch",),
             )
 

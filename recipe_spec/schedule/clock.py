@@ -25,8 +25,11 @@ __all__ = ["exact", "epoch_of_step", "first_step_at", "grid_step", "next_grid_st
 
 @lru_cache(maxsize=4096)
 def exact(value: float) -> Fraction:
-    """The decimal a recipe number stands for, as an exact fraction (``0.1`` -> ``1/10``)."""
-    if isinstance(value, int):
+    """The decimal a recipe number stands for, as an exact fraction (``0.1`` -> ``1/10``).
+
+    A Fraction (an exact step epoch ``Fraction(k, S)``) is returned as it is.
+    """
+    if isinstance(value, (int, Fraction)):
         return Fraction(value)
     return Fraction(repr(float(value)))
 

@@ -229,11 +229,15 @@ def cyclic_linear_function_lr(
     init_lr: float, final_lr: float, start: float, end: float, cycle_epochs: float, steps_per_epoch: int
 ) -> Curve:
     """LR function ``cyclic_linear``: linear from ``init`` to ``final`` over every cycle of
-    ``cycle_epochs`` (counted in steps), then back to ``init``.
+    ``cycle_epochs`` (counted in steps), then back to ``init``. A last cycle cut short by
+    ``end_epoch`` is shortened to fit (as in SparseML), so the end step is back at ``init``.
 
     >>> f = cyclic_linear_function_lr(0.1, 0.01, 0, 4, 1.0, 5)
     >>> [f(k / 5) for k in (0, 1, 4, 5)]
     [0.1, 0.0775, 0.009999999999999995, 0.1]
+    >>> g = cyclic_linear_function_lr(0.1, 0.01, 0, 2.5, 1.0, 4)  # cycles of 4, 4, then 2 steps
+    >>> [round(g(k / 4), 4) for k in (7, 8, 9, 10)]
+    [0.01, 0.1, 0.01, 0.1]
     """
     _function_range(start, end)
     cycle = round(cycle_epochs * steps_per_epoch)
@@ -243,10 +247,18 @@ def cyclic_linear_function_lr(
             f"cycle_epochs={cycle_epochs} with steps_per_epoch={steps_per_epoch}"
         )
     origin = max(start, 0.0) if start != -1 else 0.0
+    total = round((end - origin) * steps_per_epoch)
+    full = (total // cycle) * cycle
+    last_cycle = total - full
 
     def curve(epoch: float) -> float:
         current = round((epoch - origin) * steps_per_epoch)
-        return init_lr - ((current % cycle) / (cycle - 1)) * (init_lr - final_lr)
+        length = cycle
+        if current > full and last_cycle:
+            length = last_cycle
+        if length < 2:
+            return init_lr
+        return init_lr - ((current % length) / (length - 1)) * (init_lr - final_lr)
 
     return curve
 

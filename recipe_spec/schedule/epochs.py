@@ -25,9 +25,15 @@ EPOCH_KEYS = (
 )
 
 
+#: Modifiers whose ``end_epoch`` SparseML ignored (forced to -1): it does not count.
+END_IGNORED = frozenset({"SetLearningRateModifier", "SetWeightDecayModifier"})
+
+
 def _epochs(modifiers: Iterable[Any], key: str) -> list[float]:
     out = []
     for m in modifiers:
+        if key == "end_epoch" and getattr(m, "type", None) in END_IGNORED:
+            continue
         args = getattr(m, "args", m)
         value = args.get(key) if isinstance(args, Mapping) else None
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value != -1:

@@ -26,11 +26,12 @@ import heapq
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from . import curves
 from .clock import epoch_of_step, first_step_at, next_grid_step
-from .epochs import max_epochs, min_epochs
+from .epochs import END_IGNORED, max_epochs, min_epochs
 
 if TYPE_CHECKING:
     from ..recipe import Modifier, Recipe
@@ -97,12 +98,14 @@ class Track:
     order: tuple[Any, ...] = ()
 
 
-def _num(args: Mapping[str, Any], key: str, default: float) -> float:
-    value = args.get(key, default)
+def _num(m: Modifier, key: str, default: float) -> float:
+    value = m.args.get(key, default)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise PlanError(f"`{key}` must be a number. Received: {key}={value!r}")
+        raise PlanError(
+            f"{m.type} (line {m.span.line}): argument `{key}` must be a number. Received: {key}={value!r}"
+        )
     return float(value)
 
 
@@ -116,8 +119,8 @@ class _Builder:
         return Event(k, epoch_of_step(k, self.S), i, m.type, m.span.line, action, target, value, params)
 
     def window(self, m: Modifier) -> tuple[float, float, int, int | None]:
-        start = _num(m.args, "start_epoch", -1)
-        end = _num(m.args, "end_epoch", -1)
+        start = _num(m, "start_epoch", -1)
+        end = -1.0 if m.type in END_IGNORED else _num(m, "end_epoch", -1)
         first = first_step_at(start, self.S)
         last = None if end == -1 else first_step_at(end, self.S)
         if last is not None and last < first:
@@ -147,12 +150,13 @@ class _Builder:
     def gradual(self, i: int, m: Modifier) -> Track:
         start, end, first, last = self.window(m)
         if last is None:
-            raise PlanError(f"{m.type} (line {m.span.line}) needs an `end_epoch`; received -1")
+            # No end: SparseML's interpolation returned the final value at once (one shot).
+            end, last = start, first
         args = m.args
         init = args.get("init_sparsity", 0.0)
         final = args.get("final_sparsity")
         inter = str(args.get("inter_func", "cubic"))
-        uf = _num(args, "update_frequency", -1)
+        uf = _num(m, "update_frequency", -1)
         if uf == 0:
             raise PlanError(f"{m.type} (line {m.span.line}): `update_frequency` must not be 0")
         groups: list[tuple[Any, float]]
@@ -187,7 +191,7 @@ class _Builder:
     def lr_class(self, i: int, m: Modifier) -> Track:
         start, end, first, last = self.window(m)
         args = m.args
-        init_lr = _num(args, "init_lr", 0.0)
+        init_lr = _num(m, "init_lr", 0.0)
         kwargs = args.get("lr_kwargs") or {}
         lr_class = args.get("lr_class")
         gamma = float(kwargs.get("gamma", 0.1))
@@ -206,6 +210,11 @@ class _Builder:
                 curve = curves.multi_step_lr(init_lr, gamma, milestones, start)
             except ValueError as exc:
                 raise PlanError(f"{m.type} (line {m.span.line}): {exc}") from None
+            if end != -1 and any(x >= end for x in milestones):
+                raise PlanError(
+                    f"{m.type} (line {m.span.line}): argument `milestones` must all be < "
+                    f"`end_epoch`. Received: milestones={milestones}, end_epoch={end}"
+                )
             marks = sorted({first_step_at(x, S) for x in milestones})
 
             def change(k: int) -> int | None:
@@ -235,7 +244,10 @@ class _Builder:
             return nxt
 
         def make(k: int) -> list[Event]:
-            value = curve(epoch_of_step(k, S))
+            # Stepped classes count decays on the exact epoch k/S: the float k/S can fall a
+            # hair below a milestone that the step reaches exactly.
+            at = Fraction(k, S) if lr_class != "CosineAnnealingWarmRestarts" else epoch_of_step(k, S)
+            value = curve(at)
             return [self.event(m, i, k, "start" if k == first else "update", "lr", value, args.get("param_groups"))]
 
         return Track(i, m, first, last, next_step, make)
@@ -245,7 +257,7 @@ class _Builder:
         if last is None:
             raise PlanError(f"{m.type} (line {m.span.line}) needs an `end_epoch`; received -1")
         args = m.args
-        init_lr, final_lr = _num(args, "init_lr", 0.0), _num(args, "final_lr", 0.0)
+        init_lr, final_lr = _num(m, "init_lr", 0.0), _num(m, "final_lr", 0.0)
         func = args.get("lr_func", "linear")
         try:
             if func == "linear":
@@ -254,7 +266,7 @@ class _Builder:
                 curve = curves.cosine_function_lr(init_lr, final_lr, start, end)
             elif func == "cyclic_linear":
                 curve = curves.cyclic_linear_function_lr(
-                    init_lr, final_lr, start, end, _num(args, "cycle_epochs", 1.0), self.S
+                    init_lr, final_lr, start, end, _num(m, "cycle_epochs", 1.0), self.S
                 )
             else:
                 raise ValueError(f"unknown lr_func {func!r}")
@@ -318,6 +330,11 @@ class _Builder:
             ):
                 epoch = args.get(key)
                 if isinstance(epoch, (int, float)) and not isinstance(epoch, bool):
+                    if epoch != -1 and epoch < start:
+                        raise PlanError(
+                            f"{m.type} (line {m.span.line}): argument `{key}` must be >= "
+                            f"`start_epoch`. Received: {key}={epoch}, start_epoch={start}"
+                        )
                     steps.append((max(first_step_at(epoch, self.S), first), "set", target, value, None))
             return self.points(i, m, steps)
         if t == "ACDCPruningModifier":
@@ -331,8 +348,8 @@ class _Builder:
         start, end, first, last = self.window(m)
         if last is None:
             raise PlanError(f"{m.type} (line {m.span.line}) needs an `end_epoch`; received -1")
-        sparsity = _num(m.args, "compression_sparsity", 0.9)
-        phase = _num(m.args, "update_frequency", 5)
+        sparsity = _num(m, "compression_sparsity", 0.9)
+        phase = _num(m, "update_frequency", 5)
         n_phases = max(int(round((end - max(start, 0)) / phase)), 1)
         steps = []
         for n in range(n_phases):
@@ -343,7 +360,7 @@ class _Builder:
 
 
 def _manager_order(m: Modifier, index: int) -> tuple[Any, ...]:
-    end = m.args.get("end_epoch", -1)
+    end = -1 if m.type in END_IGNORED else m.args.get("end_epoch", -1)
     start = m.args.get("start_epoch", -1)
     end_key = math.inf if end == -1 or not isinstance(end, (int, float)) else float(end)
     start_key = float(start) if isinstance(start, (int, float)) else -1.0
