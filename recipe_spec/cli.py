@@ -135,15 +135,17 @@ def _selected(d: Diagnostic, select: list[str], ignore: list[str]) -> bool:
     return not hit(ignore)
 
 
-def _validate(args: argparse.Namespace) -> int:
+def _check_files(args: argparse.Namespace, paths: list[str], check_one: Any) -> int:
+    """Run ``check_one(path, variables)`` over the recipe files under ``paths``, print the
+    diagnostics in ``args.format`` and return the exit code (shared by validate and lint)."""
     variables = dict(_parse_var(v) for v in args.var or [])
     select, ignore = _codes(args.select), _codes(args.ignore)
-    files = collect_files(args.paths)
+    files = collect_files(paths)
     if not files:
-        raise UsageError("no recipe files (.yaml .yml .json .md) found in " + " ".join(args.paths))
+        raise UsageError("no recipe files (.yaml .yml .json .md) found in " + " ".join(paths))
     results: list[tuple[str, list[Diagnostic]]] = []
     for path in files:
-        diags = validate(Path(path), variables or None, backend=args.backend)
+        diags = check_one(Path(path), variables or None)
         results.append((path, [d for d in diags if _selected(d, select, ignore)]))
     emit = {"text": _emit_text, "json": _emit_json, "github": _emit_github, "sarif": _emit_sarif}[
         args.format
@@ -151,6 +153,50 @@ def _validate(args: argparse.Namespace) -> int:
     emit(results, sys.stdout)
     failed = any(d.severity is Severity.ERROR for _, ds in results for d in ds)
     return 0 if not failed or args.exit_zero else 1
+
+
+def _validate(args: argparse.Namespace) -> int:
+    return _check_files(args, args.paths, lambda p, v: validate(p, v, backend=args.backend))
+
+
+def _model_records(args: argparse.Namespace) -> tuple[str, list[Any]]:
+    if bool(getattr(args, "model", None)) == bool(getattr(args, "params", None)):
+        raise UsageError("give exactly one of --model SPEC or --params params.json")
+    if args.params:
+        from .params import read_manifest
+
+        try:
+            return read_manifest(args.params)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    from .model_spec import ModelSpecError, load_param_records
+
+    try:
+        return load_param_records(args.model)
+    except ModelSpecError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _lint(args: argparse.Namespace) -> int:
+    from .lint import lint
+
+    framework, records = _model_records(args)
+    return _check_files(
+        args, args.paths, lambda p, v: lint(p, records, framework, v, target=args.target)
+    )
+
+
+def _params(args: argparse.Namespace) -> int:
+    from .params import write_manifest
+
+    framework, records = _model_records(args)
+    try:
+        write_manifest(args.output, records, framework, source=args.model)
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+    prunable = sum(1 for r in records if r.prunable)
+    print(f"wrote {args.output}: {len(records)} parameters of a {framework} model ({prunable} prunable)")
+    return 0
 
 
 def _emit_sarif(results: list[tuple[str, list[Diagnostic]]], out: Any) -> None:
@@ -404,6 +450,39 @@ def build_parser() -> argparse.ArgumentParser:
         "--plot", metavar="FILE", help="also draw the schedule to FILE.png or FILE.svg (needs matplotlib)"
     )
     sd.set_defaults(run=_schedule)
+
+    li = sub.add_parser(
+        "lint",
+        help="check a recipe's parameter patterns against a model (and every validation rule)",
+        description="Lint recipes against a model's parameters: a live model (--model) or a "
+        "saved manifest (--params, no framework needed). Exit 0 clean, 1 errors, 2 the tool "
+        "could not run.",
+    )
+    li.add_argument("paths", nargs="+", metavar="RECIPE", help="recipe files or directories")
+    li.add_argument(
+        "--model", metavar="SPEC",
+        help="package.module:callable returning a model, a .keras file, or a .pt/.pth/.safetensors state_dict",
+    )
+    li.add_argument("--params", metavar="FILE", help="a parameter manifest written by `recipe-spec params`")
+    li.add_argument(
+        "--target", choices=["torch", "keras"],
+        help="lint with the names the given backend would see (e.g. a PyTorch model's Keras twin)",
+    )
+    li.add_argument("--format", choices=["text", "json", "github", "sarif"], default="text")
+    li.add_argument("--var", action="append", metavar="NAME=VALUE", help="override a recipe variable")
+    li.add_argument("--select", metavar="CODES", help="report only these codes or prefixes")
+    li.add_argument("--ignore", metavar="CODES", help="do not report these codes or prefixes")
+    li.add_argument("--exit-zero", action="store_true", help="exit 0 even when errors are found")
+    li.set_defaults(run=_lint)
+
+    pa = sub.add_parser(
+        "params",
+        help="write a model's parameter manifest (names, shapes, layer types, prunable flags)",
+        description="Write params.json so that CI can lint recipes without a framework installed.",
+    )
+    pa.add_argument("--model", metavar="SPEC", required=True, help="as for lint --model")
+    pa.add_argument("-o", "--output", metavar="FILE", default="params.json")
+    pa.set_defaults(run=_params, params=None)
     return parser
 
 

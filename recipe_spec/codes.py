@@ -299,3 +299,45 @@ B001 = _code(
     "recipe-spec validate r.yaml --backend keras  # with an OBSPruningModifier",
     "Run the recipe on a backend that has the modifier (docs/modifiers/index.md lists them).",
 )
+
+# --- P: parameter patterns (recipe-spec lint, and P005 in validate) -------------------------
+P001 = _code(
+    "P001", "error", "pattern matches no parameter",
+    "An exact name or `re:` pattern that selects nothing means the modifier silently skips "
+    "what its author meant to prune or freeze; SparseML only found out at run time.",
+    "params: ['re:bert\\.encoder\\.layr\\.\\d+\\.output\\.dense\\.weight']",
+    "Fix the name; the hint lists the closest real parameter names.",
+)
+P002 = _code(
+    "P002", "warning", "pruning hits biases or norm parameters",
+    "`__ALL__` or a broad regex also selects biases and normalisation parameters, which are "
+    "tiny, sensitive, and almost never meant to be pruned.",
+    "- !GMPruningModifier\n  params: __ALL__", "Use `__ALL_PRUNABLE__`, or narrow the regex to `\\.weight$`.",
+)
+P003 = _code(
+    "P003", "error", "parameter pruned by two modifiers at once",
+    "Two pruning modifiers whose patterns select the same parameter over overlapping epochs "
+    "fight over its mask.",
+    "- !GMPruningModifier {params: __ALL_PRUNABLE__, start_epoch: 0, end_epoch: 10, ...}\n"
+    "- !GMPruningModifier {params: ['re:fc.*'], start_epoch: 5, end_epoch: 15, ...}",
+    "Narrow the patterns so each parameter has one pruning modifier at a time.",
+)
+P004 = _code(
+    "P004", "error", "mask type does not fit the parameter's shape",
+    "An N:M mask needs the input dimension to be a multiple of M, a block shape must divide "
+    "the parameter's shape; block4 on a dimension not divisible by 4 pads the last block "
+    "(a warning: it runs, but the sparsity differs from the target).",
+    "mask_type: '2:4'   # on a Linear(10, 3): 3 input features", "Exclude the parameter or change the mask type.",
+)
+P005 = _code(
+    "P005", "error", "bad regex",
+    "A `re:` pattern that does not compile cannot select anything; one that nests unbounded "
+    "repetition (like `(a+)+`) can take exponential time on a long name.",
+    "params: ['re:conv[0-9']", "Fix the regex (Python `re` syntax); avoid nested repetition.",
+)
+P006 = _code(
+    "P006", "error", "QuantizationModifier names a layer that does not exist",
+    "A layer in `submodules` or `ignore` that the model does not have is a typo: the layer "
+    "meant to be quantized (or kept in float) is not.",
+    "- !QuantizationModifier\n  ignore: [classifer]", "Use a layer name (or, for ignore, a layer type) of the model.",
+)

@@ -43,6 +43,7 @@ __all__ = [
     "TOKENS",
     "resolve",
     "compile_selectors",
+    "ParamIndex",
     "compile_pattern",
     "closest_names",
     "selector_items",
@@ -187,16 +188,40 @@ def selector_items(params: Any) -> list[tuple[int | None, str]]:
     return []
 
 
-@dataclass(frozen=True)
-class _Compiled:
-    """A set of selectors compiled for fast matching against many names."""
+class ParamIndex:
+    """The parameters of a model indexed for matching: built once, then every selector costs
+    only the names that can match it (exact names by lookup, ``re:`` patterns with a literal
+    prefix through a sorted range of names; only prefix-less patterns scan every name)."""
 
-    exact: frozenset[str]
-    all_: bool
-    all_prunable: bool
-    by_prefix: dict[str, list[tuple[str, re.Pattern[str]]]]
-    prefix_lengths: tuple[int, ...]
-    unprefixed: list[tuple[str, re.Pattern[str]]]
+    def __init__(self, records: Sequence[ParamRecord]):
+        self.records = list(records)
+        by_name: dict[str, list[int]] = {}
+        for i, r in enumerate(self.records):
+            for name in r.names:
+                by_name.setdefault(name, []).append(i)
+        self.by_name = by_name
+        self.sorted_names = sorted(by_name)
+        self.prunable = [i for i, r in enumerate(self.records) if r.prunable]
+
+    def select(self, selector: str, pattern: re.Pattern[str] | None = None) -> list[int]:
+        """Indexes of the records ``selector`` matches (``pattern``: its compiled regex)."""
+        upper = selector.upper()
+        if upper == "__ALL__":
+            return list(range(len(self.records)))
+        if upper == "__ALL_PRUNABLE__":
+            return list(self.prunable)
+        if not selector.startswith("re:"):
+            return list(self.by_name.get(selector, ()))
+        pat = pattern or compile_pattern(selector)
+        prefix = "" if pat.flags & re.IGNORECASE else _literal_prefix(selector[3:])
+        names = self.sorted_names
+        lo = bisect.bisect_left(names, prefix) if prefix else 0
+        hi = bisect.bisect_left(names, prefix + "\U0010ffff") if prefix else len(names)
+        hits: list[int] = []
+        for name in names[lo:hi]:
+            if pat.match(name[:MAX_NAME]):
+                hits.extend(self.by_name[name])
+        return hits
 
 
 def _literal_prefix(pattern: str) -> str:
@@ -210,30 +235,9 @@ def _literal_prefix(pattern: str) -> str:
     return "".join(out)
 
 
-def compile_selectors(selectors: Iterable[str]) -> _Compiled:
-    """Compile selectors once (raises :class:`PatternError` for a bad ``re:``)."""
-    exact: set[str] = set()
-    all_ = all_prunable = False
-    by_prefix: dict[str, list[tuple[str, re.Pattern[str]]]] = {}
-    unprefixed: list[tuple[str, re.Pattern[str]]] = []
-    for sel in selectors:
-        upper = sel.upper()
-        if upper == "__ALL__":
-            all_ = True
-        elif upper == "__ALL_PRUNABLE__":
-            all_prunable = True
-        elif sel.startswith("re:"):
-            compiled = compile_pattern(sel)
-            prefix = _literal_prefix(sel[3:])
-            if prefix and not (compiled.flags & re.IGNORECASE):
-                by_prefix.setdefault(prefix, []).append((sel, compiled))
-            else:
-                unprefixed.append((sel, compiled))
-        else:
-            exact.add(sel)
-    return _Compiled(
-        frozenset(exact), all_, all_prunable, by_prefix, tuple(sorted({len(p) for p in by_prefix})), unprefixed
-    )
+def compile_selectors(selectors: Iterable[str]) -> dict[str, re.Pattern[str]]:
+    """The compiled regex of every ``re:`` selector (raises :class:`PatternError`)."""
+    return {s: compile_pattern(s) for s in selectors if s.startswith("re:")}
 
 
 @dataclass(frozen=True)
@@ -254,45 +258,22 @@ class Resolution:
         return [s for s, n in self.counts.items() if n == 0 and s.upper() not in TOKENS]
 
 
-def _match(c: _Compiled, record: ParamRecord, counts: dict[str, int]) -> bool:
-    hit = False
-    if c.all_:
-        counts["__ALL__"] = counts.get("__ALL__", 0) + 1
-        hit = True
-    if c.all_prunable and record.prunable:
-        counts["__ALL_PRUNABLE__"] = counts.get("__ALL_PRUNABLE__", 0) + 1
-        hit = True
-    for name in record.names:
-        if name in c.exact:
-            counts[name] = counts.get(name, 0) + 1
-            hit = True
-        short = name[:MAX_NAME]
-        for n in c.prefix_lengths:
-            group = c.by_prefix.get(short[:n])
-            if group:
-                for sel, pat in group:
-                    if pat.match(short):
-                        counts[sel] = counts.get(sel, 0) + 1
-                        hit = True
-        for sel, pat in c.unprefixed:
-            if pat.match(short):
-                counts[sel] = counts.get(sel, 0) + 1
-                hit = True
-    return hit
-
-
-def resolve(params: Any, records: Sequence[ParamRecord], compiled: _Compiled | None = None) -> Resolution:
+def resolve(params: Any, records: Sequence[ParamRecord] | ParamIndex) -> Resolution:
     """The records that ``params`` (a selector or a list of them) selects.
 
     A record matches when any selector matches its name or its alias. Raises
     :class:`PatternError` for a ``re:`` selector that does not compile or is unsafe.
+    Pass a :class:`ParamIndex` when resolving many selectors against one model.
     """
-    selectors = [s for _, s in selector_items(params)]
-    c = compiled or compile_selectors(selectors)
-    counts = {s if s.upper() not in TOKENS else s.upper(): 0 for s in selectors}
-    matched = [r for r in records if _match(c, r, counts)]
-    # an alias and a name of one record both matching an exact selector count once
-    return Resolution(tuple(matched), {s: counts.get(s if s.upper() not in TOKENS else s.upper(), 0) for s in selectors})
+    index = records if isinstance(records, ParamIndex) else ParamIndex(records)
+    patterns = compile_selectors(s for _, s in selector_items(params))
+    hit: set[int] = set()
+    counts: dict[str, int] = {}
+    for _, selector in selector_items(params):
+        found = set(index.select(selector, patterns.get(selector)))
+        counts[selector] = len(found)
+        hit |= found
+    return Resolution(tuple(index.records[i] for i in sorted(hit)), counts)
 
 
 def closest_names(selector: str, records: Sequence[ParamRecord], n: int = 3) -> list[str]:

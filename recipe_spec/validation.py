@@ -351,6 +351,25 @@ def rule_double_pruning(recipe: Recipe) -> Iterator[Finding]:
         seen.extend((m, name, window) for _, name in _exact_params(m))
 
 
+def rule_bad_regex(recipe: Recipe) -> Iterator[Finding]:
+    from .params import PatternError, compile_selectors, selector_items
+
+    for m in recipe.modifiers:
+        groups = [(("params",), m.args.get("params"))]
+        final = m.args.get("final_sparsity")
+        if isinstance(final, Mapping):
+            groups += [(("final_sparsity", k), v) for k, v in final.items()]
+        for path, params in groups:
+            for index, selector in selector_items(params):
+                if not selector.startswith("re:"):
+                    continue
+                try:
+                    compile_selectors([selector])
+                except PatternError as exc:
+                    keys = path + ((index,) if index is not None else ())
+                    yield Finding(codes.P005, f"{selector}: {exc.message}", exc.hint, m, keys)
+
+
 RULES: tuple[Callable[[Recipe], Iterable[Finding]], ...] = (
     rule_end_before_start,
     rule_milestones,
@@ -359,6 +378,7 @@ RULES: tuple[Callable[[Recipe], Iterable[Finding]], ...] = (
     rule_quantization_end,
     rule_lr_overlap,
     rule_double_pruning,
+    rule_bad_regex,
 )
 
 

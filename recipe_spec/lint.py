@@ -1,0 +1,280 @@
+"""Linting a recipe's parameter patterns against a model's parameters.
+
+The model is given as a list of :class:`~recipe_spec.params.ParamRecord` values: from a live
+model through a backend, or from a saved manifest (``params.json``), so CI needs no framework.
+Linting runs every validation rule too, then the parameter rules (family ``P``):
+
+- P001 an exact name or ``re:`` pattern matches no parameter (with the closest real names);
+- P002 a pruning modifier's ``__ALL__`` or regex also hits biases or norm parameters;
+- P003 a parameter pruned by two modifiers whose epoch ranges overlap;
+- P004 a mask type the parameter's shape cannot take;
+- P005 a ``re:`` pattern that does not compile, or that could take exponential time;
+- P006 a layer named in QuantizationModifier ``submodules`` / ``ignore`` that does not exist.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from . import codes
+from .diagnostics import Diagnostic, Severity
+from .loader import RecipeInput, check
+from .params import (
+    ParamRecord,
+    PatternError,
+    closest_names,
+    compile_selectors,
+    resolve,
+    selector_items,
+)
+from .recipe import Modifier, Recipe
+from .validation import Finding, apply_noqa, validate_recipe
+
+__all__ = ["lint", "lint_recipe", "as_target", "TORCH_TO_KERAS"]
+
+_NM = re.compile(r"^(\d+):(\d+)$")
+
+#: PyTorch parameter suffixes and their Keras names, by owning layer kind.
+TORCH_TO_KERAS = {"running_mean": "moving_mean", "running_var": "moving_variance"}
+
+
+def _keras_leaf(record: ParamRecord) -> str:
+    leaf = record.name.rsplit(".", 1)[-1]
+    kind = record.layer_type.lower()
+    if leaf in TORCH_TO_KERAS:
+        return TORCH_TO_KERAS[leaf]
+    if "norm" in kind:
+        return {"weight": "gamma", "bias": "beta"}.get(leaf, leaf)
+    if "embedding" in kind and leaf == "weight":
+        return "embeddings"
+    return {"weight": "kernel"}.get(leaf, leaf)
+
+
+def as_target(records: Sequence[ParamRecord], source: str, target: str) -> list[ParamRecord]:
+    """The records as the ``target`` backend would name them.
+
+    A PyTorch model linted for Keras gets Keras paths (``fc1/kernel``) with the PyTorch names
+    as portable aliases; a Keras model linted for PyTorch keeps only the portable names.
+    """
+    if source == target or not target:
+        return list(records)
+    if source == "torch" and target == "keras":
+        return [
+            ParamRecord("/".join(r.name.split(".")[:-1] + [_keras_leaf(r)]), r.shape, r.layer_type, r.prunable, r.name)
+            for r in records
+        ]
+    if source == "keras" and target == "torch":
+        return [ParamRecord(r.alias or r.name, r.shape, r.layer_type, r.prunable, None) for r in records]
+    return list(records)
+
+
+def _pruning(m: Modifier) -> bool:
+    return m.type.endswith("PruningModifier") and m.type != "LayerPruningModifier"
+
+
+def _selector_groups(m: Modifier) -> Iterator[tuple[tuple[Any, ...], Any]]:
+    """(path of the selectors in the modifier, selectors) for ``params`` and mapping
+    ``final_sparsity`` groups."""
+    if "params" in m.args:
+        yield ("params",), m.args["params"]
+    final = m.args.get("final_sparsity")
+    if isinstance(final, Mapping):
+        for key, value in final.items():
+            yield ("final_sparsity", key), value
+
+
+def _window(m: Modifier) -> tuple[float, float] | None:
+    start, end = m.args.get("start_epoch", -1), m.args.get("end_epoch", -1)
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (start, end)):
+        return None
+    return (max(float(start), 0.0), math.inf if end == -1 else float(end))
+
+
+def _input_dim(record: ParamRecord, framework: str) -> int | None:
+    """The dimension grouped by block4 and N:M masks (input channels / features)."""
+    if len(record.shape) < 2:
+        return None
+    if framework == "keras" and "embedding" not in record.layer_type.lower():
+        return len(record.shape) - 2
+    return 1
+
+
+def _mask_findings(m: Modifier, records: Sequence[ParamRecord], framework: str) -> Iterator[Finding]:
+    mask = m.args.get("mask_type", "unstructured")
+    for r in records:
+        dim = _input_dim(r, framework)
+        if isinstance(mask, str) and mask in ("block4", "block") and dim is not None and r.shape[dim] % 4:
+            yield Finding(
+                codes.P004,
+                f"block4 groups dimension {dim} of '{r.name}' {list(r.shape)} in fours, but it has "
+                f"{r.shape[dim]} entries: the last block is padded and the measured sparsity "
+                "will differ from the target",
+                "Exclude this parameter from the block4 modifier or use unstructured masks for it.",
+                m, ("mask_type",), severity=Severity.WARNING,
+            )
+        nm = _NM.match(mask) if isinstance(mask, str) and mask != "tensorrt" else _NM.match("2:4") if mask == "tensorrt" else None
+        if nm and dim is not None and r.shape[dim] % int(nm.group(2)):
+            yield Finding(
+                codes.P004,
+                f"mask_type '{mask}' needs dimension {dim} of '{r.name}' {list(r.shape)} to be a "
+                f"multiple of {nm.group(2)}",
+                "Exclude this parameter, or choose an N:M pattern whose M divides it.",
+                m, ("mask_type",),
+            )
+        if isinstance(mask, (list, tuple)) and len(mask) == 2 and r.shape:
+            dims = list(r.shape) if framework != "keras" else list(reversed(r.shape[-2:])) + list(r.shape[:-2])
+            for block, size in zip(mask, dims[:2], strict=False):
+                if isinstance(block, int) and block > 0 and size % block:
+                    yield Finding(
+                        codes.P004,
+                        f"block shape {list(mask)} does not divide the shape {list(r.shape)} of '{r.name}'",
+                        "Use a block shape whose entries divide the parameter's dimensions (-1 for a whole dimension).",
+                        m, ("mask_type",),
+                    )
+                    break
+
+
+def _layers(records: Sequence[ParamRecord]) -> tuple[set[str], set[str]]:
+    names, types = set(), set()
+    for r in records:
+        for name in r.names:
+            parts = re.split(r"[./]", name)
+            for i in range(1, len(parts)):
+                names.add(".".join(parts[:i]))
+        if r.layer_type:
+            types.add(r.layer_type)
+    return names, types
+
+
+def _param_findings(recipe: Recipe, records: Sequence[ParamRecord], framework: str) -> Iterator[Finding]:
+    pruned: dict[str, list[tuple[Modifier, tuple[float, float], bool]]] = {}
+    layer_names, layer_types = _layers(records)
+    index = ParamIndex(records)
+    for m in recipe.modifiers:
+        strict = _pruning(m) or m.args.get("params_strict", True) is not False
+        for path, params in _selector_groups(m):
+            items = selector_items(params)
+            good: list[str] = []
+            for index, selector in items:
+                keys = path + ((index,) if index is not None else ())
+                if selector.startswith("re:"):
+                    try:
+                        compile_selectors([selector])
+                    except PatternError:
+                        continue  # P005, reported by validation
+                good.append(selector)
+            if not good:
+                continue
+            result = resolve(good, index)
+            for index, selector in items:
+                if selector not in result.unmatched:
+                    continue
+                keys = path + ((index,) if index is not None else ())
+                close = closest_names(selector, records)
+                yield Finding(
+                    codes.P001,
+                    f"'{selector}' matches no parameter of the model",
+                    ("Closest: " + ", ".join(close) + ".") if close else "The model has no parameters.",
+                    m, keys, severity=None if strict else Severity.WARNING,
+                )
+            if not _pruning(m):
+                continue
+            broad = [s for s in good if s.upper() == "__ALL__" or s.startswith("re:")]
+            if broad:
+                extra = [r for r in resolve(broad, index).matched if r.is_bias_or_norm]
+                if extra:
+                    index = next(i for i, s in items if s in broad)
+                    keys = path + ((index,) if index is not None else ())
+                    shown = ", ".join(r.name for r in extra[:3]) + (" ..." if len(extra) > 3 else "")
+                    yield Finding(
+                        codes.P002,
+                        f"{m.type} also prunes {len(extra)} bias or normalisation parameter(s): {shown}",
+                        "Did you mean __ALL_PRUNABLE__ (the weights of Linear/Conv/Embedding layers)?",
+                        m, keys,
+                    )
+            window = _window(m)
+            exact = {s for s in good if not s.startswith("re:") and s.upper() not in ("__ALL__", "__ALL_PRUNABLE__")}
+            if window is not None and m.type != "ConstantPruningModifier":
+                for r in result.matched:
+                    pruned.setdefault(r.name, []).append((m, window, bool(exact & set(r.names))))
+            if path == ("params",):
+                yield from _mask_findings(m, result.matched, framework)
+        if m.type == "QuantizationModifier":
+            for key in ("submodules", "ignore"):
+                entries = m.args.get(key)
+                if not isinstance(entries, (list, tuple)):
+                    continue
+                for i, entry in enumerate(entries):
+                    if not isinstance(entry, str) or entry == "":
+                        continue
+                    name = entry.removeprefix("module.")
+                    if name in layer_names or (key == "ignore" and name in layer_types):
+                        continue
+                    import difflib
+
+                    close = difflib.get_close_matches(name, sorted(layer_names | layer_types), n=3, cutoff=0.5)
+                    yield Finding(
+                        codes.P006,
+                        f"{key} names '{entry}', which is not a layer{' or layer type' if key == 'ignore' else ''} of the model",
+                        ("Closest: " + ", ".join(close) + ".") if close else "Check the layer names with `recipe-spec params`.",
+                        m, (key, i),
+                    )
+    for name, uses in pruned.items():
+        for j in range(1, len(uses)):
+            m, window, by_exact = uses[j]
+            for other, other_window, other_exact in uses[:j]:
+                if other is m or (by_exact and other_exact):
+                    continue  # E005 reports parameters named exactly in both
+                if max(window[0], other_window[0]) < min(window[1], other_window[1]):
+                    yield Finding(
+                        codes.P003,
+                        f"'{name}' is pruned by this {m.type} and by the {other.type} on line "
+                        f"{other.span.line} over overlapping epochs",
+                        "Give each parameter to one pruning modifier, or make the ranges follow each other.",
+                        m, ("params",),
+                    )
+                    break
+
+
+def lint_recipe(
+    recipe: Recipe,
+    records: Sequence[ParamRecord],
+    framework: str = "torch",
+    backend: str | None = None,
+) -> list[Diagnostic]:
+    """Validation diagnostics plus the parameter rules for ``recipe`` against ``records``."""
+    out = validate_recipe(recipe, backend)
+    for f in _param_findings(recipe, records, framework):
+        span = f.modifier.value_span(*f.keys) if f.keys else f.modifier.span
+        out.append(f.code(f.message, f.hint, span, f.severity).in_file(recipe.path))
+    seen: set[tuple[Any, ...]] = set()
+    unique = []
+    for d in sorted(out, key=lambda d: (d.line, d.column, d.code)):
+        key = (d.code, d.line, d.column, d.message)
+        if key not in seen:
+            seen.add(key)
+            unique.append(d)
+    return unique
+
+
+def lint(
+    recipe: RecipeInput,
+    records: Sequence[ParamRecord],
+    framework: str = "torch",
+    variables: Mapping[str, Any] | None = None,
+    target: str | None = None,
+) -> list[Diagnostic]:
+    """Load ``recipe`` and lint it against ``records`` (of a ``framework`` model).
+
+    ``target`` lints the recipe for the other backend's names (``"keras"`` for a PyTorch
+    model: Keras paths with the PyTorch names as aliases).
+    """
+    loaded, diagnostics = check(recipe, variables)
+    if loaded is None:
+        return diagnostics
+    use = as_target(records, framework, target or framework)
+    result = diagnostics + lint_recipe(loaded, use, target or framework, target)
+    return apply_noqa(result, loaded.source.text) if loaded.source is not None else result
