@@ -23,6 +23,7 @@ from . import codes
 from .diagnostics import Diagnostic, Severity
 from .loader import RecipeInput, check
 from .params import (
+    ParamIndex,
     ParamRecord,
     PatternError,
     closest_names,
