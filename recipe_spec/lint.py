@@ -153,7 +153,7 @@ def _layers(records: Sequence[ParamRecord]) -> tuple[set[str], set[str]]:
 def _param_findings(recipe: Recipe, records: Sequence[ParamRecord], framework: str) -> Iterator[Finding]:
     pruned: dict[str, list[tuple[Modifier, tuple[float, float], bool]]] = {}
     layer_names, layer_types = _layers(records)
-    index = ParamIndex(records)
+    param_index = ParamIndex(records)
     for m in recipe.modifiers:
         strict = _pruning(m) or m.args.get("params_strict", True) is not False
         for path, params in _selector_groups(m):
@@ -169,7 +169,7 @@ def _param_findings(recipe: Recipe, records: Sequence[ParamRecord], framework: s
                 good.append(selector)
             if not good:
                 continue
-            result = resolve(good, index)
+            result = resolve(good, param_index)
             for index, selector in items:
                 if selector not in result.unmatched:
                     continue
@@ -185,7 +185,7 @@ def _param_findings(recipe: Recipe, records: Sequence[ParamRecord], framework: s
                 continue
             broad = [s for s in good if s.upper() == "__ALL__" or s.startswith("re:")]
             if broad:
-                extra = [r for r in resolve(broad, index).matched if r.is_bias_or_norm]
+                extra = [r for r in resolve(broad, param_index).matched if r.is_bias_or_norm]
                 if extra:
                     index = next(i for i, s in items if s in broad)
                     keys = path + ((index,) if index is not None else ())
