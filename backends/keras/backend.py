@@ -28,5 +28,18 @@ class KerasBackend:
             "running recipes on Keras 3 is not available in this version of recipe-spec yet"
         )
 
+    def param_records(self, model: Any) -> list[Any]:
+        """The variables of a Keras 3 model as :class:`~recipe_spec.params.ParamRecord`
+        values (path relative to the model, portable alias)."""
+        from .params import param_records
+
+        return param_records(model)
+
+    def load_model(self, path: Any) -> Any:
+        """A model saved with ``model.save()`` (``.keras``), loaded with ``compile=False``."""
+        from .params import load_model
+
+        return load_model(path)
+
 
 backend = KerasBackend()

@@ -28,5 +28,24 @@ class PyTorchBackend:
             "running recipes on PyTorch is not available in this version of recipe-spec yet"
         )
 
+    def param_records(self, model: Any) -> list[Any]:
+        """The parameters of a PyTorch model (``nn.Module``, DDP/FSDP wrappers unwrapped) as
+        :class:`~recipe_spec.params.ParamRecord` values."""
+        from .params import param_records
+
+        return param_records(model)
+
+    def records_from_state_dict(self, path: Any) -> list[Any]:
+        """Records (names and shapes) of a ``.pt``/``.pth`` state_dict file."""
+        from .params import records_from_state_dict
+
+        return records_from_state_dict(path)
+
+    def load_model(self, path: Any) -> Any:
+        """A TorchScript module (``torch.jit.save``); plain state_dicts are not models."""
+        from .params import load_model
+
+        return load_model(path)
+
 
 backend = PyTorchBackend()

@@ -11,8 +11,9 @@ ConvTranspose1d/2d/3d or Embedding module, of any subclass of those (which cover
 modules of ``torch.ao.nn.qat`` and ``torch.ao.nn.intrinsic.qat``: ``Linear``, ``Conv2d``,
 ``ConvBn2d``, ``ConvBnReLU2d``, ``LinearReLU``, ``LinearBn1d``, ``Embedding``...), and of
 Hugging Face ``transformers`` ``Conv1D`` (GPT-2 style; matched by class name so
-``transformers`` is never imported). EmbeddingBag, depthwise-as-grouped convs aside (they are
-Conv2d), norms, biases and free-standing ``nn.Parameter`` attributes are not prunable.
+``transformers`` is never imported). Grouped and depthwise convolutions are Conv modules and
+so prunable; EmbeddingBag, MultiheadAttention's own ``in_proj_weight``, norms, biases and
+free-standing ``nn.Parameter`` attributes are not (the SPEC's list, kept to).
 
 PyTorch is imported by the functions here, never at module import time.
 """
@@ -21,9 +22,10 @@ from __future__ import annotations
 
 import os
 import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from recipe_spec.model_spec import ModelSpecError, records_from_named_shapes
 from recipe_spec.params import ParamRecord
 
 __all__ = [
@@ -59,12 +61,6 @@ PRUNABLE_CLASS_NAMES = frozenset(
     }
 )
 
-#: Wrapper segments that torch inserts into names (FSDP1, activation checkpointing,
-#: torch.compile); removed from state_dict keys.
-_WRAPPER_SEGMENTS = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
-#: State-dict entries that are buffers of normalisation layers, not parameters.
-_BUFFER_SUFFIXES = ("running_mean", "running_var", "num_batches_tracked")
-
 
 def unwrap(model: Any) -> Any:
     """The model inside any DDP / DataParallel / FSDP (or ``torch.compile``) wrappers.
@@ -88,10 +84,14 @@ def unwrap(model: Any) -> Any:
 
 def _class_name(module: Any) -> str:
     """The class name of a module; for TorchScript modules, the original Python class name."""
+    cls = type(module)
     original = getattr(module, "original_name", None)
-    if isinstance(original, str) and type(module).__name__ in ("RecursiveScriptModule", "ScriptModule"):
+    if isinstance(original, str) and cls.__name__ in ("RecursiveScriptModule", "ScriptModule"):
         return original
-    return type(module).__name__
+    # torch.nn.utils.parametrize swaps in a generated subclass named Parametrized<Class>
+    if cls.__name__.startswith("Parametrized") and hasattr(module, "parametrizations") and cls.__bases__:
+        return cls.__bases__[0].__name__
+    return cls.__name__
 
 
 def _is_prunable_module(module: Any) -> bool:
@@ -147,46 +147,6 @@ def param_records(model: Any) -> list[ParamRecord]:
     return records
 
 
-def _clean_key(key: str) -> str:
-    while key.startswith("module."):
-        key = key[len("module."):]
-    for seg in _WRAPPER_SEGMENTS:
-        key = key.replace(seg, "")
-    return key
-
-
-def records_from_named_shapes(items: Iterable[tuple[str, tuple[int, ...]]]) -> list[ParamRecord]:
-    """Records from names and shapes alone (a state_dict or a safetensors header).
-
-    Without the model there are no layer types (``layer_type`` is ""), so prunability is a
-    heuristic: a name ending in ``.weight`` with two or more dimensions (Linear, Conv,
-    ConvTranspose and Embedding weights; not norms or biases). Its known misses: a 1-d
-    Conv-free model has none, and it also flags 2-d+ weights of layers the SPEC does not
-    call prunable (MultiheadAttention's ``in_proj_weight`` is spared by the name, but e.g. a
-    custom module's ``weight`` matrix is not). Normalisation buffers (``running_mean``,
-    ``running_var``, ``num_batches_tracked``) are skipped; other buffers cannot be told apart
-    from parameters and are listed.
-    """
-    records = []
-    seen: set[str] = set()
-    for raw, shape in items:
-        name = _clean_key(raw)
-        if name.rsplit(".", 1)[-1] in _BUFFER_SUFFIXES or name in seen:
-            continue
-        seen.add(name)
-        shape = tuple(int(d) for d in shape)
-        records.append(
-            ParamRecord(
-                name=name,
-                shape=shape,
-                layer_type="",
-                prunable=name.endswith(".weight") and len(shape) >= 2,
-                alias=None,
-            )
-        )
-    return records
-
-
 def is_torchscript_archive(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a TorchScript archive (a zip holding TorchScript ``code/``)."""
     try:
@@ -226,14 +186,13 @@ def records_from_state_dict(path: str | os.PathLike[str]) -> list[ParamRecord]:
     """Records of a ``.pt``/``.pth`` file saved with ``torch.save``: a plain state_dict, or a
     checkpoint dict whose ``state_dict`` / ``model`` entry holds one (a leading ``module.`` is
     stripped). Loaded with ``weights_only=True`` on the CPU: nothing in the file is executed.
-    Names and shapes only; see :func:`records_from_named_shapes` for the prunable heuristic.
+    Names and shapes only; see :func:`recipe_spec.model_spec.records_from_named_shapes` for
+    the prunable heuristic (a ``.weight`` of two or more dimensions) and the skipped buffers.
     A TorchScript archive is loaded with ``torch.jit.load`` and described exactly instead.
 
     Raises ValueError saying what is wrong with the file.
     """
     import torch
-
-    from recipe_spec.model_spec import ModelSpecError
 
     where = os.fspath(path)
     if is_torchscript_archive(where):
