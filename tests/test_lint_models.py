@@ -10,13 +10,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import corpus_rows
 
 from recipe_spec import get_backend
 from recipe_spec.cli import main
 from recipe_spec.diagnostics import Severity
 from recipe_spec.lint import lint
-
-from conftest import corpus_rows
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
