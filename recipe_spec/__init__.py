@@ -22,6 +22,7 @@ from __future__ import annotations
 from .diagnostics import Diagnostic, RecipeError, Severity, Span
 from .frozen import FrozenDict
 from .loader import check, load, loads
+from .manager import ScheduledModifierManager
 from .recipe import Group, Modifier, Recipe, Stage
 from .registry import available_backends, get_backend
 
@@ -43,4 +44,5 @@ __all__ = [
     "FrozenDict",
     "available_backends",
     "get_backend",
+    "ScheduledModifierManager",
 ]

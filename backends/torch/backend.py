@@ -24,9 +24,9 @@ class PyTorchBackend:
             raise ImportError(
                 f"the torch backend needs {self.framework}: pip install 'recipe-spec[torch]'"
             )
-        raise NotImplementedError(
-            "running recipes on PyTorch is not available in this version of recipe-spec yet"
-        )
+        from .manager import TorchManager
+
+        return TorchManager(recipe, **options)
 
     def param_records(self, model: Any) -> list[Any]:
         """The parameters of a PyTorch model (``nn.Module``, DDP/FSDP wrappers unwrapped) as

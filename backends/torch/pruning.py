@@ -1,0 +1,114 @@
+"""Masks on PyTorch parameters: bool buffers, enforced on gradients, on every forward pass and
+after every optimizer step while a pruning modifier holds them.
+
+All mutation of the model happens here: :class:`MaskSet` registers its hooks once, updates
+masks in place, and removes every hook it added when it is released or the manager finalizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .masks import compute_mask, global_unstructured_masks
+
+__all__ = ["MaskedParam", "MaskSet", "NonFiniteWeightsError"]
+
+
+class NonFiniteWeightsError(FloatingPointError):
+    """A weight holds NaN or infinite values when a mask is computed from it."""
+
+
+@dataclass
+class MaskedParam:
+    """One parameter under a mask."""
+
+    name: str
+    param: torch.nn.Parameter
+    module: torch.nn.Module
+    mask: torch.Tensor
+    owner: int  # the index of the modifier holding the mask
+    handles: list[Any] = field(default_factory=list)
+    applied_sparsity: float | None = None
+
+
+class MaskSet:
+    """Every mask of a model, keyed by parameter name."""
+
+    def __init__(self) -> None:
+        self.params: dict[str, MaskedParam] = {}
+        self._module_hooks: dict[int, Any] = {}
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def hold(self, name: str, param: torch.nn.Parameter, module: torch.nn.Module, owner: int,
+             mask: torch.Tensor | None = None) -> MaskedParam:
+        """Put ``param`` under a mask (all True, the given one, or its current one)."""
+        entry = self.params.get(name)
+        if entry is None:
+            initial = mask if mask is not None else torch.ones_like(param, dtype=torch.bool)
+            entry = MaskedParam(name, param, module, initial.to(device=param.device, dtype=torch.bool).clone(), owner)
+            self.params[name] = entry
+            mask_ref = entry.mask
+            entry.handles.append(param.register_hook(lambda grad, m=mask_ref: grad * m))
+            self._ensure_forward_hook(module)
+        else:
+            entry.owner = owner
+            if mask is not None:
+                entry.mask.copy_(mask)
+        return entry
+
+    def _ensure_forward_hook(self, module: torch.nn.Module) -> None:
+        key = id(module)
+        if key in self._module_hooks:
+            return
+
+        def pre_forward(mod: torch.nn.Module, args: Any) -> None:
+            self.apply(m for m in self.params.values() if m.module is mod)
+
+        self._module_hooks[key] = module.register_forward_pre_hook(pre_forward)
+
+    def release(self, names: Iterable[str]) -> None:
+        """Stop enforcing the masks of ``names`` (the weights may regrow from now on)."""
+        for name in list(names):
+            entry = self.params.pop(name, None)
+            if entry is None:
+                continue
+            for handle in entry.handles:
+                handle.remove()
+            if not any(m.module is entry.module for m in self.params.values()):
+                hook = self._module_hooks.pop(id(entry.module), None)
+                if hook is not None:
+                    hook.remove()
+
+    def release_all(self) -> None:
+        self.release(list(self.params))
+
+    # -- masks --------------------------------------------------------------------------
+    @torch.no_grad()
+    def apply(self, entries: Iterable[MaskedParam] | None = None) -> None:
+        """``weight *= mask`` for ``entries`` (default: every masked parameter)."""
+        for entry in self.params.values() if entries is None else entries:
+            entry.param.mul_(entry.mask)
+
+    @torch.no_grad()
+    def update(self, entries: list[MaskedParam], sparsity: float, mask_type: Any, global_sparsity: bool,
+               step: int) -> None:
+        """Recompute the masks of ``entries`` for ``sparsity`` from the weights' magnitudes."""
+        for entry in entries:
+            if not bool(torch.isfinite(entry.param).all()):
+                raise NonFiniteWeightsError(
+                    f"parameter '{entry.name}' holds NaN or infinite values at step {step}, when "
+                    f"its mask is updated to sparsity {sparsity:.4g}: the training diverged "
+                    "(lower the learning rate or check the loss) before pruning can rank weights"
+                )
+        if global_sparsity and len(entries) > 1:
+            masks = global_unstructured_masks([e.param.detach().abs() for e in entries], sparsity)
+        else:
+            masks = [compute_mask(e.param.detach(), sparsity, mask_type) for e in entries]
+        for entry, mask in zip(entries, masks, strict=True):
+            entry.mask.copy_(mask)
+            entry.applied_sparsity = sparsity
+            entry.param.mul_(entry.mask)

@@ -1,0 +1,154 @@
+"""``ScheduledModifierManager``: the SparseML-compatible entry point.
+
+A training script written for SparseML runs with an import changed::
+
+    from recipe_spec import ScheduledModifierManager
+
+    manager = ScheduledModifierManager.from_yaml("recipe.yaml")
+    optimizer = manager.modify(model, optimizer, steps_per_epoch=len(train_loader))
+    for epoch in range(manager.max_epochs):
+        for batch in train_loader:
+            ...
+            optimizer.step()          # drives the schedule
+    manager.finalize(model)
+
+The class is framework-free: ``modify`` picks the backend from the model it is given (a
+``torch.nn.Module`` -> PyTorch, a Keras model -> Keras) and imports only that one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from .loader import load
+from .recipe import Modifier, Recipe
+from .registry import get_backend
+from .schedule.epochs import max_epochs, min_epochs
+
+__all__ = ["ScheduledModifierManager", "parse_recipe_variables"]
+
+
+def parse_recipe_variables(variables: Any) -> dict[str, Any] | None:
+    """SparseML's ``recipe_variables``: a mapping, a JSON object text, or ``k=v,k2=v2`` (also
+    ``k:v``) with numeric values converted.
+
+    >>> parse_recipe_variables('num_epochs=10,lr:0.1')
+    {'num_epochs': 10.0, 'lr': 0.1}
+    """
+    if variables is None or isinstance(variables, Mapping):
+        return dict(variables) if variables is not None else None
+    if not isinstance(variables, str):
+        raise TypeError(f"recipe_variables must be a mapping or a string, not {type(variables).__name__}")
+    text = variables.strip()
+    if not text:
+        return None
+    try:
+        parsed = json.loads(text)
+        if isinstance(parsed, dict):
+            return parsed
+    except json.JSONDecodeError:
+        pass
+    out: dict[str, Any] = {}
+    for item in text.split(","):
+        key, sep, value = item.replace(":", "=", 1).partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"recipe_variables: expected NAME=VALUE, got {item!r}")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _framework_of(model: Any) -> str:
+    for cls in type(model).__mro__:
+        root = (cls.__module__ or "").split(".")[0]
+        if root == "torch":
+            return "torch"
+        if root in ("keras", "tf_keras") or (root == "tensorflow" and "keras" in cls.__module__):
+            return "keras"
+    raise TypeError(
+        f"modify() got a {type(model).__name__}, which is neither a torch.nn.Module nor a Keras model"
+    )
+
+
+class ScheduledModifierManager:
+    """A recipe and, once :meth:`modify` ran, its backend runtime."""
+
+    def __init__(self, recipe: Recipe):
+        self.recipe = recipe
+        self.runtime: Any = None
+
+    @classmethod
+    def from_yaml(cls, file_path: str | os.PathLike[str] | Recipe, recipe_variables: Any = None) -> ScheduledModifierManager:
+        """Load a recipe (a path, YAML text, or a Recipe) with optional variable overrides."""
+        if isinstance(file_path, Recipe):
+            return cls(file_path)
+        return cls(load(file_path, parse_recipe_variables(recipe_variables)))
+
+    # -- recipe facts ----------------------------------------------------------------------
+    @property
+    def modifiers(self) -> list[Modifier]:
+        return list(self.recipe.modifiers)
+
+    @property
+    def max_epochs(self) -> int:
+        return max_epochs(self.recipe.modifiers)
+
+    @property
+    def min_epochs(self) -> int:
+        return min_epochs(self.recipe.modifiers)
+
+    def _of(self, predicate: Any) -> list[Modifier]:
+        return [m for m in self.recipe.modifiers if predicate(m.type)]
+
+    @property
+    def pruning_modifiers(self) -> list[Modifier]:
+        return self._of(lambda t: t.endswith("PruningModifier"))
+
+    @property
+    def quantization_modifiers(self) -> list[Modifier]:
+        return self._of(lambda t: t == "QuantizationModifier")
+
+    @property
+    def learning_rate_modifiers(self) -> list[Modifier]:
+        return self._of(lambda t: t in ("LearningRateModifier", "LearningRateFunctionModifier", "SetLearningRateModifier"))
+
+    @property
+    def distillation_modifiers(self) -> list[Modifier]:
+        return self._of(lambda t: t == "DistillationModifier")
+
+    def __str__(self) -> str:
+        return self.recipe.to_yaml(style="sparseml")
+
+    def __repr__(self) -> str:
+        return f"ScheduledModifierManager({self.recipe!r})"
+
+    # -- running ---------------------------------------------------------------------------
+    def modify(self, model: Any, optimizer: Any, steps_per_epoch: int, **options: Any) -> Any:
+        """Attach the recipe: for PyTorch returns the optimizer whose ``step()`` drives the
+        schedule; for Keras returns ``(model, optimizer, callbacks)``."""
+        backend = get_backend(_framework_of(model))
+        self.runtime = backend.compile(self.recipe)
+        return self.runtime.modify(model, optimizer, steps_per_epoch, **options)
+
+    def _need_runtime(self) -> Any:
+        if self.runtime is None:
+            raise RuntimeError("call modify(model, optimizer, steps_per_epoch) first")
+        return self.runtime
+
+    def finalize(self, model: Any = None) -> None:
+        """Apply the masks a last time and remove what the recipe hooked into the model."""
+        self._need_runtime().finalize(model)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The schedule's state (step, masks, structure, recipe) for a checkpoint."""
+        return self._need_runtime().state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a state from :meth:`state_dict`: after :meth:`modify`, before the model's and
+        the optimizer's own ``load_state_dict``."""
+        self._need_runtime().load_state_dict(state)
