@@ -127,27 +127,44 @@ def test_determinism() -> None:
     assert torch.equal(unstructured_mask(big.abs(), 0.7), unstructured_mask(big.abs().clone(), 0.7))
 
 
-def adversarial_inputs() -> list[torch.Tensor]:
+def adversarial_inputs(n: int) -> list[torch.Tensor]:
     gen = torch.Generator().manual_seed(3)
-    base = torch.randn(90_000, generator=gen)
+    base = torch.randn(n, generator=gen)
+    third = n // 3
     return [
         base.abs(),
         base.abs().sort().values,  # sorted
         base.abs().sort(descending=True).values,
-        torch.arange(90_000) % 7,  # periodic, few distinct values (ints)
+        torch.arange(n) % 7,  # periodic, few distinct values (ints)
         (base * 3).round(),  # negatives, ties, -0.0 and 0.0
-        torch.cat([torch.zeros(60_000), base[:30_000].abs()]),
+        torch.cat([torch.zeros(2 * third), base[: n - 2 * third].abs()]),
         torch.where(base > 1.5, torch.tensor(float("inf")), base),  # infinite scores rank last
-        torch.cat([torch.full((45_000,), -0.0), torch.full((45_000,), 0.0)]),
+        torch.cat([torch.full((third,), -0.0), torch.full((n - third,), 0.0)]),
     ]
+
+
+@pytest.fixture
+def scaled_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sampled selection at 1/64 scale, so that small tensors take every path."""
+    monkeypatch.setattr(M, "_DIRECT_SELECT", 1 << 10)
+    monkeypatch.setattr(M, "_SAMPLE", 1 << 8)
+    monkeypatch.setattr(M, "_CHUNK", 1 << 8)
 
 
 @pytest.mark.parametrize("index", range(8))
 @pytest.mark.parametrize("sparsity", [0.001, 0.4, 0.6667, 0.99])
-def test_selection_matches_reference(index: int, sparsity: float) -> None:
-    scores = adversarial_inputs()[index]
+def test_selection_matches_reference(scaled_paths: None, index: int, sparsity: float) -> None:
+    scores = adversarial_inputs(3000)[index]
     k = round(sparsity * scores.numel())
     assert torch.equal(unstructured_mask(scores, sparsity), reference_mask(scores, k))
+
+
+@pytest.mark.parametrize("index", [1, 4, 5])
+def test_selection_matches_reference_full_size(index: int) -> None:
+    scores = adversarial_inputs(70_000)[index]  # above _DIRECT_SELECT: the sampled selection
+    for sparsity in (0.4, 0.99):
+        k = round(sparsity * scores.numel())
+        assert torch.equal(unstructured_mask(scores, sparsity), reference_mask(scores, k))
 
 
 @pytest.mark.parametrize("sample", [1, 16])
@@ -254,6 +271,9 @@ def test_block4_shapes() -> None:
     assert torch.equal(m[:, :4, :], m[:, :1, :].expand(6, 4, 3))
     assert four_block_mask(randn(9), 0.5).shape == (9,)  # 1-D: grouped along its only dim
     assert four_block_mask(torch.ones(4, 4), 1.0).sum() == 0
+    assert four_block_mask(torch.tensor(2.0), 1.0).tolist() is False  # one group of one
+    assert four_block_mask(torch.tensor(2.0), 0.4).tolist() is True
+    assert four_block_mask(torch.empty(0, 4), 0.5).shape == (0, 4)
 
 
 # -- [a, b] blocks ---------------------------------------------------------------------------
@@ -324,6 +344,9 @@ def test_nm_ties_and_errors() -> None:
         compute_mask(randn(8, 3, 3, 3), 0.5, "tensorrt")
     with pytest.raises(MaskShapeError):
         nm_mask(randn(8), 2, 4)
+    for n, m in ((0, 4), (5, 4), (2, 0)):
+        with pytest.raises(ValueError, match="0 < N <= M"):
+            nm_mask(randn(8, 8), n, m)
     with pytest.raises(ValueError, match="within 0.01"):
         compute_mask(randn(8, 8), 0.8, "2:4")  # SparseML: target must match 1 - N/M
     assert compute_mask(randn(8, 8), 0.0, "2:4").all()

@@ -150,15 +150,16 @@ def _count(t: torch.Tensor) -> int:
     return int(torch.count_nonzero(t))
 
 
-def _kth_smallest(chunks: Sequence[torch.Tensor], k: int) -> torch.Tensor:
+def _kth_smallest(chunks: Sequence[torch.Tensor], k: int) -> tuple[torch.Tensor, int | None]:
     """The k-th smallest value (1-based) over the flat ``chunks`` taken together, as a 0-d
     tensor: exactly what ``torch.kthvalue(torch.cat(chunks), k)`` gives, computed by
-    bracketing it with a fixed-seed sample and selecting inside the bracket only."""
+    bracketing it with a fixed-seed sample and selecting inside the bracket only. Also the
+    number of entries <= that value when the bracket gives it for free (else None)."""
     chunks = [c for c in chunks if c.numel()]
     n = sum(c.numel() for c in chunks)
     if n <= _DIRECT_SELECT:
         flat = chunks[0] if len(chunks) == 1 else torch.cat(chunks)
-        return torch.kthvalue(flat, k).values
+        return torch.kthvalue(flat, k).values, None
 
     gen = torch.Generator().manual_seed(0)
     sample = torch.cat([
@@ -174,7 +175,7 @@ def _kth_smallest(chunks: Sequence[torch.Tensor], k: int) -> torch.Tensor:
     hi = torch.kthvalue(sample, hi_rank + 1).values if hi_rank < ns else None
 
     if lo is not None or hi is not None:
-        # one streaming pass per bound: entries below the bracket and those inside it
+        # one streaming pass per bound: count the entries below the bracket, flag those in it
         below, inside = 0, []
         for c in chunks:
             if lo is None:
@@ -186,14 +187,19 @@ def _kth_smallest(chunks: Sequence[torch.Tensor], k: int) -> torch.Tensor:
                     flags.logical_and_(c <= hi)
             inside.append(flags)
         rank = k - below
-        if 1 <= rank <= sum(_count(f) for f in inside):
-            if lo is not None and hi is not None and bool(lo == hi):
-                return lo.clone()
-            candidates = torch.cat([c[f] for c, f in zip(chunks, inside, strict=True)])
-            return torch.kthvalue(candidates, rank).values
+        if rank >= 1:
+            if lo is not None and hi is not None and bool(lo == hi):  # a run of ties
+                n_inside = sum(_count(f) for f in inside)
+                if rank <= n_inside:
+                    return lo.clone(), below + n_inside
+            else:
+                candidates = torch.cat([c[f] for c, f in zip(chunks, inside, strict=True)])
+                if rank <= candidates.numel():
+                    threshold = torch.kthvalue(candidates, rank).values
+                    return threshold, below + _count(candidates <= threshold)
     # the sample missed (adversarial data); exact and slower
     flat = chunks[0] if len(chunks) == 1 else torch.cat(chunks)
-    return torch.kthvalue(flat, k).values
+    return torch.kthvalue(flat, k).values, None
 
 
 def _nth_true(flags: torch.Tensor, nth: int) -> int:
@@ -223,9 +229,11 @@ def _keep_largest(chunks: Sequence[torch.Tensor], k: int) -> list[torch.Tensor]:
         return [torch.ones(c.shape, dtype=torch.bool, device=c.device) for c in chunks]
     if k >= n:
         return [torch.zeros(c.shape, dtype=torch.bool, device=c.device) for c in chunks]
-    threshold = _kth_smallest(chunks, k)
+    threshold, n_pruned = _kth_smallest(chunks, k)
     keeps = [c > threshold for c in chunks]
-    surplus = n - sum(_count(m) for m in keeps) - k  # tied entries to keep after all
+    if n_pruned is None:
+        n_pruned = n - sum(_count(m) for m in keeps)
+    surplus = n_pruned - k  # entries equal to the threshold to keep after all
     for chunk, keep in zip(chunks, keeps, strict=True):
         if surplus <= 0:
             break
@@ -364,8 +372,10 @@ def four_block_mask(weight: torch.Tensor, sparsity: float) -> torch.Tensor:
     sparsity = _check_sparsity(sparsity)
     weight = weight.detach()
     shape = tuple(weight.shape)
-    if not shape or weight.numel() == 0:
+    if weight.numel() == 0:
         return torch.ones(shape, dtype=torch.bool, device=weight.device)
+    if not shape:  # a scalar is one group of one real entry
+        return four_block_mask(weight.reshape(1), sparsity).reshape(())
     scores = weight.abs()
     moved = scores.dim() > 2
     if moved:

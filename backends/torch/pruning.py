@@ -22,7 +22,7 @@ class NonFiniteWeightsError(FloatingPointError):
     """A weight holds NaN or infinite values when a mask is computed from it."""
 
 
-@dataclass
+@dataclass(eq=False)
 class MaskedParam:
     """One parameter under a mask."""
 
@@ -33,6 +33,7 @@ class MaskedParam:
     owner: int  # the index of the modifier holding the mask
     handles: list[Any] = field(default_factory=list)
     applied_sparsity: float | None = None
+    version: int = -1  # param._version right after it was last masked
 
 
 class MaskSet:
@@ -41,6 +42,7 @@ class MaskSet:
     def __init__(self) -> None:
         self.params: dict[str, MaskedParam] = {}
         self._module_hooks: dict[int, Any] = {}
+        self._by_module: dict[int, list[MaskedParam]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
     def hold(self, name: str, param: torch.nn.Parameter, module: torch.nn.Module, owner: int,
@@ -53,6 +55,7 @@ class MaskSet:
             self.params[name] = entry
             mask_ref = entry.mask
             entry.handles.append(param.register_hook(lambda grad, m=mask_ref: grad * m))
+            self._by_module.setdefault(id(module), []).append(entry)
             self._ensure_forward_hook(module)
         else:
             entry.owner = owner
@@ -65,8 +68,14 @@ class MaskSet:
         if key in self._module_hooks:
             return
 
+        entries = self._by_module[key]
+
         def pre_forward(mod: torch.nn.Module, args: Any) -> None:
-            self.apply(m for m in self.params.values() if m.module is mod)
+            # Re-mask only weights changed in place since they were last masked (an optimizer
+            # step already re-masked them; anything else, e.g. user code, bumps _version).
+            for entry in entries:
+                if entry.param._version != entry.version:
+                    self.apply((entry,))
 
         self._module_hooks[key] = module.register_forward_pre_hook(pre_forward)
 
@@ -78,7 +87,11 @@ class MaskSet:
                 continue
             for handle in entry.handles:
                 handle.remove()
-            if not any(m.module is entry.module for m in self.params.values()):
+            siblings = self._by_module.get(id(entry.module), [])
+            if entry in siblings:
+                siblings.remove(entry)
+            if not siblings:
+                self._by_module.pop(id(entry.module), None)
                 hook = self._module_hooks.pop(id(entry.module), None)
                 if hook is not None:
                     hook.remove()
@@ -92,6 +105,7 @@ class MaskSet:
         """``weight *= mask`` for ``entries`` (default: every masked parameter)."""
         for entry in self.params.values() if entries is None else entries:
             entry.param.mul_(entry.mask)
+            entry.version = entry.param._version
 
     @torch.no_grad()
     def update(self, entries: list[MaskedParam], sparsity: float, mask_type: Any, global_sparsity: bool,
@@ -112,3 +126,4 @@ class MaskSet:
             entry.mask.copy_(mask)
             entry.applied_sparsity = sparsity
             entry.param.mul_(entry.mask)
+            entry.version = entry.param._version
