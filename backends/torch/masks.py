@@ -21,7 +21,9 @@ Selection is exact and fast: the k-th smallest score is found by bracketing it w
 random sample, counting the entries below the bracket and running ``torch.kthvalue`` only on
 the few entries inside it (falling back to ``torch.kthvalue`` on everything if the bracket
 misses). The result is the same value ``torch.kthvalue`` returns, in a few streaming passes and
-without concatenating or copying the scores, which also makes global masks memory-light.
+without concatenating or copying the scores (only small inputs, up to ``_DIRECT_SELECT``
+entries, and a missed bracket go to ``torch.kthvalue`` directly), which also keeps global masks
+memory-light.
 """
 
 from __future__ import annotations
@@ -222,8 +224,8 @@ def _nth_true(flags: torch.Tensor, nth: int) -> int:
 
 def _keep_largest(chunks: Sequence[torch.Tensor], k: int) -> list[torch.Tensor]:
     """Flat keep-masks for ``chunks`` taken together in order: exactly ``k`` False entries,
-    the k smallest values, ties at the threshold pruned last-first (see the module's tie
-    rule)."""
+    the k smallest values; among entries equal to the threshold the earliest are kept (the
+    module's tie rule)."""
     n = sum(c.numel() for c in chunks)
     if k <= 0:
         return [torch.ones(c.shape, dtype=torch.bool, device=c.device) for c in chunks]
@@ -280,9 +282,9 @@ def global_unstructured_masks(scores_list: Sequence[torch.Tensor], sparsity: flo
 
     Exactly ``round(sparsity * total_numel)`` entries are False across the list, the smallest
     scores of all tensors; the per-tensor counts follow from the scores. The list is taken in
-    order as one flat vector for the tie rule, but never concatenated: the threshold comes from
-    a bracketing sample and per-tensor counts, so the extra memory is the bool masks plus the
-    few entries near the threshold.
+    order as one flat vector for the tie rule, but not concatenated (above 65,536 entries in
+    all): the threshold comes from a bracketing sample and per-tensor counts, so the extra
+    memory is the bool masks plus the few entries near the threshold.
     """
     sparsity = _check_sparsity(sparsity)
     tensors = [s.detach() for s in scores_list]

@@ -118,6 +118,11 @@ class MaskSet:
                     f"its mask is updated to sparsity {sparsity:.4g}: the training diverged "
                     "(lower the learning rate or check the loss) before pruning can rank weights"
                 )
+        if global_sparsity and mask_type not in (None, "unstructured"):
+            raise ValueError(
+                f"global sparsity ranks single weights across parameters; mask_type {mask_type!r} "
+                "is not supported with it (use unstructured, or a layer-wise pruning modifier)"
+            )
         if global_sparsity and len(entries) > 1:
             masks = global_unstructured_masks([e.param.detach().abs() for e in entries], sparsity)
         else:
