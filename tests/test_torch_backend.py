@@ -122,12 +122,14 @@ def test_layer_pruning_swaps_layers_for_identity_and_back() -> None:
         "modifiers:\n  - !LayerPruningModifier {layers: [bn1], start_epoch: 1, end_epoch: 3}\n"
     )
     optimizer = manager.modify(model, optimizer, S)
+    loss_before = eval_loss(model, inputs, targets)
     train(model, optimizer, inputs, targets, S)
     assert isinstance(model.bn1, torch.nn.BatchNorm2d)
     train(model, optimizer, inputs, targets, S, start=S)
     assert isinstance(model.bn1, torch.nn.Identity)
     train(model, optimizer, inputs, targets, 2 * S, start=2 * S)
     assert isinstance(model.bn1, torch.nn.BatchNorm2d) and model.fc1 is fc1
+    assert learned((loss_before, eval_loss(model, inputs, targets)))
 
 
 def test_learning_rate_modifiers_and_weight_decay() -> None:
@@ -154,12 +156,14 @@ def test_trainable_params_freezes_and_restores() -> None:
         "modifiers:\n  - !TrainableParamsModifier {params: ['re:conv1\\..*'], trainable: false, start_epoch: 1, end_epoch: 2}\n"
     )
     optimizer = manager.modify(model, optimizer, S)
+    loss_before = eval_loss(model, inputs, targets)
     train(model, optimizer, inputs, targets, S)
     frozen = model.conv1.weight.detach().clone()
     train(model, optimizer, inputs, targets, S, start=S)
     assert not model.conv1.weight.requires_grad and torch.equal(model.conv1.weight, frozen)
     train(model, optimizer, inputs, targets, 2, start=2 * S)
     assert model.conv1.weight.requires_grad and not torch.equal(model.conv1.weight, frozen)
+    assert learned((loss_before, eval_loss(model, inputs, targets)))
 
 
 def test_quantization_aware_training() -> None:
@@ -225,4 +229,14 @@ def test_native_compile_api_and_str() -> None:
     train(model, optimizer, inputs, targets, 4 * S)
     assert sparsity(model.fc1.weight) == round(0.8 * 2048) / 2048
     manager = ScheduledModifierManager.from_yaml(recipe)
-    assert str(manager).startswith("version: 1.1.0") and manager.max_epochs == 3
+    assert manager.max_epochs == 3 and manager.min_epochs == 0
+    assert str(manager).startswith("version: 1.1.0")
+
+
+def test_epoch_range_only_sets_the_run_length() -> None:
+    model, optimizer, manager, losses = run(
+        "modifiers:\n  - !EpochRangeModifier {start_epoch: 0, end_epoch: 7}\n", epochs=2
+    )
+    assert manager.max_epochs == 7 and manager.min_epochs == 0
+    assert [g["lr"] for g in optimizer.param_groups] == [0.05]
+    assert learned(losses)
