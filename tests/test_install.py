@@ -29,6 +29,12 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_wheel_ships_schemas_backends_and_entry_points(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "recipe_spec/__init__.py" in names
+    # every package of the source tree ships (a missing one hides behind an editable install)
+    source_packages = {
+        str(p.parent.relative_to(REPO)) for p in (REPO / "recipe_spec").rglob("__init__.py")
+    }
+    shipped = {n.rsplit("/", 1)[0] for n in names if n.endswith("/__init__.py")}
+    assert source_packages <= shipped, source_packages - shipped
     assert "recipe_spec_torch/backend.py" in names and "recipe_spec_keras/backend.py" in names
     assert "recipe_spec/schemas/modifiers/GMPruningModifier.schema.json" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
@@ -47,8 +53,10 @@ def test_installed_wheel_works_outside_the_source_tree(wheel: Path, tmp_path: Pa
         capture_output=True,
     )
     code = (
-        "import importlib.resources as r, recipe_spec, sys\n"
-        "assert recipe_spec.__file__.startswith(sys.argv[1]), recipe_spec.__file__\n"
+        "import importlib.resources as r, recipe_spec, recipe_spec.schedule, recipe_spec.cli, sys\n"
+        "mods = [m for n, m in sys.modules.items() if n.startswith('recipe_spec') and getattr(m, '__file__', None)]\n"
+        "bad = [m.__file__ for m in mods if not m.__file__.startswith(sys.argv[1])]\n"
+        "assert not bad, bad\n"
         "names = [p.name for p in (r.files('recipe_spec.schemas') / 'modifiers').iterdir()]\n"
         "print(len(names), recipe_spec.available_backends(), recipe_spec.get_backend('keras').name)\n"
         "from recipe_spec.cli import main\n"
