@@ -24,9 +24,12 @@ class KerasBackend:
             raise ImportError(
                 f"the keras backend needs {self.framework}: pip install 'recipe-spec[keras]'"
             )
-        raise NotImplementedError(
-            "running recipes on Keras 3 is not available in this version of recipe-spec yet"
-        )
+        import os
+
+        os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+        from .manager import KerasManager
+
+        return KerasManager(recipe, **options)
 
     def param_records(self, model: Any) -> list[Any]:
         """The variables of a Keras 3 model as :class:`~recipe_spec.params.ParamRecord`
