@@ -30,7 +30,10 @@ from .pruning import MaskSet
 if TYPE_CHECKING:
     from recipe_spec.recipe import Modifier, Recipe
 
-__all__ = ["KerasManager", "RecipeCallback", "STATE_VERSION"]
+__all__ = [
+    "KerasManager", "RecipeCallback", "RecipeCheckpoint", "STATE_VERSION",
+    "save_recipe_state", "load_recipe_state", "recipe_state_path",
+]
 
 STATE_VERSION = 1
 
@@ -174,6 +177,43 @@ class KerasManager:
         if getattr(model, "train_function", None) is not None and hasattr(model, "make_train_function"):
             model.make_train_function(force=True)
 
+    def _retrace_all(self) -> None:
+        """A layer's ``call`` changed: trace the train function again and drop the cached
+        evaluate/predict functions so they are traced again on their next use."""
+        self._retrace()
+        for attr in ("test_function", "predict_function"):
+            if getattr(self.model, attr, None) is not None:
+                setattr(self.model, attr, None)
+
+    def _on_layers(self, event: Event, m: Modifier) -> None:
+        from .layers import LayerSwap
+
+        swap = getattr(self, "layers", None)
+        if swap is None:
+            swap = self.layers = LayerSwap()
+        layers = event.params if isinstance(event.params, (list, tuple)) else [event.params]
+        if event.value == "remove":
+            swap.remove(self.model, event.modifier, [str(x) for x in layers])
+        else:
+            swap.restore(self.model, event.modifier)
+        self._retrace_all()
+
+    def _on_quantization(self, event: Event, m: Modifier) -> None:
+        from .quantization import QuantizationState
+
+        self.quantization = QuantizationState.start(self.model, m, event.modifier)
+        self._refresh()  # the observer variables are new model variables
+        self._retrace_all()
+
+    def _on_observers(self, event: Event, m: Modifier) -> None:
+        if getattr(self, "quantization", None) is not None:
+            self.quantization.disable_observers()  # a variable: no retrace needed
+
+    def _on_bn_stats(self, event: Event, m: Modifier) -> None:
+        if getattr(self, "quantization", None) is not None:
+            self.quantization.freeze_bn_stats()
+            self._retrace_all()  # Keras reads BatchNormalization.momentum when tracing
+
     # -- ending, saving, resuming --------------------------------------------------------
     def finalize(self, model: Any = None) -> None:
         """Apply the masks a last time and stop enforcing them."""
@@ -190,6 +230,7 @@ class KerasManager:
             "masks": {n: (e.mask.copy(), e.owner, e.applied_sparsity) for n, e in self.masks.params.items()},
             "trainable_saved": {k: dict(v) for k, v in self.trainable_saved.items()},
             "released": sorted(self._released_at_end),
+            "optimizer": _optimizer_values(self.optimizer),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -210,9 +251,129 @@ class KerasManager:
             for name in saved:
                 self._vars[name][0].trainable = flag
         self._released_at_end = {tuple(x) for x in state.get("released", [])}
+        for key, value in state.get("optimizer", {}).items():
+            # a learning rate taken over from a LearningRateSchedule is the recipe's own
+            # variable, which model.save() does not store: the recipe state carries it
+            if value is not None and _optimizer_values(self.optimizer).get(key) is not None:
+                set_value(self.optimizer, key, float(value))
         self.masks.release_all()
         for name, (mask, owner, applied) in state.get("masks", {}).items():
             variable, layer_type = self._vars[name]
             entry = self.masks.hold(name, variable, layer_type, int(owner), mask=np.asarray(mask))
             entry.applied_sparsity = applied
         self.masks.apply()
+
+
+# -- checkpoints with Keras' own saving -----------------------------------------------------
+def _optimizer_values(optimizer: Any) -> dict[str, float | None]:
+    """The learning rate and weight decay in force when they are variables (else None)."""
+    out: dict[str, float | None] = {}
+    for key, attr in (("lr", "_learning_rate"), ("weight_decay", "weight_decay")):
+        variable = getattr(optimizer, attr, None) if optimizer is not None else None
+        out[key] = float(keras.ops.convert_to_numpy(variable)) if isinstance(variable, keras.Variable) else None
+    return out
+
+
+def recipe_state_path(filepath: Any) -> str:
+    """Where the recipe state of the model saved at ``filepath`` lies: ``filepath + ".recipe.npz"``."""
+    return f"{filepath}.recipe.npz"
+
+
+def save_recipe_state(state: Mapping[str, Any], path: Any) -> None:
+    """Write a :meth:`KerasManager.state_dict` to an ``.npz`` (masks as arrays, the rest as JSON)."""
+    import json
+
+    masks = state.get("masks", {})
+    meta = {k: v for k, v in state.items() if k != "masks"}
+    meta["released"] = [list(x) for x in meta.get("released", [])]
+    meta["trainable_saved"] = {str(k): v for k, v in meta.get("trainable_saved", {}).items()}
+    meta["masks"] = [[name, int(owner), applied] for name, (_, owner, applied) in masks.items()]
+    arrays = {f"mask_{i}": np.asarray(mask, dtype=bool) for i, (mask, _, _) in enumerate(masks.values())}
+    path = str(path)
+    tmp = path + ".tmp.npz"  # written then renamed, so a crash never leaves half a state
+    np.savez(tmp, meta=np.array(json.dumps(meta)), **arrays)
+    import os
+
+    os.replace(tmp, path)
+
+
+def load_recipe_state(filepath: Any) -> dict[str, Any]:
+    """The recipe state saved next to ``filepath`` (a ``.keras`` file or the ``.recipe.npz``
+    itself), ready for :meth:`KerasManager.load_state_dict`."""
+    import json
+
+    path = str(filepath)
+    if not path.endswith(".recipe.npz"):
+        path = recipe_state_path(path)
+    with np.load(path, allow_pickle=False) as data:
+        meta = json.loads(str(data["meta"]))
+        masks = {
+            name: (data[f"mask_{i}"].copy(), owner, applied)
+            for i, (name, owner, applied) in enumerate(meta.pop("masks"))
+        }
+    meta["masks"] = masks
+    meta["released"] = [tuple(x) for x in meta.get("released", [])]
+    meta["trainable_saved"] = {int(k): v for k, v in meta.get("trainable_saved", {}).items()}
+    return meta
+
+
+class RecipeCheckpoint(keras.callbacks.Callback):
+    """Saves the model with ``model.save(filepath)`` (a ``.keras`` file: weights, compile
+    config and optimizer state) and the recipe state next to it (``filepath + ".recipe.npz"``)
+    at the end of every ``save_freq``-th epoch. ``filepath`` may hold ``{epoch}`` (1-based, as
+    in ``keras.callbacks.ModelCheckpoint``). Put it after the recipe's callback.
+
+    Resume, in a fresh process::
+
+        model = keras.saving.load_model(path)
+        manager = ScheduledModifierManager.from_yaml(recipe)
+        model, optimizer, callbacks = manager.modify(model, model.optimizer, steps_per_epoch)
+        manager.load_state_dict(load_recipe_state(path))
+        model.fit(data, epochs=manager.max_epochs, initial_epoch=manager.runtime.epoch,
+                  callbacks=callbacks)
+
+    (``runtime.restore(path)`` does the ``load_state_dict`` line.) The model was compiled when
+    saved, so it comes back compiled with its optimizer; do not compile it again, which would
+    build a fresh optimizer without the saved momentum and iterations.
+    """
+
+    def __init__(self, runtime: KerasManager, filepath: Any, save_freq: Any = "epoch"):
+        super().__init__()
+        if save_freq == "epoch":
+            save_freq = 1
+        if not isinstance(save_freq, int) or isinstance(save_freq, bool) or save_freq < 1:
+            raise ValueError(f"save_freq must be 'epoch' or a positive number of epochs, not {save_freq!r}")
+        if not str(filepath).endswith(".keras"):
+            raise ValueError(f"the checkpoint path must end with .keras (model.save format), not {filepath!r}")
+        self.runtime, self.filepath, self.save_freq = runtime, str(filepath), save_freq
+        self.saved: list[str] = []
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        if (epoch + 1) % self.save_freq:
+            return
+        path = self.filepath.format(epoch=epoch + 1)
+        self.model.save(path)
+        save_recipe_state(self.runtime.state_dict(), recipe_state_path(path))
+        self.saved.append(path)
+
+
+def _checkpoint_callback(self: KerasManager, filepath: Any, save_freq: Any = "epoch") -> RecipeCheckpoint:
+    """A :class:`RecipeCheckpoint` for this run (add it to ``fit``'s callbacks)."""
+    return RecipeCheckpoint(self, filepath, save_freq)
+
+
+def _restore(self: KerasManager, filepath: Any) -> int:
+    """Load the recipe state saved next to ``filepath`` (after :meth:`modify` on the model
+    loaded from it); returns the epoch to give ``fit(initial_epoch=...)``."""
+    self.load_state_dict(load_recipe_state(filepath))
+    return self.epoch
+
+
+def _epoch(self: KerasManager) -> int:
+    """Whole epochs run so far (``fit``'s ``initial_epoch`` when resuming)."""
+    return self.step_count // self.steps_per_epoch if self.steps_per_epoch else 0
+
+
+KerasManager.checkpoint_callback = _checkpoint_callback  # type: ignore[attr-defined]
+KerasManager.restore = _restore  # type: ignore[attr-defined]
+KerasManager.epoch = property(_epoch)  # type: ignore[attr-defined]

@@ -525,7 +525,7 @@ def global_unstructured_masks(kernels_and_types: Sequence[tuple[Any, str]],
 
     >>> [m.tolist() for m in global_unstructured_masks(
     ...     [(np.array([[1.0, 0.5]]), "Dense"), (np.array([0.5, 2.0]), "bias")], 0.5)]
-    [[[True], [False]], [False, True]]
+    [[[True, False]], [False, True]]
     """
     sparsity = _check_sparsity(sparsity)
     kernels = [np.asarray(k) for k, _ in kernels_and_types]
