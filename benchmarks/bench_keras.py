@@ -26,9 +26,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+from recipe_spec_keras.masks import compute_mask  # noqa: E402
 
 from recipe_spec import ScheduledModifierManager  # noqa: E402
-from recipe_spec_keras.masks import compute_mask  # noqa: E402
 
 RECIPE = """
 modifiers:
@@ -126,7 +126,7 @@ def main() -> None:
     types = ["Conv2D" if k.ndim == 4 else "Dense" for k in kernels]
 
     def ours():
-        return [compute_mask(k, args.sparsity, "unstructured", t) for k, t in zip(kernels, types)]
+        return [compute_mask(k, args.sparsity, "unstructured", t) for k, t in zip(kernels, types, strict=True)]
 
     tensors = [keras.ops.convert_to_tensor(np.abs(k).reshape(-1)) for k in kernels]
 

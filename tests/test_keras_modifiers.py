@@ -10,9 +10,9 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from recipe_spec_keras.quantization import qat_layers  # noqa: E402
 
 from recipe_spec import ScheduledModifierManager  # noqa: E402
-from recipe_spec_keras.quantization import qat_layers  # noqa: E402
 
 S = 4  # steps per epoch
 BATCH = 16

@@ -68,6 +68,8 @@ class KerasManager:
         self._index: ParamIndex | None = None
         self._resolved: dict[tuple[int, Any], list[str]] = {}
         self._released_at_end: set[tuple[int, str]] = set()
+        self.layers: Any = None
+        self.quantization: Any = None
 
     # -- setting up -----------------------------------------------------------------------
     def modify(self, model: Any, optimizer: Any, steps_per_epoch: int, epoch: float = 0.0) -> tuple[Any, Any, list[Any]]:
@@ -231,6 +233,8 @@ class KerasManager:
             "trainable_saved": {k: dict(v) for k, v in self.trainable_saved.items()},
             "released": sorted(self._released_at_end),
             "optimizer": _optimizer_values(self.optimizer),
+            "layers_removed": self.layers.state() if self.layers is not None else {},
+            "quantization": self.quantization.state() if self.quantization is not None else None,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -244,6 +248,20 @@ class KerasManager:
                 f"the saved schedule ran at steps_per_epoch={state['steps_per_epoch']}, but modify() "
                 f"was given {self.steps_per_epoch}; resume with the same steps_per_epoch"
             )
+        if state.get("layers_removed"):
+            from .layers import LayerSwap
+
+            self.layers = self.layers or LayerSwap()
+            for modifier, names in state["layers_removed"].items():
+                self.layers.remove(self.model, int(modifier), list(names))
+        if state.get("quantization"):
+            from .quantization import QuantizationState
+
+            # the structure first, so that weights loaded afterwards find the observer variables
+            self.quantization = QuantizationState.restore(self.model, state["quantization"])
+        if state.get("layers_removed") or state.get("quantization"):
+            self._refresh()
+            self._retrace_all()
         self.step_count = int(state["step"])
         self.trainable_saved = {int(k): dict(v) for k, v in state.get("trainable_saved", {}).items()}
         for modifier, saved in self.trainable_saved.items():
