@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import keras
-from recipe_spec.params import ParamIndex, resolve
+from recipe_spec.runtime import ModelParams, check_recipe_fits, check_saved_state
 from recipe_spec.schedule import compile_plan
 from recipe_spec.schedule.plan import GRADUAL_PRUNING, Event, Plan
 
@@ -65,8 +65,7 @@ class KerasManager:
         self.masks = MaskSet()
         self.trainable_saved: dict[int, dict[str, bool]] = {}
         self._vars: dict[str, tuple[Any, str]] = {}
-        self._index: ParamIndex | None = None
-        self._resolved: dict[tuple[int, Any], list[str]] = {}
+        self._model_params: ModelParams | None = None
         self._released_at_end: set[tuple[int, str]] = set()
         self.layers: Any = None
         self.quantization: Any = None
@@ -95,28 +94,16 @@ class KerasManager:
         self._vars = {}
         for name, variable, layer in named_variables(self.model):
             self._vars[name] = (variable, type(layer).__name__)
-        self._index = ParamIndex(param_records(self.model))
-        self._resolved = {}
+        self._model_params = ModelParams(param_records(self.model))
 
     def _check_params(self) -> None:
-        from recipe_spec.diagnostics import RecipeError
-        from recipe_spec.lint import lint_recipe
-
-        assert self._index is not None
-        problems = [
-            d for d in lint_recipe(self.recipe, self._index.records, "keras")
-            if d.severity.value == "error" and d.code in ("P001", "P004", "P005", "P006")
-        ]
-        if problems:
-            raise RecipeError(problems)
+        assert self._model_params is not None
+        check_recipe_fits(self.recipe, self._model_params.records, "keras")
 
     def names_for(self, modifier: int, selector: Any) -> list[str]:
-        """The variable names (Keras paths) a selector resolves to (by path or portable alias)."""
-        key = (modifier, selector if isinstance(selector, (str, tuple)) else repr(selector))
-        if key not in self._resolved:
-            assert self._index is not None
-            self._resolved[key] = list(resolve(selector, self._index).names) if selector is not None else []
-        return self._resolved[key]
+        """The parameter names a modifier's selector resolves to on this model (cached)."""
+        assert self._model_params is not None
+        return self._model_params.names_for(modifier, selector)
 
     # -- running -------------------------------------------------------------------------
     def step_begin(self) -> None:
@@ -239,15 +226,7 @@ class KerasManager:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a state saved by :meth:`state_dict` (after :meth:`modify`)."""
-        if self.model is None:
-            raise RuntimeError("call modify(model, optimizer, steps_per_epoch) before load_state_dict()")
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"unsupported recipe-spec state version {state.get('version')!r}")
-        if state.get("steps_per_epoch") not in (None, self.steps_per_epoch):
-            raise ValueError(
-                f"the saved schedule ran at steps_per_epoch={state['steps_per_epoch']}, but modify() "
-                f"was given {self.steps_per_epoch}; resume with the same steps_per_epoch"
-            )
+        check_saved_state(state, STATE_VERSION, self.steps_per_epoch, self.model is not None)
         if state.get("layers_removed"):
             from .layers import LayerSwap
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from recipe_spec.runtime import global_mask_type_message, non_finite_message
+
 from .masks import compute_mask, global_unstructured_masks
 
 __all__ = ["MaskedVariable", "MaskSet", "NonFiniteWeightsError"]
@@ -74,16 +76,9 @@ class MaskSet:
         values = [_value(e.variable) for e in entries]
         for entry, value in zip(entries, values, strict=True):
             if not np.isfinite(value).all():
-                raise NonFiniteWeightsError(
-                    f"parameter '{entry.name}' holds NaN or infinite values at step {step}, when "
-                    f"its mask is updated to sparsity {sparsity:.4g}: the training diverged "
-                    "(lower the learning rate or check the loss) before pruning can rank weights"
-                )
+                raise NonFiniteWeightsError(non_finite_message(entry.name, step, sparsity))
         if global_sparsity and mask_type not in (None, "unstructured"):
-            raise ValueError(
-                f"global sparsity ranks single weights across parameters; mask_type {mask_type!r} "
-                "is not supported with it (use unstructured, or a layer-wise pruning modifier)"
-            )
+            raise ValueError(global_mask_type_message(mask_type))
         if global_sparsity and len(entries) > 1:
             masks = global_unstructured_masks([(v, e.layer_type) for v, e in zip(values, entries, strict=True)], sparsity)
         else:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
-from recipe_spec.params import ParamIndex, resolve
+from recipe_spec.runtime import ModelParams, check_recipe_fits, check_saved_state
 from recipe_spec.schedule import compile_plan
 from recipe_spec.schedule.plan import GRADUAL_PRUNING, Event, Plan
 
@@ -59,8 +59,7 @@ class TorchManager:
         self.trainable_saved: dict[int, dict[str, bool]] = {}
         self.quantization: Any = None
         self._params: dict[str, tuple[torch.nn.Module, torch.nn.Parameter]] = {}
-        self._index: ParamIndex | None = None
-        self._resolved: dict[tuple[int, Any], list[str]] = {}
+        self._model_params: ModelParams | None = None
         self._released_at_end: set[tuple[int, str]] = set()
 
     # -- setting up -----------------------------------------------------------------------
@@ -89,30 +88,16 @@ class TorchManager:
             for pname, param in module.named_parameters(recurse=False):
                 full = f"{module_name}.{pname}" if module_name else pname
                 self._params[full] = (module, param)
-        self._index = ParamIndex(param_records(self.model))
-        self._resolved = {}
+        self._model_params = ModelParams(param_records(self.model))
 
     def _check_params(self) -> None:
-        """Every pattern must match (SPEC): fail at modify(), naming pattern, line and closest names."""
-        from recipe_spec.lint import lint_recipe
-
-        assert self._index is not None
-        problems = [
-            d for d in lint_recipe(self.recipe, self._index.records, "torch")
-            if d.severity.value == "error" and d.code in ("P001", "P004", "P005", "P006")
-        ]
-        if problems:
-            from recipe_spec.diagnostics import RecipeError
-
-            raise RecipeError(problems)
+        assert self._model_params is not None
+        check_recipe_fits(self.recipe, self._model_params.records, "torch")
 
     def names_for(self, modifier: int, selector: Any) -> list[str]:
         """The parameter names a modifier's selector resolves to on this model (cached)."""
-        key = (modifier, selector if isinstance(selector, (str, tuple)) else repr(selector))
-        if key not in self._resolved:
-            assert self._index is not None
-            self._resolved[key] = list(resolve(selector, self._index).names) if selector is not None else []
-        return self._resolved[key]
+        assert self._model_params is not None
+        return self._model_params.names_for(modifier, selector)
 
     # -- running -------------------------------------------------------------------------
     def before_step(self) -> None:
@@ -228,15 +213,7 @@ class TorchManager:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a state saved by :meth:`state_dict` (after :meth:`modify`, before loading the
         model's and the optimizer's own state dicts)."""
-        if self.model is None:
-            raise RuntimeError("call modify(model, optimizer, steps_per_epoch) before load_state_dict()")
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"unsupported recipe-spec state version {state.get('version')!r}")
-        if state.get("steps_per_epoch") not in (None, self.steps_per_epoch):
-            raise ValueError(
-                f"the saved schedule ran at steps_per_epoch={state['steps_per_epoch']}, but modify() "
-                f"was given {self.steps_per_epoch}; resume with the same steps_per_epoch"
-            )
+        check_saved_state(state, STATE_VERSION, self.steps_per_epoch, self.model is not None)
         for modifier in state.get("layers_removed", {}):
             self.layers.remove(self.model, int(modifier), state["layers_removed"][modifier])
         if state.get("quantization") is not None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from recipe_spec.runtime import global_mask_type_message, non_finite_message
 
 from .masks import compute_mask, global_unstructured_masks
 
@@ -113,16 +114,9 @@ class MaskSet:
         """Recompute the masks of ``entries`` for ``sparsity`` from the weights' magnitudes."""
         for entry in entries:
             if not bool(torch.isfinite(entry.param).all()):
-                raise NonFiniteWeightsError(
-                    f"parameter '{entry.name}' holds NaN or infinite values at step {step}, when "
-                    f"its mask is updated to sparsity {sparsity:.4g}: the training diverged "
-                    "(lower the learning rate or check the loss) before pruning can rank weights"
-                )
+                raise NonFiniteWeightsError(non_finite_message(entry.name, step, sparsity))
         if global_sparsity and mask_type not in (None, "unstructured"):
-            raise ValueError(
-                f"global sparsity ranks single weights across parameters; mask_type {mask_type!r} "
-                "is not supported with it (use unstructured, or a layer-wise pruning modifier)"
-            )
+            raise ValueError(global_mask_type_message(mask_type))
         if global_sparsity and len(entries) > 1:
             masks = global_unstructured_masks([e.param.detach().abs() for e in entries], sparsity)
         else:
