@@ -175,3 +175,66 @@ def test_parity_with_pytorch_on_identical_weights(name: str) -> None:
             tmask = torch_masks[k][kname.replace("/kernel", ".weight")]
             back = kmask.transpose(3, 2, 0, 1) if kmask.ndim == 4 else kmask.T
             assert np.array_equal(back, tmask), (name, k, kname)
+
+
+PARITY_STATE = """
+modifiers:
+  - !ConstantPruningModifier {params: [fc1.weight], start_epoch: 0, end_epoch: 2}
+  - !SetWeightDecayModifier {weight_decay: 0.001, start_epoch: 1}
+  - !TrainableParamsModifier {params: [conv1.weight], trainable: false, start_epoch: 1, end_epoch: 3}
+  - !QuantizationModifier {start_epoch: 2}
+"""
+
+
+def test_parity_of_constant_pruning_weight_decay_trainable_and_qat_start() -> None:
+    """The same recipe on both frameworks, step by step: the held masks (from the same zeros),
+    the weight decay in force, the frozen flag and the step QAT starts at all agree."""
+    from recipe_spec_keras.quantization import qat_layers
+    from recipe_spec_torch.quantization import qat_modules
+
+    S, steps = 4, 14
+    tmodel, _, _, _ = build(lr=0.1)
+    tmodel.fc2 = torch.nn.Linear(32, 10)
+    with torch.no_grad():
+        tmodel.fc1.weight[tmodel.fc1.weight.abs() < 0.05] = 0.0
+    model = keras_twin()
+    copy_weights(tmodel, model)
+    tman = ScheduledModifierManager.from_yaml(PARITY_STATE)
+    topt = tman.modify(tmodel, torch.optim.SGD(tmodel.parameters(), lr=0.1, weight_decay=0.0), S)
+    kman = ScheduledModifierManager.from_yaml(PARITY_STATE)
+    model, kopt, callbacks = kman.modify(model, keras.optimizers.SGD(learning_rate=0.1, weight_decay=0.0), S)
+    model.optimizer_for_recipe = kopt
+    torch_rows = []
+    for _ in range(steps):
+        topt.zero_grad()
+        (tmodel(torch.randn(4, 3, 12, 12)).sum() * 0.0).backward()
+        topt.step()
+        held = tman.runtime.masks.params.get("fc1.weight")
+        torch_rows.append((
+            None if held is None else held.mask.numpy().T.copy(),
+            topt.param_groups[0]["weight_decay"],
+            tmodel.conv1.weight.requires_grad,
+            len(qat_modules(tmodel)) > 0,
+        ))
+    keras_rows = []
+
+    class Rows(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            held = kman.runtime.masks.params.get("fc1/kernel")
+            keras_rows.append((
+                None if held is None else held.mask.copy(),
+                float(keras.ops.convert_to_numpy(kopt.weight_decay)),
+                bool(model.get_layer("conv1").kernel.trainable),
+                len(qat_layers(model)) > 0,
+            ))
+
+    fit_steps(model, [*callbacks, Rows()], steps, S, zero_loss=True)
+    for k, (trow, krow) in enumerate(zip(torch_rows, keras_rows, strict=True)):
+        tmask, kmask = trow[0], krow[0]
+        assert (tmask is None) == (kmask is None), k
+        if tmask is not None:
+            assert np.array_equal(tmask, kmask) and not tmask.all(), k
+        assert krow[1] == pytest.approx(trow[1], rel=1e-6), k
+        assert trow[2:] == krow[2:], k
+    assert [r[3] for r in torch_rows].index(True) == 2 * S  # QAT starts at epoch 2 in both
+    assert [r[2] for r in torch_rows][S:3 * S] == [False] * (2 * S)
