@@ -390,6 +390,15 @@ def _plan_error_text(recipe: Any, steps_per_epoch: int, exc: Exception) -> str:
     return text
 
 
+def _add_report_options(parser: argparse.ArgumentParser) -> None:
+    """The options validate and lint share: output format, variables, code selection, exit."""
+    parser.add_argument("--format", choices=["text", "json", "github", "sarif"], default="text")
+    parser.add_argument("--var", action="append", metavar="NAME=VALUE", help="override a recipe variable")
+    parser.add_argument("--select", metavar="CODES", help="report only these codes or prefixes (E,M001)")
+    parser.add_argument("--ignore", metavar="CODES", help="do not report these codes or prefixes")
+    parser.add_argument("--exit-zero", action="store_true", help="exit 0 even when errors are found")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="recipe-spec",
@@ -403,16 +412,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check recipes. Exit 0 clean, 1 errors found, 2 the tool could not run.",
     )
     v.add_argument("paths", nargs="+", metavar="PATH", help="recipe files or directories")
-    v.add_argument("--format", choices=["text", "json", "github", "sarif"], default="text")
     v.add_argument(
         "--backend", choices=["torch", "keras"], help="also check that the backend has every modifier"
     )
-    v.add_argument("--select", metavar="CODES", help="report only these codes or prefixes (E,M001)")
-    v.add_argument("--ignore", metavar="CODES", help="do not report these codes or prefixes")
-    v.add_argument(
-        "--var", action="append", metavar="NAME=VALUE", help="override a recipe variable"
-    )
-    v.add_argument("--exit-zero", action="store_true", help="exit 0 even when errors are found")
+    _add_report_options(v)
     v.set_defaults(run=_validate)
     sc = sub.add_parser(
         "schema",
@@ -468,11 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--target", choices=["torch", "keras"],
         help="lint with the names the given backend would see (e.g. a PyTorch model's Keras twin)",
     )
-    li.add_argument("--format", choices=["text", "json", "github", "sarif"], default="text")
-    li.add_argument("--var", action="append", metavar="NAME=VALUE", help="override a recipe variable")
-    li.add_argument("--select", metavar="CODES", help="report only these codes or prefixes")
-    li.add_argument("--ignore", metavar="CODES", help="do not report these codes or prefixes")
-    li.add_argument("--exit-zero", action="store_true", help="exit 0 even when errors are found")
+    _add_report_options(li)
     li.set_defaults(run=_lint)
 
     pa = sub.add_parser(

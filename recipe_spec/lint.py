@@ -22,6 +22,7 @@ from typing import Any
 from . import codes
 from .diagnostics import Diagnostic, Severity
 from .loader import RecipeInput, check
+from .mask_types import nm_of
 from .params import (
     ParamIndex,
     ParamRecord,
@@ -36,7 +37,6 @@ from .validation import Finding, apply_noqa, validate_recipe
 
 __all__ = ["lint", "lint_recipe", "as_target", "TORCH_TO_KERAS"]
 
-_NM = re.compile(r"^(\d+):(\d+)$")
 
 #: PyTorch parameter suffixes and their Keras names, by owning layer kind.
 TORCH_TO_KERAS = {"running_mean": "moving_mean", "running_var": "moving_variance"}
@@ -105,6 +105,7 @@ def _input_dim(record: ParamRecord, framework: str) -> int | None:
 
 def _mask_findings(m: Modifier, records: Sequence[ParamRecord], framework: str) -> Iterator[Finding]:
     mask = m.args.get("mask_type", "unstructured")
+    nm = nm_of(mask)
     for r in records:
         dim = _input_dim(r, framework)
         if isinstance(mask, str) and mask in ("block4", "block") and dim is not None and r.shape[dim] % 4:
@@ -116,12 +117,11 @@ def _mask_findings(m: Modifier, records: Sequence[ParamRecord], framework: str) 
                 "Exclude this parameter from the block4 modifier or use unstructured masks for it.",
                 m, ("mask_type",), severity=Severity.WARNING,
             )
-        nm = _NM.match(mask) if isinstance(mask, str) and mask != "tensorrt" else _NM.match("2:4") if mask == "tensorrt" else None
-        if nm and dim is not None and r.shape[dim] % int(nm.group(2)):
+        if nm and dim is not None and r.shape[dim] % nm[1]:
             yield Finding(
                 codes.P004,
                 f"mask_type '{mask}' needs dimension {dim} of '{r.name}' {list(r.shape)} to be a "
-                f"multiple of {nm.group(2)}",
+                f"multiple of {nm[1]}",
                 "Exclude this parameter, or choose an N:M pattern whose M divides it.",
                 m, ("mask_type",),
             )

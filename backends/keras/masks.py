@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from recipe_spec.mask_types import parse_mask_type
+
 __all__ = [
     "MaskShapeError",
     "SUM_VECTOR_BYTES",
@@ -45,7 +47,6 @@ __all__ = [
     "global_unstructured_masks",
 ]
 
-_NM_RE = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
 #: SparseML's tolerance between a recipe's target and an N:M pattern's own sparsity.
 _NM_TOLERANCE = 1e-2
 _CONV_RE = re.compile(r"^Conv(?:olution)?([123])D(Transpose)?$")
@@ -67,42 +68,6 @@ class MaskShapeError(ValueError):
 
 
 # -- mask types ------------------------------------------------------------------------------
-def parse_mask_type(mask_type: Any) -> tuple[str, Any]:
-    """A recipe's ``mask_type`` as ``(kind, argument)``, exactly as the torch backend parses it.
-
-    >>> parse_mask_type("tensorrt"), parse_mask_type([1, 4]), parse_mask_type("unstructured")
-    (('nm', (2, 4)), ('block', (1, 4)), ('unstructured', None))
-    """
-    if isinstance(mask_type, str):
-        if mask_type in ("unstructured", "block4", "channel", "filter"):
-            return mask_type, None
-        if mask_type == "tensorrt":
-            return "nm", (2, 4)
-        match = _NM_RE.match(mask_type)
-        if match:
-            n, m = int(match.group(1)), int(match.group(2))
-            if not 0 < n <= m:
-                raise ValueError(
-                    f"Invalid N:M mask_type {mask_type!r}: N (kept per group) must be between 1 "
-                    f"and M (the group size). Received: N={n}, M={m}"
-                )
-            return "nm", (n, m)
-    elif isinstance(mask_type, (list, tuple)):
-        if len(mask_type) == 2 and all(
-            isinstance(v, int) and not isinstance(v, bool) and (v > 0 or v == -1) for v in mask_type
-        ):
-            return "block", (int(mask_type[0]), int(mask_type[1]))
-        raise ValueError(
-            f"Invalid block mask_type {list(mask_type)!r}: expected two integers [rows, cols] "
-            "(each positive, or -1 for the whole dimension), e.g. [1, 4]"
-        )
-    raise ValueError(
-        f"Unknown mask_type {mask_type!r}. Supported mask types: 'unstructured', 'block4', "
-        "'N:M' (e.g. '2:4'), 'tensorrt' (= '2:4'), 'channel', 'filter', or a block shape "
-        "[rows, cols] such as [1, 4]"
-    )
-
-
 # -- layouts ---------------------------------------------------------------------------------
 def _spatial_dims(layer_type: str, ndim: int) -> int | None:
     """How many kernel-position dims a ``layer_type`` kernel has (0 for Dense), or None when

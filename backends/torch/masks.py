@@ -29,11 +29,11 @@ memory-light.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from typing import Any
 
 import torch
+from recipe_spec.mask_types import parse_mask_type
 
 __all__ = [
     "MaskShapeError",
@@ -54,7 +54,6 @@ _DIRECT_SELECT = 1 << 16
 _SAMPLE = 1 << 14
 #: Entries counted per chunk when locating the n-th tied entry.
 _CHUNK = 1 << 14
-_NM_RE = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
 #: SparseML's tolerance between a recipe's target and an N:M pattern's own sparsity.
 _NM_TOLERANCE = 1e-2
 
@@ -73,47 +72,6 @@ class MaskShapeError(ValueError):
 
 
 # -- mask types ------------------------------------------------------------------------------
-def parse_mask_type(mask_type: Any) -> tuple[str, Any]:
-    """A recipe's ``mask_type`` as ``(kind, argument)``.
-
-    ``"unstructured"`` and ``"block4"`` -> ``(kind, None)``; a list ``[a, b]`` of ints (``-1`` =
-    the whole dimension) -> ``("block", (a, b))``; ``"N:M"`` -> ``("nm", (N, M))`` (keep N of
-    every M); ``"tensorrt"`` -> ``("nm", (2, 4))``; ``"channel"`` / ``"filter"`` ->
-    ``(kind, None)``. Anything else raises ``ValueError``.
-
-    >>> parse_mask_type("tensorrt"), parse_mask_type([1, 4]), parse_mask_type("unstructured")
-    (('nm', (2, 4)), ('block', (1, 4)), ('unstructured', None))
-    """
-    if isinstance(mask_type, str):
-        if mask_type in ("unstructured", "block4", "channel", "filter"):
-            return mask_type, None
-        if mask_type == "tensorrt":
-            return "nm", (2, 4)
-        match = _NM_RE.match(mask_type)
-        if match:
-            n, m = int(match.group(1)), int(match.group(2))
-            if not 0 < n <= m:
-                raise ValueError(
-                    f"Invalid N:M mask_type {mask_type!r}: N (kept per group) must be between 1 "
-                    f"and M (the group size). Received: N={n}, M={m}"
-                )
-            return "nm", (n, m)
-    elif isinstance(mask_type, (list, tuple)):
-        if len(mask_type) == 2 and all(
-            isinstance(v, int) and not isinstance(v, bool) and (v > 0 or v == -1) for v in mask_type
-        ):
-            return "block", (int(mask_type[0]), int(mask_type[1]))
-        raise ValueError(
-            f"Invalid block mask_type {list(mask_type)!r}: expected two integers [rows, cols] "
-            "(each positive, or -1 for the whole dimension), e.g. [1, 4]"
-        )
-    raise ValueError(
-        f"Unknown mask_type {mask_type!r}. Supported mask types: 'unstructured', 'block4', "
-        "'N:M' (e.g. '2:4'), 'tensorrt' (= '2:4'), 'channel', 'filter', or a block shape "
-        "[rows, cols] such as [1, 4]"
-    )
-
-
 # -- validation ------------------------------------------------------------------------------
 def _check_sparsity(sparsity: Any) -> float:
     if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float)):
