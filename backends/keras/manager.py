@@ -67,6 +67,7 @@ class KerasManager:
         self._vars: dict[str, tuple[Any, str]] = {}
         self._model_params: ModelParams | None = None
         self._released_at_end: set[tuple[int, str]] = set()
+        self._unfreeze_after_step: list[str] = []
         self.layers: Any = None
         self.quantization: Any = None
 
@@ -117,6 +118,11 @@ class KerasManager:
 
     def step_end(self) -> None:
         """Re-apply the masks after the optimizer step and advance the step counter."""
+        if self._unfreeze_after_step:
+            for name in self._unfreeze_after_step:
+                self._vars[name][0].trainable = True
+            self._unfreeze_after_step = []
+            self._retrace()
         self.masks.apply()
         self.step_count += 1
 
@@ -150,15 +156,29 @@ class KerasManager:
         set_value(self.optimizer, "weight_decay", float(event.value), event.params)
 
     def _on_trainable(self, event: Event, m: Modifier) -> None:
+        """Freeze at once; unfreeze after this step's optimizer step.
+
+        The PyTorch timing, where the event is applied inside ``optimizer.step()``, after the
+        backward pass: a parameter frozen at step k gets no update at step k (its gradient is
+        dropped), and one unfrozen at step k had no gradient computed for step k, so it first
+        changes at step k + 1. Keras applies the event before the forward pass, so a flag that
+        turns on waits for :meth:`step_end`.
+        """
         names = self.names_for(event.modifier, event.params)
         if event.value == "restore":
-            for name, flag in self.trainable_saved.pop(event.modifier, {}).items():
-                self._vars[name][0].trainable = flag
+            flags = self.trainable_saved.pop(event.modifier, {})
         else:
             self.trainable_saved[event.modifier] = {n: bool(self._vars[n][0].trainable) for n in names}
-            for name in names:
-                self._vars[name][0].trainable = bool(event.value)
-        self._retrace()
+            flags = dict.fromkeys(names, bool(event.value))
+        changed = False
+        for name, flag in flags.items():
+            if flag:
+                self._unfreeze_after_step.append(name)
+            elif self._vars[name][0].trainable:
+                self._vars[name][0].trainable = False
+                changed = True
+        if changed:
+            self._retrace()
 
     def _retrace(self) -> None:
         """Trainable flags are read when the train function is traced: trace it again."""

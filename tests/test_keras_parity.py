@@ -1,11 +1,10 @@
-"""The Keras 3 backend: the conformance cases on a Keras twin of their model, and step-for-step
-parity with the PyTorch backend on identical weights (per-step LR, target sparsity and masks)."""
+"""Step-for-step parity of the Keras 3 backend with the PyTorch backend: the same recipes on a
+PyTorch net and its Keras twin with identical weights give the same per-step LR, target
+sparsity and masks (and weight decay, trainable flags, held masks and QAT start)."""
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
@@ -13,48 +12,14 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from keras_nets import copy_weights, keras_twin, to_torch_layout  # noqa: E402
 from torch_nets import build  # noqa: E402
 
 from recipe_spec import ScheduledModifierManager  # noqa: E402
-from recipe_spec.schedule import compile_plan  # noqa: E402
-
-CASES = sorted((Path(__file__).resolve().parents[2] / "shared" / "conformance" / "sparseml").glob("*.json"))
-RUNNABLE = [
-    p for p in CASES
-    if not json.loads(p.read_text())["error"] and "constant" not in p.stem and "trainable" not in p.stem
-]
-PRUNABLE = {"conv1.weight": "conv1/kernel", "conv2.weight": "conv2/kernel", "fc1.weight": "fc1/kernel", "fc2.weight": "fc2/kernel"}
 
 
-def keras_twin(out: int = 10) -> keras.Model:
-    """The conformance net with the same layer names (channels last)."""
-    inputs = keras.Input((12, 12, 3))
-    x = keras.layers.Conv2D(8, 3, name="conv1")(inputs)
-    x = keras.layers.BatchNormalization(name="bn1")(x)
-    x = keras.layers.ReLU()(x)
-    x = keras.layers.Conv2D(16, 3, name="conv2")(x)
-    x = keras.layers.ReLU()(x)
-    x = keras.layers.AveragePooling2D(4)(x)
-    x = keras.layers.Flatten()(x)
-    x = keras.layers.Dense(32, name="fc1")(x)
-    x = keras.layers.ReLU()(x)
-    return keras.Model(inputs, keras.layers.Dense(out, name="fc2")(x))
-
-
-def copy_weights(torch_model: torch.nn.Module, model: keras.Model) -> None:
-    sd = {k: v.detach().numpy() for k, v in torch_model.state_dict().items()}
-    for name in ("conv1", "conv2"):
-        model.get_layer(name).set_weights([sd[f"{name}.weight"].transpose(2, 3, 1, 0), sd[f"{name}.bias"]])
-    for name in ("fc1", "fc2"):
-        model.get_layer(name).set_weights([sd[f"{name}.weight"].T, sd[f"{name}.bias"]])
-
-
-def kernel(model: keras.Model, name: str) -> np.ndarray:
-    return np.asarray(model.get_layer(name).kernel.numpy())
-
-
-def fit_steps(model, callbacks, steps: int, S: int, zero_loss: bool = False) -> list[float]:
-    """Train ``steps`` batches with model.fit (one batch per step); the LR used by each step."""
+def fit_steps(model: keras.Model, callbacks: list, steps: int, S: int, zero_loss: bool = False) -> list[float]:
+    """Train ``steps`` batches with model.fit (one batch per step); the LR each step used."""
     x = np.random.default_rng(0).normal(size=(steps * 4, 12, 12, 3)).astype("float32")
     y = np.random.default_rng(1).normal(size=(steps * 4, model.output_shape[-1])).astype("float32")
     lrs: list[float] = []
@@ -68,53 +33,6 @@ def fit_steps(model, callbacks, steps: int, S: int, zero_loss: bool = False) -> 
     model.fit(x, y, batch_size=4, epochs=1, steps_per_epoch=steps, shuffle=False, verbose=0,
               callbacks=[*callbacks, Record()])
     return lrs
-
-
-@pytest.mark.parametrize("path", RUNNABLE, ids=lambda p: p.stem)
-def test_conformance_case_on_a_keras_twin(path: Path) -> None:
-    case = json.loads(path.read_text())
-    S = case["steps_per_epoch"]
-    model = keras_twin()
-    optimizer = keras.optimizers.SGD(learning_rate=0.1, momentum=0.9)
-    recipe = case["recipe"]
-    manager = ScheduledModifierManager.from_yaml(recipe)
-    model, optimizer, callbacks = manager.modify(model, optimizer, steps_per_epoch=S)
-    model.optimizer_for_recipe = optimizer
-    sparsities: list[dict[str, float]] = []
-
-    class Sparsity(keras.callbacks.Callback):
-        def on_train_batch_end(self, batch, logs=None):
-            callbacks[0].on_train_batch_end(batch, logs)  # masks re-applied first, as in torch
-            sparsities.append({t: float((kernel(self.model, k.split("/")[0]) == 0).mean()) for t, k in PRUNABLE.items()})
-
-    steps = len(case["steps"])
-    lrs = fit_steps(model, [_BeginOnly(callbacks[0]), Sparsity()], steps, S)
-    plan = compile_plan(manager.recipe, S)
-    targets: dict[str, float] = {}
-    for k in range(steps):
-        want = case["steps"][k]
-        assert lrs[k] == pytest.approx(want["lr"][0], rel=1e-6), f"lr at k={k}"  # float32 variable
-        for event in plan.events_at(k):
-            if event.target == "sparsity":
-                for name in manager.runtime.names_for(event.modifier, event.params):
-                    targets[PRUNABLE.get(name.replace("/kernel", ".weight").replace("/", "."), name)] = event.value
-        for tname, kname in PRUNABLE.items():
-            if kname in targets and "leave_enabled_false" not in path.stem:
-                n = kernel(model, kname.split("/")[0]).size
-                assert sparsities[k][tname] == round(n * targets[kname]) / n or "block4" in path.stem, (tname, k)
-            if path.stem.endswith(("s4", "s6", "s7", "all_prunable")) and "block4" not in path.stem and "leave" not in path.stem:
-                assert sparsities[k][tname] == want["sparsity"][tname], (tname, k)
-
-
-class _BeginOnly(keras.callbacks.Callback):
-    """The recipe callback's batch-begin half (the end half runs inside the test's callback)."""
-
-    def __init__(self, inner):
-        super().__init__()
-        self.inner = inner
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self.inner.on_train_batch_begin(batch, logs)
 
 
 PARITY = {
@@ -147,7 +65,7 @@ def test_parity_with_pytorch_on_identical_weights(name: str) -> None:
     tmodel, topt, _, _ = build(lr=0.1)
     tmodel.fc2 = torch.nn.Linear(32, 10)
     model = keras_twin()
-    copy_weights(tmodel, model)
+    copy_weights(tmodel, model, same_function=False)
     text = PARITY[name]
     tman = ScheduledModifierManager.from_yaml(text)
     topt = tman.modify(tmodel, torch.optim.SGD(tmodel.parameters(), lr=0.1), S)
@@ -160,21 +78,27 @@ def test_parity_with_pytorch_on_identical_weights(name: str) -> None:
         (tmodel(torch.randn(4, 3, 12, 12)).sum() * 0.0).backward()
         topt.step()
         torch_lrs.append(topt.param_groups[0]["lr"])
-        torch_masks.append({n: e.mask.numpy().copy() for n, e in tman.runtime.masks.params.items()})
-    keras_masks: list[dict[str, np.ndarray]] = []
+        torch_masks.append({n: (e.mask.numpy().copy(), e.applied_sparsity) for n, e in tman.runtime.masks.params.items()})
+    keras_masks: list[dict[str, tuple[np.ndarray, float | None]]] = []
 
     class Masks(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
-            keras_masks.append({n: e.mask.copy() for n, e in kman.runtime.masks.params.items()})
+            keras_masks.append({
+                n.replace("/kernel", ".weight"): (to_torch_layout(e.mask.copy()), e.applied_sparsity)
+                for n, e in kman.runtime.masks.params.items()
+            })
 
     keras_lrs = fit_steps(model, [*callbacks, Masks()], steps, S, zero_loss=True)
     assert keras_lrs == pytest.approx(torch_lrs, rel=1e-6)
+    updates = 0
     for k in range(steps):
-        assert {n.replace("/kernel", ".weight") for n in keras_masks[k]} == set(torch_masks[k]), k
-        for kname, kmask in keras_masks[k].items():
-            tmask = torch_masks[k][kname.replace("/kernel", ".weight")]
-            back = kmask.transpose(3, 2, 0, 1) if kmask.ndim == 4 else kmask.T
-            assert np.array_equal(back, tmask), (name, k, kname)
+        assert set(keras_masks[k]) == set(torch_masks[k]), k
+        for pname, (kmask, ktarget) in keras_masks[k].items():
+            tmask, ttarget = torch_masks[k][pname]
+            assert ktarget == ttarget, (name, k, pname)  # the target sparsity in force
+            assert np.array_equal(kmask, tmask), (name, k, pname)
+            updates += k == 0 or torch_masks[k - 1].get(pname, (None, None))[1] != ttarget
+    assert updates >= 4 and torch_lrs[0] != torch_lrs[-1]  # the recipes do prune and change the LR
 
 
 PARITY_STATE = """
@@ -198,7 +122,7 @@ def test_parity_of_constant_pruning_weight_decay_trainable_and_qat_start() -> No
     with torch.no_grad():
         tmodel.fc1.weight[tmodel.fc1.weight.abs() < 0.05] = 0.0
     model = keras_twin()
-    copy_weights(tmodel, model)
+    copy_weights(tmodel, model, same_function=False)
     tman = ScheduledModifierManager.from_yaml(PARITY_STATE)
     topt = tman.modify(tmodel, torch.optim.SGD(tmodel.parameters(), lr=0.1, weight_decay=0.0), S)
     kman = ScheduledModifierManager.from_yaml(PARITY_STATE)
