@@ -45,6 +45,11 @@ class RecipeCallback(keras.callbacks.Callback):
         super().__init__()
         self.runtime = runtime
 
+    def on_train_begin(self, logs: Any = None) -> None:
+        # weights may have been written since the last fit (set_weights, load_weights): mask
+        # them again before the first step
+        self.runtime.masks.invalidate()
+
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
         self.runtime.step_begin()
 
@@ -114,7 +119,7 @@ class KerasManager:
             handler = getattr(self, f"_on_{event.target}", None)
             if handler is not None:
                 handler(event, self.recipe.modifiers[event.modifier])
-        self.masks.apply()
+        self.masks.apply(changed_only=True)
 
     def step_end(self) -> None:
         """Re-apply the masks after the optimizer step and advance the step counter."""
@@ -281,6 +286,22 @@ class KerasManager:
         self.masks.apply()
 
 
+    @property
+    def epoch(self) -> int:
+        """Whole epochs run so far (``fit``'s ``initial_epoch`` when resuming)."""
+        return self.step_count // self.steps_per_epoch if self.steps_per_epoch else 0
+
+    def checkpoint_callback(self, filepath: Any, save_freq: Any = "epoch") -> RecipeCheckpoint:
+        """A :class:`RecipeCheckpoint` for this run (add it to ``fit``'s callbacks after the
+        recipe's own)."""
+        return RecipeCheckpoint(self, filepath, save_freq)
+
+    def restore(self, filepath: Any) -> int:
+        """Load the recipe state saved next to ``filepath`` (after :meth:`modify` on the model
+        loaded from it); returns the epoch to give ``fit(initial_epoch=...)``."""
+        self.load_state_dict(load_recipe_state(filepath))
+        return self.epoch
+
 # -- checkpoints with Keras' own saving -----------------------------------------------------
 def _optimizer_values(optimizer: Any) -> dict[str, float | None]:
     """The learning rate and weight decay in force when they are variables (else None)."""
@@ -372,25 +393,3 @@ class RecipeCheckpoint(keras.callbacks.Callback):
         self.model.save(path)
         save_recipe_state(self.runtime.state_dict(), recipe_state_path(path))
         self.saved.append(path)
-
-
-def _checkpoint_callback(self: KerasManager, filepath: Any, save_freq: Any = "epoch") -> RecipeCheckpoint:
-    """A :class:`RecipeCheckpoint` for this run (add it to ``fit``'s callbacks)."""
-    return RecipeCheckpoint(self, filepath, save_freq)
-
-
-def _restore(self: KerasManager, filepath: Any) -> int:
-    """Load the recipe state saved next to ``filepath`` (after :meth:`modify` on the model
-    loaded from it); returns the epoch to give ``fit(initial_epoch=...)``."""
-    self.load_state_dict(load_recipe_state(filepath))
-    return self.epoch
-
-
-def _epoch(self: KerasManager) -> int:
-    """Whole epochs run so far (``fit``'s ``initial_epoch`` when resuming)."""
-    return self.step_count // self.steps_per_epoch if self.steps_per_epoch else 0
-
-
-KerasManager.checkpoint_callback = _checkpoint_callback  # type: ignore[attr-defined]
-KerasManager.restore = _restore  # type: ignore[attr-defined]
-KerasManager.epoch = property(_epoch)  # type: ignore[attr-defined]

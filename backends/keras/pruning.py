@@ -4,11 +4,21 @@ optimizer step while a pruning modifier holds them.
 Keras runs its train step as a compiled graph, so masks are applied by assigning the masked
 value to the variable between steps (``variable.assign``), which works in eager, ``tf.function``
 and ``jit_compile`` training alike and on every replica of a ``tf.distribute`` strategy.
+
+Cost per step. ``MaskedVariable.mask`` (NumPy) is the mask; every change to it goes through
+:class:`MaskSet` (``hold``, ``update``), which keeps a copy of it on the device: applying is
+``variable.assign(where(mask, variable, 0))`` with ``keras.ops`` on the device, without copying
+the weights to the host, and all-True masks are skipped. On TensorFlow the masks of all the
+variables are applied by one ``tf.function`` call. Before a step (``apply(changed_only=True)``)
+nothing is done unless a mask was held, changed or invalidated since the last apply: the apply
+after the previous optimizer step left the weights masked. Code that changes a mask array in
+place by itself, or writes masked weights between steps, calls :meth:`MaskSet.invalidate`
+afterwards (or :meth:`MaskSet.apply` itself).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -32,6 +42,64 @@ class MaskedVariable:
     mask: np.ndarray
     owner: int
     applied_sparsity: float | None = None
+    # the copy of ``mask`` on the device: the array it was last copied from (None: copy again),
+    # whether that array is all True, a bool ``keras.Variable`` holding it (made once, then
+    # assigned), and a zero of the variable's dtype
+    _synced: np.ndarray | None = field(default=None, init=False, repr=False)
+    _dense: bool = field(default=True, init=False, repr=False)
+    _on_device: Any = field(default=None, init=False, repr=False)
+    _zero: Any = field(default=None, init=False, repr=False)
+
+    def invalidate(self) -> None:
+        """``mask`` was changed in place: copy it to the device again before the next apply."""
+        self._synced = None
+
+    def sync(self) -> bool:
+        """Copy ``mask`` to the device if it was invalidated or replaced since the last copy;
+        returns whether it is all True (then nothing is copied, nor ever applied)."""
+        if self._synced is not self.mask:
+            self._dense = bool(self.mask.all())
+            if not self._dense:
+                import keras
+
+                copy = np.array(self.mask, dtype=bool)  # a private copy, never changed in place
+                if self._on_device is None:
+                    self._on_device = keras.Variable(copy, dtype="bool", trainable=False, name="mask")
+                    self._zero = keras.ops.zeros((), dtype=self.variable.dtype)
+                else:
+                    self._on_device.assign(copy)
+            self._synced = self.mask
+        return self._dense
+
+    def apply(self) -> None:
+        """``variable = where(mask, variable, 0)`` on the device: masked entries become exactly
+        0.0, the others keep their bits. Nothing to do for an all-True mask."""
+        if not self.sync():
+            _assign_masked(self)
+
+
+def _assign_masked(entry: MaskedVariable) -> None:
+    import keras
+
+    # where, not multiply: a masked -0.0, inf or NaN becomes +0.0, like np.where
+    entry.variable.assign(keras.ops.where(entry._on_device.value, entry.variable.value, entry._zero))
+
+
+def _batched(entries: tuple[MaskedVariable, ...]) -> Any:
+    """On TensorFlow, one ``tf.function`` that applies the masks of ``entries``: one call instead
+    of two eager ops per variable. It reads the masks from their device variables, so a new mask
+    needs no new trace. None on other backends."""
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        return None
+    import tensorflow as tf
+
+    def apply_all() -> None:
+        for entry in entries:
+            _assign_masked(entry)
+
+    return tf.function(apply_all, autograph=False)
 
 
 def _value(variable: Any) -> np.ndarray:
@@ -45,6 +113,8 @@ class MaskSet:
 
     def __init__(self) -> None:
         self.params: dict[str, MaskedVariable] = {}
+        self._changed = True  # a mask was held or changed since the last apply()
+        self._batch: tuple[tuple[MaskedVariable, ...], Any] | None = None  # (entries, _batched(entries))
 
     def hold(self, name: str, variable: Any, layer_type: str, owner: int, mask: np.ndarray | None = None) -> MaskedVariable:
         entry = self.params.get(name)
@@ -52,25 +122,51 @@ class MaskSet:
             initial = np.ones(tuple(variable.shape), dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
             entry = MaskedVariable(name, variable, layer_type, initial.copy(), owner)
             self.params[name] = entry
+            self._changed = True
         else:
             entry.owner = owner
             if mask is not None:
                 entry.mask[...] = mask
+                entry.invalidate()
+                self._changed = True
         return entry
 
     def release(self, names: Any) -> None:
         for name in list(names):
             self.params.pop(name, None)
+        self._batch = None
 
     def release_all(self) -> None:
         self.params.clear()
+        self._batch = None
 
-    def apply(self) -> None:
-        """``variable = variable * mask`` for every held mask."""
+    def invalidate(self) -> None:
+        """Masks were changed in place, or weights written, by code outside this class: copy
+        the masks to the device again, and apply them at the next :meth:`apply` even with
+        ``changed_only``."""
         for entry in self.params.values():
-            value = _value(entry.variable)
-            if not entry.mask.all():
-                entry.variable.assign(np.where(entry.mask, value, np.zeros((), value.dtype)))
+            entry.invalidate()
+        self._changed = True
+
+    def apply(self, changed_only: bool = False) -> None:
+        """``variable = where(mask, variable, 0)`` for every held mask (masked entries exactly 0.0).
+
+        ``changed_only``: do nothing unless a mask was held, changed or invalidated since the
+        last apply (used before a step: the apply after the previous step, or the update that
+        computed the masks, left every variable masked)."""
+        if changed_only and not self._changed:
+            return
+        entries = tuple(e for e in self.params.values() if not e.sync())
+        if entries:
+            if self._batch is None or self._batch[0] != entries:
+                self._batch = (entries, _batched(entries))
+            batched = self._batch[1]
+            if batched is None:
+                for entry in entries:
+                    _assign_masked(entry)
+            else:
+                batched()
+        self._changed = False
 
     def update(self, entries: list[MaskedVariable], sparsity: float, mask_type: Any, global_sparsity: bool, step: int) -> None:
         values = [_value(e.variable) for e in entries]
@@ -85,5 +181,6 @@ class MaskSet:
             masks = [compute_mask(v, sparsity, mask_type, e.layer_type) for v, e in zip(values, entries, strict=True)]
         for entry, value, mask in zip(entries, values, masks, strict=True):
             entry.mask[...] = mask
+            entry.invalidate()
             entry.applied_sparsity = sparsity
             entry.variable.assign(np.where(mask, value, np.zeros((), value.dtype)))

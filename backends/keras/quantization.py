@@ -15,16 +15,41 @@ thing as Dense/BaseConv ``call`` with the fake-quantized input and kernel; the o
 function, so the manager traces ``model.fit``'s train function again after the change. The
 observers live in two small non-trainable sub-layers, ``input_fake_quant`` and
 ``kernel_fake_quant``, attached to the layer (variables ``min_val``, ``max_val``, ``observed``,
-``observer_enabled``): they are part of ``model.weights`` and of saved weights
-(``conv1/input_fake_quant/min_val``), and no layer or existing variable is renamed.
+``observer_enabled``): they are part of ``model.weights`` and of saved weights (recipe name
+``conv1/input_fake_quant/min_val``; Keras' own ``variable.path`` is ``input_fake_quant/min_val``,
+the scope they were created in), and no layer or existing variable is renamed.
 
 Observers update only in training calls (``model.fit``; not in ``predict``/``evaluate``); at
 ``disable_quantization_observer_epoch`` their ``observer_enabled`` variables are set to 0 and
-the ranges stay frozen. At ``freeze_bn_stats_epoch`` the BatchNormalization layers fed directly
-by a quantized conv get ``momentum = 1.0`` (Keras: ``moving = moving * momentum + batch *
+the ranges stay frozen. At ``freeze_bn_stats_epoch`` the BatchNormalization layers folded into
+a quantized conv (below) get ``momentum = 1.0`` (Keras: ``moving = moving * momentum + batch *
 (1 - momentum)``), so their moving statistics stop changing; the train function is traced
-again because Keras reads ``momentum`` at trace time. Unlike the torch backend, the BN is not
-folded into the quantized conv kernel (``model_fuse_fn_name`` is ignored).
+again because Keras reads ``momentum`` at trace time.
+
+Conv-BN fold (the torch backend's ``_conv_forward``, unless ``model_fuse_fn_name: no_fuse``). A
+conv whose output feeds a ``BatchNormalization`` directly (functional graph; for subclassed
+models, the BN listed right after it) is trained with that BN folded into its quantized kernel,
+so the quantization grid is the one the deployed, folded conv will have::
+
+    factor = gamma / sqrt(moving_variance + epsilon)      # gamma = 1 when scale=False
+    y = conv(x, fake_quant(kernel * factor)) / factor + bias
+
+(``factor`` on the output-channel axis: the last kernel axis in Keras; read from the BN's
+variables at every call). The BN itself still runs afterwards as usual, and its moving
+statistics keep updating until ``freeze_bn_stats_epoch``. Only these folded BNs are frozen
+(with ``no_fuse`` none is, as in torch). A conv is not folded when it has a non-linear
+activation between it and the BN (a deployed conv could not absorb the BN through it) or when
+the BN normalizes another axis than the conv's channels. The pairs are recorded (``QuantizationState.folded``, conv path -> BN
+path) so that a resumed run folds the same BNs. The BN is held by the wrapper's closure, not
+as an attribute of the conv: Keras' saving walks a layer's attributes, and a BN reached
+through the conv would be saved under the conv's path instead of its own.
+
+Resume with ``keras.saving.load_model``. The .keras file does hold the observer variables
+(under the layer's group), but ``load_model`` rebuilds the layers from their config, which has
+no observers, and Keras silently skips entries of the file that no variable asks for. So the
+observer values also travel in the recipe state (:meth:`QuantizationState.state`, floats, exact
+for float32) and :meth:`QuantizationState.restore` assigns them after re-attaching the
+observers; loading the weights again afterwards (``model.load_weights``) gives the same values.
 """
 
 from __future__ import annotations
@@ -153,23 +178,39 @@ def _attach(layer: Any, name: str, child: Any) -> None:
             tracker.lock()
 
 
-def _qat_call(layer: Any) -> Any:
+def _fold_factor(bn: Any, dtype: Any) -> Any:
+    """``gamma / sqrt(moving_variance + epsilon)`` of ``bn`` (``gamma`` = 1 without scale), one
+    value per channel, read when the layer is called (the moving variance keeps changing)."""
+    std = ops.sqrt(ops.cast(bn.moving_variance, "float32") + bn.epsilon)
+    gamma = ops.cast(bn.gamma, "float32") if bn.gamma is not None else ops.ones_like(std)
+    return ops.cast(gamma / std, dtype)
+
+
+def _qat_call(layer: Any, bn: Any = None) -> Any:
+    """The fake-quantizing ``call`` of ``layer``; with ``bn``, the conv-BN fold (module docstring)."""
+
     def call(inputs: Any, *args: Any, **kwargs: Any) -> Any:
         observe = _training_call()
         x = layer.input_fake_quant.fake_quant(inputs, observe=observe)
-        w = layer.kernel_fake_quant.fake_quant(layer.kernel, observe=observe)
+        kernel = layer.kernel
         if isinstance(layer, keras.layers.Dense):
+            w = layer.kernel_fake_quant.fake_quant(kernel, observe=observe)
             y = ops.matmul(x, w)
             if layer.bias is not None:
                 y = ops.add(y, layer.bias)
         else:
-            y = layer.convolution_op(x, w)
+            if layer.data_format == "channels_last":
+                channels = (1,) * (layer.rank + 1) + (layer.filters,)
+            else:
+                channels = (1, layer.filters) + (1,) * layer.rank
+            if bn is None:
+                y = layer.convolution_op(x, layer.kernel_fake_quant.fake_quant(kernel, observe=observe))
+            else:
+                factor = _fold_factor(bn, kernel.dtype)  # (filters,): the kernel's last axis
+                folded = layer.kernel_fake_quant.fake_quant(kernel * factor, observe=observe)
+                y = ops.divide(layer.convolution_op(x, folded), ops.reshape(ops.cast(factor, x.dtype), channels))
             if layer.use_bias:
-                if layer.data_format == "channels_last":
-                    shape = (1,) * (layer.rank + 1) + (layer.filters,)
-                else:
-                    shape = (1, layer.filters) + (1,) * layer.rank
-                y = ops.add(y, ops.reshape(layer.bias, shape))
+                y = ops.add(y, ops.reshape(layer.bias, channels))
         if layer.activation is not None:
             y = layer.activation(y)
         return y
@@ -177,15 +218,18 @@ def _qat_call(layer: Any) -> Any:
     return call
 
 
-def quantize_layer(layer: Any) -> None:
-    """Give ``layer`` (Dense/ConvND, built) fake quantization in place; idempotent."""
+def quantize_layer(layer: Any, bn: Any = None) -> None:
+    """Give ``layer`` (Dense/ConvND, built) fake quantization in place, with ``bn`` folded into
+    its kernel when given (a conv only); idempotent."""
     if "_qat_original_call" in layer.__dict__:
         return
+    if bn is not None and isinstance(layer, keras.layers.Dense):
+        raise ValueError(f"cannot fold BatchNormalization {bn.name!r} into Dense layer {layer.name!r}: only convs fold")
     if "input_fake_quant" not in layer.__dict__:
         _attach(layer, "input_fake_quant", FakeQuant(8, symmetric=False, averaging=0.01, name="input_fake_quant"))
         _attach(layer, "kernel_fake_quant", FakeQuant(8, symmetric=True, averaging=0.0, name="kernel_fake_quant"))
     layer.__dict__["_qat_original_call"] = layer.call
-    object.__setattr__(layer, "call", _qat_call(layer))
+    object.__setattr__(layer, "call", _qat_call(layer, bn))
 
 
 def unquantize_layer(layer: Any) -> None:
@@ -211,12 +255,28 @@ def _targets(model: Any, modifier: Modifier) -> list[tuple[str, Any]]:
     return found
 
 
-def _bns_after(model: Any, convs: list[Any]) -> list[tuple[str, Any]]:
-    """The BatchNormalization layers fed directly by one of ``convs`` (functional graph), or,
-    where the graph is unknown (subclassed models), those listed right after one."""
-    conv_ids = {id(c) for c in convs}
-    found = []
+def _foldable(conv: Any, bn: Any) -> bool:
+    """Whether ``bn`` can be folded into ``conv``: nothing non-linear between them, and the BN
+    normalizes the conv's channel axis (one statistic per filter)."""
+    activation = getattr(conv, "activation", None)
+    if activation is not None and activation is not keras.activations.linear:
+        return False
+    ndim = conv.rank + 2
+    channel = ndim - 1 if conv.data_format == "channels_last" else 1
+    axis = bn.axis[0] if isinstance(bn.axis, (list, tuple)) and len(bn.axis) == 1 else bn.axis
+    if not isinstance(axis, int) or axis % ndim != channel:
+        return False
+    return tuple(bn.moving_variance.shape) == (conv.filters,)
+
+
+def _bns_after(model: Any, convs: list[Any]) -> list[tuple[str, Any, str, Any]]:
+    """``(bn_path, bn, conv_path, conv)`` for the BatchNormalization layers fed directly by one
+    of ``convs`` (functional graph), or, where the graph is unknown (subclassed models), listed
+    right after one."""
+    by_id = {id(c): c for c in convs}
     listed = layer_paths(model)
+    path_of = {id(layer): path for path, layer in listed}
+    found = []
     for i, (path, layer) in enumerate(listed):
         if not isinstance(layer, keras.layers.BatchNormalization):
             continue
@@ -226,20 +286,35 @@ def _bns_after(model: Any, convs: list[Any]) -> list[tuple[str, Any]]:
                 history = getattr(tensor, "_keras_history", None)
                 if history is not None:
                     sources.append(history[0])
-        if sources:
-            hit = any(id(s) in conv_ids for s in sources)
-        else:
-            hit = i > 0 and id(listed[i - 1][1]) in conv_ids
-        if hit:
-            found.append((path, layer))
+        if not sources and i > 0:
+            sources = [listed[i - 1][1]]
+        conv = next((s for s in sources if id(s) in by_id), None)
+        if conv is not None:
+            found.append((path, layer, path_of[id(conv)], conv))
     return found
 
 
-class QuantizationState:
-    """What QAT changed in a model, so it can be saved and applied again on resume."""
+def _fold_pairs(model: Any, convs: list[Any]) -> dict[str, str]:
+    """conv path -> BN path for the convs to train with their BN folded in (the first
+    foldable BN a conv feeds, in model order)."""
+    pairs: dict[str, str] = {}
+    for bn_path, bn, conv_path, conv in _bns_after(model, convs):
+        if conv_path not in pairs and _foldable(conv, bn):
+            pairs[conv_path] = bn_path
+    return pairs
 
-    def __init__(self, modifier: int, converted: list[str], bns: list[str]):
-        self.modifier, self.converted, self.bns = modifier, converted, bns
+
+_OBSERVERS = ("input_fake_quant", "kernel_fake_quant")
+_OBSERVER_VARS = ("min_val", "max_val", "observed", "observer_enabled")
+
+
+class QuantizationState:
+    """What QAT changed in a model, so it can be saved and applied again on resume: the
+    quantized layers, the folded conv -> BN pairs, the frozen flags and the observer values."""
+
+    def __init__(self, modifier: int, converted: list[str], folded: dict[str, str]):
+        self.modifier, self.converted, self.folded = modifier, converted, folded
+        self.bns = list(dict.fromkeys(folded.values()))  # the BNs freeze_bn_stats freezes
         self.model: Any = None
         self.observers_disabled = False
         self.bn_frozen = False
@@ -253,10 +328,13 @@ class QuantizationState:
                 f"QuantizationModifier (line {modifier.span.line}) found no Dense or Conv layer to "
                 "quantize (check submodules / ignore)"
             )
-        for _, layer in targets:
-            quantize_layer(layer)
+        fuse = modifier.args.get("model_fuse_fn_name") not in ("no_fuse",)
         convs = [layer for _, layer in targets if not isinstance(layer, keras.layers.Dense)]
-        state = cls(index, [p for p, _ in targets], [p for p, _ in _bns_after(model, convs)])
+        folded = _fold_pairs(model, convs) if fuse else {}
+        layers = dict(layer_paths(model))
+        for path, layer in targets:
+            quantize_layer(layer, layers[folded[path]] if path in folded else None)
+        state = cls(index, [p for p, _ in targets], folded)
         state.model = model
         return state
 
@@ -283,27 +361,59 @@ class QuantizationState:
         for path, momentum in self.bn_momentum.items():
             self._layer(path).momentum = momentum
 
+    def observer_values(self) -> dict[str, dict[str, dict[str, float]]]:
+        """``{layer path: {"input_fake_quant": {"min_val": ..., ...}, "kernel_fake_quant": ...}}``
+        as Python floats (exact for the float32 variables)."""
+        layers = dict(layer_paths(self.model))
+        return {
+            path: {
+                fq: {v: float(ops.convert_to_numpy(getattr(getattr(layers[path], fq), v))) for v in _OBSERVER_VARS}
+                for fq in _OBSERVERS
+            }
+            for path in self.converted
+        }
+
     def state(self) -> dict[str, Any]:
+        """JSON-safe: what :meth:`restore` needs to rebuild QAT on a model loaded from the
+        .keras file, observer values included (``load_model`` does not bring them back)."""
         return {
             "converted": list(self.converted),
+            "folded": dict(self.folded),
             "bns": list(self.bns),
             "observers_disabled": self.observers_disabled,
             "bn_frozen": self.bn_frozen,
             "bn_momentum": dict(self.bn_momentum),
+            "observers": self.observer_values(),
         }
 
     @classmethod
     def restore(cls, model: Any, saved: Mapping[str, Any]) -> QuantizationState:
-        """Apply the saved structure again to a fresh model (resume); load the weights after
-        this so the observer values come back too."""
+        """Apply the saved structure again to a fresh model (resume) and give the observers
+        their saved values. A state saved before observer values were recorded has none: load
+        the weights after this (``model.load_weights``) to get them back from the file."""
         layers = dict(layer_paths(model))
+        # a state saved before the fold existed: its BNs were frozen but not folded
+        folded = dict(saved["folded"]) if "folded" in saved else {}
+        missing = [p for p in [*saved["converted"], *folded.values(), *saved.get("bns", [])] if p not in layers]
+        if missing:
+            raise ValueError(
+                f"the saved QAT state names layers this model does not have: {', '.join(sorted(set(missing)))} "
+                f"(model layers: {', '.join(layers)}); resume with the model the checkpoint was saved from "
+                "(keras.saving.load_model on the .keras file next to the recipe state)"
+            )
         for path in saved["converted"]:
-            quantize_layer(layers[path])
-        state = cls(-1, list(saved["converted"]), list(saved.get("bns", [])))
+            quantize_layer(layers[path], layers[folded[path]] if path in folded else None)
+        state = cls(-1, list(saved["converted"]), folded)
+        if "folded" not in saved:
+            state.bns = list(saved.get("bns", []))
         state.model = model
         state.bn_momentum = dict(saved.get("bn_momentum", {}))
         if saved.get("observers_disabled"):
             state.disable_observers()
+        for path, observers in (saved.get("observers") or {}).items():
+            for fq, values in observers.items():
+                for name, value in values.items():
+                    getattr(getattr(layers[path], fq), name).assign(float(value))
         if saved.get("bn_frozen"):
             for path in state.bns:
                 layers[path].momentum = 1.0

@@ -1,0 +1,302 @@
+"""Keras QAT: the conv-BN fold agrees with the PyTorch backend's, and a QAT run checkpointed with
+Keras' own saving (``model.save`` + ``RecipeCheckpoint``) and resumed in a fresh process ends
+bit-identical to an uninterrupted run, observers included (``load_model`` alone loses them)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from torch_nets import build  # noqa: E402
+
+from recipe_spec import ScheduledModifierManager  # noqa: E402
+
+# -- conv-BN fold: Keras against PyTorch ------------------------------------------------------
+
+
+def _twin() -> keras.Model:
+    """``torch_nets.Net`` in Keras (channels last), with torch's BatchNorm epsilon and momentum
+    (Keras' ``momentum`` 0.9 is torch's 0.1)."""
+    inputs = keras.Input((12, 12, 3))
+    x = keras.layers.Conv2D(8, 3, name="conv1")(inputs)
+    x = keras.layers.BatchNormalization(name="bn1", epsilon=1e-5, momentum=0.9)(x)
+    x = keras.layers.ReLU()(x)
+    x = keras.layers.Conv2D(16, 3, name="conv2")(x)
+    x = keras.layers.ReLU()(x)
+    x = keras.layers.AveragePooling2D(4)(x)  # torch: AdaptiveAvgPool2d(2) on 8x8
+    x = keras.layers.Flatten()(x)
+    x = keras.layers.Dense(32, name="fc1")(x)
+    x = keras.layers.ReLU()(x)
+    return keras.Model(inputs, keras.layers.Dense(8, name="fc2")(x))
+
+
+def _pair(fuse: bool) -> dict:
+    """The torch net and its Keras twin with the same weights and BN statistics, QAT started by
+    the recipe on both, one training-mode forward on the same batch."""
+    tmodel, _, inputs, _ = build()
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        # BN statistics far from the initial (gamma 1, variance 1), so that the fold factor
+        # gamma / sqrt(var + eps) spreads over two decades and changes the kernel's grid;
+        # one negative gamma checks the sign goes through
+        tmodel.bn1.weight.copy_(torch.rand(8, generator=g) * 2 + 0.3)
+        tmodel.bn1.weight[0] *= -1
+        tmodel.bn1.bias.copy_(torch.randn(8, generator=g))
+        tmodel.bn1.running_mean.copy_(torch.randn(8, generator=g))
+        tmodel.bn1.running_var.copy_(10 ** (torch.rand(8, generator=g) * 3 - 2))
+    model = _twin()
+    sd = {k: v.detach().numpy().copy() for k, v in tmodel.state_dict().items()}
+    for name in ("conv1", "conv2"):
+        model.get_layer(name).set_weights([sd[f"{name}.weight"].transpose(2, 3, 1, 0), sd[f"{name}.bias"]])
+    # torch flattens (C, H, W), Keras (H, W, C): fc1's input features are permuted
+    fc1 = sd["fc1.weight"].reshape(32, 16, 2, 2).transpose(2, 3, 1, 0).reshape(64, 32)
+    model.get_layer("fc1").set_weights([fc1, sd["fc1.bias"]])
+    model.get_layer("fc2").set_weights([sd["fc2.weight"].T, sd["fc2.bias"]])
+    model.get_layer("bn1").set_weights([sd["bn1.weight"], sd["bn1.bias"], sd["bn1.running_mean"], sd["bn1.running_var"]])
+    recipe = "modifiers:\n  - !QuantizationModifier {start_epoch: 0%s}\n" % ("" if fuse else ", model_fuse_fn_name: no_fuse")
+    tman = ScheduledModifierManager.from_yaml(recipe)
+    tman.modify(tmodel, torch.optim.SGD(tmodel.parameters(), lr=0.1), 4)
+    tman.runtime.before_step()  # the step-0 events: QAT starts
+    kman = ScheduledModifierManager.from_yaml(recipe)
+    kman.modify(model, keras.optimizers.SGD(0.1), 4)
+    kman.runtime.step_begin()
+    x = inputs[0]
+    tmodel.train()
+    with torch.no_grad():
+        tout = tmodel(x).numpy()
+    kout = np.asarray(model(x.numpy().transpose(0, 2, 3, 1), training=True))
+    tfq, kfq = tmodel.conv1.weight_fake_quant, model.get_layer("conv1").kernel_fake_quant
+    kbn = model.get_layer("bn1")
+    fc2_in = model.get_layer("fc2").input_fake_quant
+    return {
+        "torch": tout, "keras": kout,
+        "folded": (dict(tman.runtime.quantization.folded), dict(kman.runtime.quantization.folded)),
+        "grid": ((float(tfq.min_val), float(tfq.max_val)), (float(kfq.min_val.numpy()), float(kfq.max_val.numpy()))),
+        "kernel_range": (float(sd["conv1.weight"].min()), float(sd["conv1.weight"].max())),
+        "bn": ((tmodel.bn1.running_mean.numpy(), tmodel.bn1.running_var.numpy()),
+               (kbn.moving_mean.numpy(), kbn.moving_variance.numpy())),
+        "bn_mean_before": sd["bn1.running_mean"],
+        "fc2_step": (float(fc2_in.max_val.numpy()) - min(float(fc2_in.min_val.numpy()), 0.0)) / 255,
+        "fc2_wmax": float(np.abs(model.get_layer("fc2").kernel.numpy()).max()),
+    }
+
+
+def test_conv_bn_fold_matches_pytorch() -> None:
+    folded, plain = _pair(fuse=True), _pair(fuse=False)
+    assert folded["folded"] == ({"conv1": "bn1"}, {"conv1": "bn1"})
+    assert plain["folded"] == ({}, {})
+    # the folded kernel's quantization grid: the range of kernel * factor, the same in both,
+    # and not the plain kernel's range (which is what the unfolded runs quantize with)
+    (t_grid, k_grid), (p_t_grid, p_k_grid) = folded["grid"], plain["grid"]
+    np.testing.assert_allclose(k_grid, t_grid, rtol=1e-6)
+    np.testing.assert_allclose(p_k_grid, p_t_grid, rtol=1e-6)
+    np.testing.assert_allclose(p_k_grid, folded["kernel_range"], rtol=1e-6)
+    assert abs(k_grid[1] - p_k_grid[1]) > 0.1 * abs(p_k_grid[1])
+    # the BN still runs after the folded conv: the same batch means go into the moving means
+    # (not compared: the moving variances, torch's takes the unbiased batch variance, Keras'
+    # the biased one)
+    (t_mean, _), (k_mean, _) = folded["bn"]
+    np.testing.assert_allclose(k_mean, t_mean, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(k_mean, folded["bn_mean_before"])
+    # Outputs. Torch's fake-quant multiplies by 1/scale where Keras divides by scale, so a value
+    # lying exactly on a rounding boundary may round the other way in one framework: one such
+    # flip at fc2's input moves an output by one input step times a fc2 weight, and a flip
+    # deeper in the net reaches the output damped by the layers after it. The tolerance is
+    # that one step (about 2e-4 here); the frameworks agree far closer when nothing flips.
+    tol = folded["fc2_step"] * folded["fc2_wmax"]
+    fold_gap = np.abs(folded["keras"] - folded["torch"]).max()
+    plain_gap = np.abs(plain["keras"] - plain["torch"]).max()
+    fold_effect = np.abs(folded["keras"] - plain["keras"]).max()
+    assert fold_gap <= tol, (fold_gap, tol)
+    assert plain_gap <= tol, (plain_gap, tol)
+    # the fold changes the output by several tolerances: a missing or wrong fold would show
+    assert fold_effect > 3 * tol, (fold_effect, tol)
+    assert np.abs(folded["torch"] - plain["torch"]).max() > 3 * tol
+
+
+def test_fold_is_skipped_through_an_activation() -> None:
+    """A conv with a non-linear activation before its BN cannot absorb the BN when deployed."""
+    inputs = keras.Input((8, 8, 3))
+    x = keras.layers.Conv2D(4, 3, activation="relu", name="conv1")(inputs)
+    x = keras.layers.BatchNormalization(name="bn1")(x)
+    x = keras.layers.Conv2D(4, 3, name="conv2")(x)
+    x = keras.layers.BatchNormalization(name="bn2")(x)
+    model = keras.Model(inputs, x)
+    manager = ScheduledModifierManager.from_yaml("modifiers:\n  - !QuantizationModifier {start_epoch: 0}\n")
+    manager.modify(model, keras.optimizers.SGD(0.1), 1)
+    manager.runtime.step_begin()
+    state = manager.runtime.quantization
+    assert state.folded == {"conv2": "bn2"} and state.bns == ["bn2"]
+    state.freeze_bn_stats()
+    assert model.get_layer("bn2").momentum == 1.0 and model.get_layer("bn1").momentum != 1.0
+
+
+def test_restore_names_missing_layers_and_reads_states_without_fold() -> None:
+    """A state from another model is refused with the layers it lacks; a state saved before the
+    fold existed (no ``folded``, no observer values) resumes unfolded, as it was trained."""
+    from recipe_spec_keras.quantization import QuantizationState, qat_layers
+
+    with pytest.raises(ValueError, match=r"does not have: conv9 .*keras.saving.load_model"):
+        QuantizationState.restore(_twin(), {"converted": ["conv1", "conv9"]})
+    model = _twin()
+    old = {"converted": ["conv1", "fc1"], "bns": ["bn1"], "observers_disabled": False,
+           "bn_frozen": True, "bn_momentum": {"bn1": 0.9}}
+    state = QuantizationState.restore(model, old)
+    assert [layer.name for layer in qat_layers(model)] == ["conv1", "fc1"]
+    assert state.folded == {} and state.bns == ["bn1"] and model.get_layer("bn1").momentum == 1.0
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 12, 12, 3)).astype("float32")
+    bn = [rng.uniform(0.3, 2, 8), rng.normal(size=8), rng.normal(size=8), 10 ** rng.uniform(-2, 1, 8)]
+    model.get_layer("bn1").set_weights([v.astype("float32") for v in bn])  # a fold would show
+    unfolded, folded = _twin(), _twin()
+    for twin, fold in ((unfolded, {}), (folded, {"conv1": "bn1"})):
+        twin.set_weights([w.numpy() for w in model.weights if "fake_quant" not in w.path])
+        QuantizationState.restore(twin, {**old, "folded": fold})
+    out = np.asarray(model(x, training=True))
+    np.testing.assert_array_equal(out, np.asarray(unfolded(x, training=True)))
+    assert not np.allclose(out, np.asarray(folded(x, training=True)))
+
+
+# -- resume through model.save / keras.saving.load_model --------------------------------------
+
+RECIPE = """
+modifiers:
+  - !LearningRateFunctionModifier {lr_func: cosine, init_lr: 0.05, final_lr: 0.001, start_epoch: 0, end_epoch: 6}
+  - !GMPruningModifier
+    params: __ALL_PRUNABLE__
+    init_sparsity: 0.05
+    final_sparsity: 0.6
+    start_epoch: 1
+    end_epoch: 4
+    update_frequency: 1
+  - !QuantizationModifier {start_epoch: 2, disable_quantization_observer_epoch: 4, freeze_bn_stats_epoch: 4}
+"""
+S, EPOCHS = 4, 6
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, sys, warnings
+    os.environ["KERAS_BACKEND"] = "tensorflow"
+    import numpy as np, keras, tensorflow as tf
+    from recipe_spec import ScheduledModifierManager
+    from recipe_spec_keras.manager import load_recipe_state
+    from recipe_spec_keras.params import named_variables
+
+    keras.utils.set_random_seed(0)
+    tf.config.experimental.enable_op_determinism()
+    recipe, S = {recipe!r}, {S}
+    stop, load, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(S * 8, 10, 10, 3)).astype("float32")
+    y = rng.normal(size=(S * 8, 4)).astype("float32")
+
+    def net():
+        inputs = keras.Input((10, 10, 3))
+        h = keras.layers.Conv2D(8, 3, name="conv1")(inputs)
+        h = keras.layers.BatchNormalization(name="bn1")(h)
+        h = keras.layers.ReLU()(h)
+        h = keras.layers.Conv2D(8, 3, name="conv2", activation="relu")(h)
+        h = keras.layers.Flatten()(h)
+        h = keras.layers.Dense(16, name="fc1", activation="relu")(h)
+        return keras.Model(inputs, keras.layers.Dense(4, name="fc2")(h))
+
+    manager = ScheduledModifierManager.from_yaml(recipe)
+    caught = []
+    if load == "-":
+        model = net()
+        optimizer = keras.optimizers.SGD(learning_rate=0.1, momentum=0.9)
+        model, optimizer, callbacks = manager.modify(model, optimizer, steps_per_epoch=S)
+        model.compile(optimizer=optimizer, loss="mse")
+        initial = 0
+    else:  # the documented resume sequence; any warning it raises is reported
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model = keras.saving.load_model(load)
+            model, optimizer, callbacks = manager.modify(model, model.optimizer, steps_per_epoch=S)
+            manager.load_state_dict(load_recipe_state(load))
+        initial = manager.runtime.epoch
+    lrs = []
+
+    class Record(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            lrs.append(float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)))
+
+    checkpoint = manager.runtime.checkpoint_callback(out + "/ckpt-{{epoch}}.keras")
+    model.fit(x, y, batch_size=8, epochs=stop, initial_epoch=initial, shuffle=False, verbose=0,
+              callbacks=[*callbacks, Record(), checkpoint])
+    state = manager.state_dict()
+    arrays = {{"w_" + n.replace("/", "."): np.asarray(v.numpy()) for n, v, _ in named_variables(model)}}
+    arrays.update({{f"o_{{i}}": np.asarray(v.numpy()) for i, v in enumerate(model.optimizer.variables)}})
+    arrays.update({{"mask_" + n.replace("/", "."): m for n, (m, _, _) in state["masks"].items()}})
+    q = state["quantization"]
+    np.savez(out + "/result.npz", lrs=np.array(lrs), step=state["step"],
+             lr=float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)),
+             bn_momentum=model.get_layer("bn1").momentum, folded=repr(q and q["folded"]),
+             warnings=np.array([f"{{w.category.__name__}}|{{w.filename}}|{{w.message}}" for w in caught], dtype=str),
+             **arrays)
+    """
+).format(recipe=RECIPE, S=S)
+
+
+def _run(tmp: Path, stop: int, load: str) -> dict:
+    script = tmp / "run.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    out = subprocess.run([sys.executable, str(script), str(stop), load, str(tmp)], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    with np.load(tmp / "result.npz") as data:
+        return {k: data[k] for k in data.files}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    """The whole run; its per-epoch checkpoints are the ones an interrupted run leaves."""
+    folder = tmp_path_factory.mktemp("full")
+    return _run(folder, EPOCHS, "-"), folder
+
+
+def test_uninterrupted_run_trains_with_qat(uninterrupted: tuple[dict, Path]) -> None:
+    """What the resume test relies on: observers that moved and then froze, a folded BN that
+    froze, pruning masks."""
+    full, folder = uninterrupted
+    assert str(full["folded"]) == "{'conv1': 'bn1'}" and float(full["bn_momentum"]) == 1.0
+    for layer in ("conv1", "conv2", "fc1", "fc2"):
+        lo, hi = full[f"w_{layer}.input_fake_quant.min_val"], full[f"w_{layer}.input_fake_quant.max_val"]
+        assert full[f"w_{layer}.input_fake_quant.observed"] == 1.0 and lo < hi, layer
+        assert full[f"w_{layer}.kernel_fake_quant.observer_enabled"] == 0.0, layer
+    at3 = np.load(folder / "ckpt-3.keras.recipe.npz")["meta"]  # observers still on at epoch 3
+    assert '"observers_disabled": false' in str(at3) and '"observers":' in str(at3)
+    assert len([k for k in full if k.startswith("mask_")]) == 4
+
+
+@pytest.mark.parametrize("cut", [3, 5], ids=["after-qat-start", "after-freeze"])
+def test_keras_qat_resume_is_bit_identical(cut: int, tmp_path: Path, uninterrupted: tuple[dict, Path]) -> None:
+    full, folder = uninterrupted
+    ckpt = folder / f"ckpt-{cut}.keras"
+    assert ckpt.exists() and Path(f"{ckpt}.recipe.npz").exists()
+    resumed = _run(tmp_path, EPOCHS, str(ckpt))
+    # load_model + modify + load_state_dict: no warning a user would see (Keras does not warn
+    # about the observer entries of the file it skips; restore() brings their values back).
+    # Python hides DeprecationWarnings raised inside libraries; TF's Variable.__array__ raises
+    # one under NumPy 2 on every keras.ops.convert_to_numpy(variable).
+    shown = [w for w in resumed["warnings"] if not (w.startswith("DeprecationWarning|") and "site-packages" in w)]
+    assert shown == []
+    assert int(resumed["step"]) == EPOCHS * S
+    assert np.array_equal(np.concatenate([full["lrs"][: cut * S], resumed["lrs"]]), full["lrs"])
+    assert float(resumed["lr"]) == float(full["lr"])
+    assert str(resumed["folded"]) == str(full["folded"])
+    assert float(resumed["bn_momentum"]) == float(full["bn_momentum"])
+    keys = sorted(k for k in full if k.startswith(("w_", "o_", "mask_")))
+    assert keys == sorted(k for k in resumed if k.startswith(("w_", "o_", "mask_")))
+    assert any("fake_quant" in k for k in keys)
+    for key in keys:  # weights, observers, BN statistics, momentum, iterations, masks
+        np.testing.assert_array_equal(resumed[key], full[key], err_msg=key)
