@@ -2,20 +2,25 @@
 model once, refusing a recipe whose patterns do not fit the model before training starts, and
 checking a saved schedule state before it is restored.
 
-Backends keep only what touches their framework (masks on tensors or variables, optimizer
-values, model structure).
+:class:`RecipeRuntime` holds the event dispatch and the saved state; backends subclass it and
+keep only what touches their framework (masks on tensors or variables, optimizer values, model
+structure).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .diagnostics import RecipeError, Severity
 from .params import ParamIndex, ParamRecord, resolve
 from .recipe import Recipe
+from .schedule.plan import GRADUAL_PRUNING, Event, Plan
 
-__all__ = ["ModelParams", "check_recipe_fits", "check_saved_state", "non_finite_message", "global_mask_type_message"]
+if TYPE_CHECKING:
+    from .recipe import Modifier
+
+__all__ = ["RecipeRuntime", "ModelParams", "check_recipe_fits", "check_saved_state", "non_finite_message", "global_mask_type_message"]
 
 #: Lint codes that stop ``modify()``: the recipe cannot run on this model as written.
 BLOCKING_CODES = ("P001", "P004", "P005", "P006")
@@ -80,3 +85,200 @@ def global_mask_type_message(mask_type: Any) -> str:
         f"global sparsity ranks single weights across parameters; mask_type {mask_type!r} "
         "is not supported with it (use unstructured, or a layer-wise pruning modifier)"
     )
+
+
+class RecipeRuntime:
+    """The framework-free half of a backend runtime: the schedule, the event dispatch and the
+    bookkeeping every backend shares, so the two backends cannot drift apart.
+
+    A backend subclass supplies only what touches its framework:
+
+    - ``framework`` (``"torch"`` / ``"keras"``, for the checks at :meth:`_attach`);
+    - ``masks``: its mask set (``hold``/``release``/``release_all``/``apply``/``update``);
+    - ``_param_records()``, and ``_index_params()`` to look parameters up by name;
+    - ``_hold(name, modifier, from_zeros)``: a mask entry for a parameter (``from_zeros``: the
+      mask of the parameter's current non-zeros, for constant pruning);
+    - ``_trainable(name)`` / ``_set_trainable(name, flag)``;
+    - ``_set_optimizer_value(key, value, groups)`` for ``"lr"`` and ``"weight_decay"``;
+    - ``_on_layers``, ``_on_quantization``, ``_on_observers``, ``_on_bn_stats`` (model structure);
+    - ``_mask_state(entry)`` (a copy of a mask to save), ``_extra_state()`` and
+      ``_load_structure(state)`` / ``_load_extra(state)`` for what only it saves.
+
+    The step protocol: :meth:`apply_events` applies the plan's events of the current step
+    (before the optimizer step), and the backend advances :attr:`step_count` after the step.
+    Later work attaches here too: a hook that sees the gradients before the optimizer step
+    (second-order pruning buffers them), one that adjusts the loss (distillation), and the
+    optimizer step itself, which a mixed-precision ``GradScaler`` may skip (the backend's
+    emulated step keeps the schedule in step).
+    """
+
+    framework: ClassVar[str] = ""
+    state_version: ClassVar[int] = 1
+
+    def __init__(self, recipe: Recipe):
+        self.recipe = recipe
+        self.plan: Plan | None = None
+        self.model: Any = None
+        self.optimizer: Any = None
+        self.steps_per_epoch = 0
+        self.step_count = 0
+        self.trainable_saved: dict[int, dict[str, bool]] = {}
+        self.layers: Any = None
+        self.quantization: Any = None
+        self._model_params: ModelParams | None = None
+        self._released_at_end: set[tuple[int, str]] = set()
+
+    # -- attaching --------------------------------------------------------------------------
+    def _attach(self, model: Any, optimizer: Any, steps_per_epoch: int, epoch: float) -> None:
+        """Compile the plan, index the model's parameters and refuse a recipe that does not fit."""
+        from .schedule import compile_plan
+
+        self.plan = compile_plan(self.recipe, steps_per_epoch)
+        self.steps_per_epoch = steps_per_epoch
+        self.model, self.optimizer = model, optimizer
+        self.step_count = round(epoch * steps_per_epoch)
+        self._refresh()
+        assert self._model_params is not None
+        check_recipe_fits(self.recipe, self._model_params.records, self.framework)
+
+    def _refresh(self) -> None:
+        """Index the model's parameters again (after a structure change)."""
+        self._index_params()
+        self._model_params = ModelParams(self._param_records())
+
+    def names_for(self, modifier: int, selector: Any) -> list[str]:
+        """The parameter names a modifier's selector resolves to on this model (cached)."""
+        assert self._model_params is not None
+        return self._model_params.names_for(modifier, selector)
+
+    @property
+    def epoch(self) -> int:
+        """Whole epochs run so far (where a resumed run starts)."""
+        return self.step_count // self.steps_per_epoch if self.steps_per_epoch else 0
+
+    # -- events -----------------------------------------------------------------------------
+    def apply_events(self) -> None:
+        """Apply the plan's events of the current step, in SparseML's manager order."""
+        assert self.plan is not None
+        for event in self.plan.events_at(self.step_count):
+            self.apply(event)
+
+    def apply(self, event: Event) -> None:
+        handler = getattr(self, f"_on_{event.target}", None)
+        if handler is not None:
+            handler(event, self.recipe.modifiers[event.modifier])
+
+    def _on_sparsity(self, event: Event, m: Modifier) -> None:
+        entries = [
+            self._hold(name, event.modifier, False)
+            for name in self.names_for(event.modifier, event.params)
+            if (event.modifier, name) not in self._released_at_end  # leave_enabled: false ended it
+        ]
+        if entries:
+            global_sparsity = m.type == "GlobalMagnitudePruningModifier" or bool(m.args.get("global_sparsity", False))
+            self.masks.update(entries, float(event.value), m.args.get("mask_type", "unstructured"),
+                              global_sparsity, event.step)
+
+    def _on_masks(self, event: Event, m: Modifier) -> None:
+        names = self.names_for(event.modifier, event.params)
+        if event.value == "hold":
+            for name in names:
+                self._hold(name, event.modifier, True)
+        elif event.value == "release":
+            self.masks.release(n for n in names if n in self.masks.params)
+            if m.type in GRADUAL_PRUNING:
+                # a released gradual modifier does not prune at its own end step
+                self._released_at_end.update((event.modifier, name) for name in names)
+
+    def _on_lr(self, event: Event, m: Modifier) -> None:
+        self._set_optimizer_value("lr", float(event.value), event.params)
+
+    def _on_weight_decay(self, event: Event, m: Modifier) -> None:
+        self._set_optimizer_value("weight_decay", float(event.value), event.params)
+
+    def _on_trainable(self, event: Event, m: Modifier) -> None:
+        names = self.names_for(event.modifier, event.params)
+        if event.value == "restore":
+            flags = self.trainable_saved.pop(event.modifier, {})
+        else:
+            self.trainable_saved[event.modifier] = {n: self._trainable(n) for n in names}
+            flags = dict.fromkeys(names, bool(event.value))
+        self._set_trainable_flags(flags)
+
+    def _set_trainable_flags(self, flags: Mapping[str, bool]) -> None:
+        for name, flag in flags.items():
+            self._set_trainable(name, flag)
+
+    # -- ending, saving, resuming -----------------------------------------------------------
+    def finalize(self, model: Any = None) -> None:
+        """Apply the masks a last time and stop enforcing them."""
+        self.masks.apply()
+        self.masks.release_all()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue the schedule exactly: the step, the masks, which
+        modifiers changed trainable flags, the structure applied (QAT, removed layers) and the
+        recipe itself."""
+        return {
+            "version": self.state_version,
+            "recipe": self.recipe.to_yaml(),
+            "steps_per_epoch": self.steps_per_epoch,
+            "step": self.step_count,
+            "masks": {n: (self._mask_state(e), e.owner, e.applied_sparsity) for n, e in self.masks.params.items()},
+            "trainable_saved": {k: dict(v) for k, v in self.trainable_saved.items()},
+            "released": sorted(self._released_at_end),
+            "layers_removed": self.layers.state() if self.layers is not None else {},
+            "quantization": self.quantization.state() if self.quantization is not None else None,
+            **self._extra_state(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a state saved by :meth:`state_dict` (after ``modify()``, before the model's
+        own weights are loaded where the backend says so)."""
+        check_saved_state(state, self.state_version, self.steps_per_epoch, self.model is not None)
+        self._load_structure(state)
+        self._refresh()
+        self.step_count = int(state["step"])
+        self.trainable_saved = {int(k): dict(v) for k, v in state.get("trainable_saved", {}).items()}
+        for modifier, saved in self.trainable_saved.items():
+            flag = bool(self.recipe.modifiers[modifier].args.get("trainable", False))
+            for name in saved:
+                self._set_trainable(name, flag)
+        self._released_at_end = {(int(m), str(n)) for m, n in state.get("released", [])}
+        self._load_extra(state)
+        self.masks.release_all()
+        for name, (mask, owner, applied) in state.get("masks", {}).items():
+            entry = self._hold(name, int(owner), False, mask=mask)
+            entry.applied_sparsity = applied
+        self.masks.apply()
+
+    # -- what a backend supplies (see the class docstring) ----------------------------------
+    def _param_records(self) -> list[ParamRecord]:
+        raise NotImplementedError
+
+    def _index_params(self) -> None:
+        raise NotImplementedError
+
+    def _hold(self, name: str, modifier: int, from_zeros: bool, mask: Any = None) -> Any:
+        raise NotImplementedError
+
+    def _trainable(self, name: str) -> bool:
+        raise NotImplementedError
+
+    def _set_trainable(self, name: str, flag: bool) -> None:
+        raise NotImplementedError
+
+    def _set_optimizer_value(self, key: str, value: float, groups: Any) -> None:
+        raise NotImplementedError
+
+    def _mask_state(self, entry: Any) -> Any:
+        raise NotImplementedError
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {}
+
+    def _load_structure(self, state: Mapping[str, Any]) -> None:
+        """Re-apply the saved structure (removed layers, QAT) before the parameters are indexed."""
+
+    def _load_extra(self, state: Mapping[str, Any]) -> None:
+        """Restore what only this backend saved (after the step and flags, before the masks)."""

@@ -19,23 +19,23 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import keras
-from recipe_spec.runtime import ModelParams, check_recipe_fits, check_saved_state
-from recipe_spec.schedule import compile_plan
-from recipe_spec.schedule.plan import GRADUAL_PRUNING, Event, Plan
+from recipe_spec.runtime import RecipeRuntime
 
 from .optim import set_value, take_over_learning_rate, take_over_weight_decay
 from .params import named_variables, param_records
-from .pruning import MaskSet
+from .pruning import MaskedVariable, MaskSet
 
 if TYPE_CHECKING:
+    from recipe_spec.params import ParamRecord
     from recipe_spec.recipe import Modifier, Recipe
+    from recipe_spec.schedule.plan import Event
 
 __all__ = [
     "KerasManager", "RecipeCallback", "RecipeCheckpoint", "STATE_VERSION",
     "save_recipe_state", "load_recipe_state", "recipe_state_path",
 ]
 
-STATE_VERSION = 1
+STATE_VERSION = RecipeRuntime.state_version
 
 
 class RecipeCallback(keras.callbacks.Callback):
@@ -57,24 +57,21 @@ class RecipeCallback(keras.callbacks.Callback):
         self.runtime.step_end()
 
 
-class KerasManager:
-    """Applies a recipe to a Keras 3 model and optimizer (see the module docstring)."""
+class KerasManager(RecipeRuntime):
+    """Applies a recipe to a Keras 3 model and optimizer (see the module docstring).
+
+    The schedule, the event handling and the saved state are
+    :class:`recipe_spec.runtime.RecipeRuntime`'s; this class supplies the variables, the
+    optimizer's learning rate and weight decay, and the model structure.
+    """
+
+    framework = "keras"
 
     def __init__(self, recipe: Recipe):
-        self.recipe = recipe
-        self.plan: Plan | None = None
-        self.model: Any = None
-        self.optimizer: Any = None
-        self.steps_per_epoch = 0
-        self.step_count = 0
+        super().__init__(recipe)
         self.masks = MaskSet()
-        self.trainable_saved: dict[int, dict[str, bool]] = {}
         self._vars: dict[str, tuple[Any, str]] = {}
-        self._model_params: ModelParams | None = None
-        self._released_at_end: set[tuple[int, str]] = set()
         self._unfreeze_after_step: list[str] = []
-        self.layers: Any = None
-        self.quantization: Any = None
 
     # -- setting up -----------------------------------------------------------------------
     def modify(self, model: Any, optimizer: Any, steps_per_epoch: int, epoch: float = 0.0) -> tuple[Any, Any, list[Any]]:
@@ -83,46 +80,29 @@ class KerasManager:
             raise TypeError(f"modify() needs a Keras model, not {type(model).__name__}")
         if not model.built:
             raise ValueError("build the Keras model (call it once or give it an Input) before modify()")
-        self.plan = compile_plan(self.recipe, steps_per_epoch)
-        self.steps_per_epoch = steps_per_epoch
-        self.model, self.optimizer = model, optimizer
-        self.step_count = round(epoch * steps_per_epoch)
         types = {m.type for m in self.recipe.modifiers}
         if types & {"LearningRateModifier", "LearningRateFunctionModifier", "SetLearningRateModifier"}:
             take_over_learning_rate(optimizer)
         if "SetWeightDecayModifier" in types:
             take_over_weight_decay(optimizer)
-        self._refresh()
-        self._check_params()
+        self._attach(model, optimizer, steps_per_epoch, epoch)
         return model, optimizer, [RecipeCallback(self)]
 
-    def _refresh(self) -> None:
-        self._vars = {}
-        for name, variable, layer in named_variables(self.model):
-            self._vars[name] = (variable, type(layer).__name__)
-        self._model_params = ModelParams(param_records(self.model))
+    def _index_params(self) -> None:
+        self._vars = {name: (variable, type(layer).__name__) for name, variable, layer in named_variables(self.model)}
 
-    def _check_params(self) -> None:
-        assert self._model_params is not None
-        check_recipe_fits(self.recipe, self._model_params.records, "keras")
-
-    def names_for(self, modifier: int, selector: Any) -> list[str]:
-        """The parameter names a modifier's selector resolves to on this model (cached)."""
-        assert self._model_params is not None
-        return self._model_params.names_for(modifier, selector)
+    def _param_records(self) -> list[ParamRecord]:
+        return param_records(self.model)
 
     # -- running -------------------------------------------------------------------------
     def step_begin(self) -> None:
-        """Apply the events of the current step and enforce the masks before the forward."""
-        assert self.plan is not None
-        for event in self.plan.events_at(self.step_count):
-            handler = getattr(self, f"_on_{event.target}", None)
-            if handler is not None:
-                handler(event, self.recipe.modifiers[event.modifier])
+        """Apply the events of the current step and enforce changed masks before the forward."""
+        self.apply_events()
         self.masks.apply(changed_only=True)
 
     def step_end(self) -> None:
-        """Re-apply the masks after the optimizer step and advance the step counter."""
+        """Unfreeze what this step's events unfroze, re-apply the masks after the optimizer
+        step and advance the step counter."""
         if self._unfreeze_after_step:
             for name in self._unfreeze_after_step:
                 self._vars[name][0].trainable = True
@@ -131,36 +111,21 @@ class KerasManager:
         self.masks.apply()
         self.step_count += 1
 
-    def _on_sparsity(self, event: Event, m: Modifier) -> None:
-        entries = []
-        for name in self.names_for(event.modifier, event.params):
-            if (event.modifier, name) in self._released_at_end:
-                continue
-            variable, layer_type = self._vars[name]
-            entries.append(self.masks.hold(name, variable, layer_type, event.modifier))
-        if entries:
-            global_sparsity = m.type == "GlobalMagnitudePruningModifier" or bool(m.args.get("global_sparsity", False))
-            self.masks.update(entries, float(event.value), m.args.get("mask_type", "unstructured"), global_sparsity, event.step)
+    def _hold(self, name: str, modifier: int, from_zeros: bool, mask: Any = None) -> MaskedVariable:
+        variable, layer_type = self._vars[name]
+        if from_zeros:
+            mask = np.asarray(keras.ops.convert_to_numpy(variable)) != 0
+        elif mask is not None:
+            mask = np.asarray(mask)
+        return self.masks.hold(name, variable, layer_type, modifier, mask=mask)
 
-    def _on_masks(self, event: Event, m: Modifier) -> None:
-        names = self.names_for(event.modifier, event.params)
-        if event.value == "hold":
-            for name in names:
-                variable, layer_type = self._vars[name]
-                value = np.asarray(keras.ops.convert_to_numpy(variable))
-                self.masks.hold(name, variable, layer_type, event.modifier, mask=value != 0)
-        elif event.value == "release":
-            self.masks.release(names)
-            if m.type in GRADUAL_PRUNING:
-                self._released_at_end.update((event.modifier, n) for n in names)
+    def _trainable(self, name: str) -> bool:
+        return bool(self._vars[name][0].trainable)
 
-    def _on_lr(self, event: Event, m: Modifier) -> None:
-        set_value(self.optimizer, "lr", float(event.value), event.params)
+    def _set_trainable(self, name: str, flag: bool) -> None:
+        self._vars[name][0].trainable = flag
 
-    def _on_weight_decay(self, event: Event, m: Modifier) -> None:
-        set_value(self.optimizer, "weight_decay", float(event.value), event.params)
-
-    def _on_trainable(self, event: Event, m: Modifier) -> None:
+    def _set_trainable_flags(self, flags: Mapping[str, bool]) -> None:
         """Freeze at once; unfreeze after this step's optimizer step.
 
         The PyTorch timing, where the event is applied inside ``optimizer.step()``, after the
@@ -169,21 +134,18 @@ class KerasManager:
         changes at step k + 1. Keras applies the event before the forward pass, so a flag that
         turns on waits for :meth:`step_end`.
         """
-        names = self.names_for(event.modifier, event.params)
-        if event.value == "restore":
-            flags = self.trainable_saved.pop(event.modifier, {})
-        else:
-            self.trainable_saved[event.modifier] = {n: bool(self._vars[n][0].trainable) for n in names}
-            flags = dict.fromkeys(names, bool(event.value))
         changed = False
         for name, flag in flags.items():
             if flag:
                 self._unfreeze_after_step.append(name)
-            elif self._vars[name][0].trainable:
-                self._vars[name][0].trainable = False
+            elif self._trainable(name):
+                self._set_trainable(name, False)
                 changed = True
         if changed:
             self._retrace()
+
+    def _set_optimizer_value(self, key: str, value: float, groups: Any) -> None:
+        set_value(self.optimizer, key, value, groups)
 
     def _retrace(self) -> None:
         """Trainable flags are read when the train function is traced: trace it again."""
@@ -202,14 +164,13 @@ class KerasManager:
     def _on_layers(self, event: Event, m: Modifier) -> None:
         from .layers import LayerSwap
 
-        swap = getattr(self, "layers", None)
-        if swap is None:
-            swap = self.layers = LayerSwap()
+        if self.layers is None:
+            self.layers = LayerSwap()
         layers = event.params if isinstance(event.params, (list, tuple)) else [event.params]
         if event.value == "remove":
-            swap.remove(self.model, event.modifier, [str(x) for x in layers])
+            self.layers.remove(self.model, event.modifier, [str(x) for x in layers])
         else:
-            swap.restore(self.model, event.modifier)
+            self.layers.restore(self.model, event.modifier)
         self._retrace_all()
 
     def _on_quantization(self, event: Event, m: Modifier) -> None:
@@ -220,38 +181,24 @@ class KerasManager:
         self._retrace_all()
 
     def _on_observers(self, event: Event, m: Modifier) -> None:
-        if getattr(self, "quantization", None) is not None:
+        if self.quantization is not None:
             self.quantization.disable_observers()  # a variable: no retrace needed
 
     def _on_bn_stats(self, event: Event, m: Modifier) -> None:
-        if getattr(self, "quantization", None) is not None:
+        if self.quantization is not None:
             self.quantization.freeze_bn_stats()
             self._retrace_all()  # Keras reads BatchNormalization.momentum when tracing
 
-    # -- ending, saving, resuming --------------------------------------------------------
-    def finalize(self, model: Any = None) -> None:
-        """Apply the masks a last time and stop enforcing them."""
-        self.masks.apply()
-        self.masks.release_all()
+    # -- saving, resuming (the layout is RecipeRuntime.state_dict's) ---------------------
+    def _mask_state(self, entry: MaskedVariable) -> np.ndarray:
+        return entry.mask.copy()
 
-    def state_dict(self) -> dict[str, Any]:
-        """The schedule's state: step, masks (NumPy), frozen flags and the recipe."""
-        return {
-            "version": STATE_VERSION,
-            "recipe": self.recipe.to_yaml(),
-            "steps_per_epoch": self.steps_per_epoch,
-            "step": self.step_count,
-            "masks": {n: (e.mask.copy(), e.owner, e.applied_sparsity) for n, e in self.masks.params.items()},
-            "trainable_saved": {k: dict(v) for k, v in self.trainable_saved.items()},
-            "released": sorted(self._released_at_end),
-            "optimizer": _optimizer_values(self.optimizer),
-            "layers_removed": self.layers.state() if self.layers is not None else {},
-            "quantization": self.quantization.state() if self.quantization is not None else None,
-        }
+    def _extra_state(self) -> dict[str, Any]:
+        # a learning rate taken over from a LearningRateSchedule is the recipe's own variable,
+        # which model.save() does not store: the recipe state carries it
+        return {"optimizer": _optimizer_values(self.optimizer)}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore a state saved by :meth:`state_dict` (after :meth:`modify`)."""
-        check_saved_state(state, STATE_VERSION, self.steps_per_epoch, self.model is not None)
+    def _load_structure(self, state: Mapping[str, Any]) -> None:
         if state.get("layers_removed"):
             from .layers import LayerSwap
 
@@ -264,32 +211,12 @@ class KerasManager:
             # the structure first, so that weights loaded afterwards find the observer variables
             self.quantization = QuantizationState.restore(self.model, state["quantization"])
         if state.get("layers_removed") or state.get("quantization"):
-            self._refresh()
             self._retrace_all()
-        self.step_count = int(state["step"])
-        self.trainable_saved = {int(k): dict(v) for k, v in state.get("trainable_saved", {}).items()}
-        for modifier, saved in self.trainable_saved.items():
-            flag = bool(self.recipe.modifiers[modifier].args.get("trainable", False))
-            for name in saved:
-                self._vars[name][0].trainable = flag
-        self._released_at_end = {tuple(x) for x in state.get("released", [])}
+
+    def _load_extra(self, state: Mapping[str, Any]) -> None:
         for key, value in state.get("optimizer", {}).items():
-            # a learning rate taken over from a LearningRateSchedule is the recipe's own
-            # variable, which model.save() does not store: the recipe state carries it
             if value is not None and _optimizer_values(self.optimizer).get(key) is not None:
                 set_value(self.optimizer, key, float(value))
-        self.masks.release_all()
-        for name, (mask, owner, applied) in state.get("masks", {}).items():
-            variable, layer_type = self._vars[name]
-            entry = self.masks.hold(name, variable, layer_type, int(owner), mask=np.asarray(mask))
-            entry.applied_sparsity = applied
-        self.masks.apply()
-
-
-    @property
-    def epoch(self) -> int:
-        """Whole epochs run so far (``fit``'s ``initial_epoch`` when resuming)."""
-        return self.step_count // self.steps_per_epoch if self.steps_per_epoch else 0
 
     def checkpoint_callback(self, filepath: Any, save_freq: Any = "epoch") -> RecipeCheckpoint:
         """A :class:`RecipeCheckpoint` for this run (add it to ``fit``'s callbacks after the
@@ -301,6 +228,7 @@ class KerasManager:
         loaded from it); returns the epoch to give ``fit(initial_epoch=...)``."""
         self.load_state_dict(load_recipe_state(filepath))
         return self.epoch
+
 
 # -- checkpoints with Keras' own saving -----------------------------------------------------
 def _optimizer_values(optimizer: Any) -> dict[str, float | None]:
