@@ -32,31 +32,20 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from conformance_cases import CASES, DRIFT, assert_refused, build_case, refused_at_modify  # noqa: E402
 from keras_nets import PRUNABLE, copy_weights, keras_twin  # noqa: E402
 
-from recipe_spec import RecipeError, ScheduledModifierManager  # noqa: E402
+from recipe_spec import ScheduledModifierManager  # noqa: E402
 from recipe_spec.params import portable_alias  # noqa: E402
 from recipe_spec.schedule import compile_plan  # noqa: E402
-from recipe_spec.schedule.plan import PlanError  # noqa: E402
 
-CASES = sorted((Path(__file__).resolve().parents[2] / "shared" / "conformance" / "sparseml").glob("*.json"))
-DRIFT = {"02_gmp_linear_uf05_s5_drift", "34_combined_realistic_variables_eval"}
 COUNTS = {"cases": 0, "values": 0}
 
 
 def _build(case: dict, tmp_path: Path):
-    """The case's own PyTorch model (after its setup code), its data, and the recipe source."""
-    head, _, setup = case["model_description"].partition("# case setup code (run right after build(), before the manager):")
-    ns: dict = {}
-    exec(compile(head, "<model_description>", "exec"), ns)  # the data's own, trusted code
-    net, _, inputs, targets = ns["build"]()
-    ns["model"] = net
-    exec(compile(setup, "<case setup>", "exec"), ns)
-    source = case["recipe"]
-    if case["recipe_format"] == "md":
-        path = tmp_path / f"{case['name']}.md"
-        path.write_text(case["recipe"])
-        source = str(path)
+    """The case's own PyTorch model (after its setup code), its data (channels last), and the
+    recipe source."""
+    net, _, inputs, targets, _, source = build_case(case, tmp_path)
     return net, inputs.numpy().transpose(0, 1, 3, 4, 2), targets.numpy(), source
 
 
@@ -119,12 +108,8 @@ def test_case(path: Path, tmp_path: Path) -> None:
     manager = ScheduledModifierManager.from_yaml(source)
     assert manager.max_epochs == case["max_epochs"] and manager.min_epochs == case["min_epochs"]
     optimizer = keras.optimizers.SGD(learning_rate=0.1, momentum=0.9, weight_decay=1e-4)
-    error = case["error"]
-    if error and ("milestones" in error["message"] or "block_shape" in error["message"]):
-        # SparseML raised inside optimizer.step(); here the recipe is refused at modify()
-        with pytest.raises((PlanError, RecipeError)) as info:
-            manager.modify(model, optimizer, steps_per_epoch=S)
-        assert "milestone" in str(info.value) or "block shape" in str(info.value)
+    if refused_at_modify(case):
+        assert_refused(manager, model, optimizer, S)
         COUNTS["cases"] += 1
         return
     model, optimizer, callbacks = manager.modify(model, optimizer, steps_per_epoch=S)
