@@ -56,3 +56,33 @@ def test_asking_for_a_backend_does_not_import_its_framework() -> None:
         f"print(b.name + '|' + k.name + '|' + ','.join(m for m in {FRAMEWORKS!r} if m in sys.modules))"
     )
     assert leaked == "torch|keras|"
+
+
+_GMP = (
+    "'modifiers:\\n  - !GMPruningModifier {params: [NAME], init_sparsity: 0.5, final_sparsity: 0.5,"
+    " start_epoch: 0, end_epoch: 1, update_frequency: 1}\\n'"
+)
+
+
+def test_a_keras_model_never_imports_torch() -> None:
+    """ScheduledModifierManager picks the backend from the model and imports only its framework."""
+    leaked = _run(
+        "import os, sys; os.environ['KERAS_BACKEND'] = 'tensorflow'; import keras; "
+        "from recipe_spec import ScheduledModifierManager; "
+        "m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name='fc')]); "
+        f"man = ScheduledModifierManager.from_yaml({_GMP.replace('NAME', 'fc.weight')}); "
+        "man.modify(m, keras.optimizers.SGD(0.1), 2); "
+        "print(type(man.runtime).__name__ + '|' + str('torch' in sys.modules))"
+    )
+    assert leaked == "KerasManager|False"
+
+
+def test_a_torch_model_never_imports_tensorflow_or_keras() -> None:
+    leaked = _run(
+        "import sys, torch; from recipe_spec import ScheduledModifierManager; "
+        "m = torch.nn.Sequential(torch.nn.Linear(4, 2)); "
+        f"man = ScheduledModifierManager.from_yaml({_GMP.replace('NAME', '0.weight')}); "
+        "man.modify(m, torch.optim.SGD(m.parameters(), 0.1), 2); "
+        "print(type(man.runtime).__name__ + '|' + ','.join(k for k in ('tensorflow', 'keras') if k in sys.modules))"
+    )
+    assert leaked == "TorchManager|"
