@@ -4,6 +4,7 @@ LayerPruningModifier and TrainableParamsModifier, checked epoch by epoch from a 
 from __future__ import annotations
 
 import os
+import warnings
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
@@ -145,12 +146,16 @@ def test_layer_pruning_identity_window() -> None:
 
     def look(m):
         bn = m.get_layer("bn1")
-        return np.allclose(np.asarray(bn(t, training=False)), t), bn.moving_mean.numpy().copy()
+        return np.allclose(np.asarray(bn(t, training=False)), t), bn.moving_mean.numpy().copy(), bn.gamma.trainable
 
     probe = Probe(look)
-    fit(model, callbacks, probe, 5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit(model, callbacks, probe, 5)
     identity = [s[0] for s in probe.seen]
     assert identity == [False, True, True, False, False]
+    assert [s[2] for s in probe.seen] == [True, False, False, True, True]  # no parameters while removed
+    assert not [w for w in caught if "Gradients do not exist" in str(w.message)]
     means = [s[1] for s in probe.seen]
     np.testing.assert_array_equal(means[0], means[2])  # no BN statistics while it is an identity
     assert not np.allclose(means[2], means[3])  # restored: it trains again

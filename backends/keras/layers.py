@@ -3,9 +3,11 @@ get their own ``call`` back at the end step, if the modifier has one.
 
 The layer objects, names and variables stay in the model (a functional graph cannot have a
 layer swapped out): the layer's ``call`` is replaced *on the instance* by one that returns its
-input unchanged, and the manager traces ``model.fit``'s train function again. A layer whose
-output shape differs from its input shape cannot be an identity: that is a ``ValueError`` at
-the start step, naming the layer.
+input unchanged, and the manager traces ``model.fit``'s train function again. While removed,
+its variables are not trainable, as a PyTorch ``Identity`` has no parameters: the optimizer
+leaves them as they are (and Keras does not warn that they got no gradient); their flags come
+back with the layer. A layer whose output shape differs from its input shape cannot be an
+identity: that is a ``ValueError`` at the start step, naming the layer.
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ class LayerSwap:
             if "_pruned_original_call" in layer.__dict__:
                 continue
             layer.__dict__["_pruned_original_call"] = layer.__dict__.get("call")
+            layer.__dict__["_pruned_trainable"] = [(v, bool(v.trainable)) for v in layer.weights]
+            for variable in layer.weights:
+                variable.trainable = False
             object.__setattr__(layer, "call", _identity_call(layer, name))
             saved.append(name)
 
@@ -84,6 +89,8 @@ class LayerSwap:
         by_name = {layer.name: layer for _, layer in known.items()}
         for name in self.removed.pop(modifier, []):
             layer = known.get(name.replace(".", "/")) or by_name[name]
+            for variable, flag in layer.__dict__.pop("_pruned_trainable", []):
+                variable.trainable = flag
             previous = layer.__dict__.pop("_pruned_original_call", None)
             if previous is None:
                 layer.__dict__.pop("call", None)

@@ -22,7 +22,7 @@ import keras
 from recipe_spec.runtime import RecipeRuntime
 
 from .optim import set_value, take_over_learning_rate, take_over_weight_decay
-from .params import named_variables, param_records
+from .params import named_variables, numpy_value, param_records
 from .pruning import MaskedVariable, MaskSet
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ class KerasManager(RecipeRuntime):
     def _hold(self, name: str, modifier: int, from_zeros: bool, mask: Any = None) -> MaskedVariable:
         variable, layer_type = self._vars[name]
         if from_zeros:
-            mask = np.asarray(keras.ops.convert_to_numpy(variable)) != 0
+            mask = numpy_value(variable) != 0
         elif mask is not None:
             mask = np.asarray(mask)
         return self.masks.hold(name, variable, layer_type, modifier, mask=mask)
@@ -236,7 +236,7 @@ def _optimizer_values(optimizer: Any) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for key, attr in (("lr", "_learning_rate"), ("weight_decay", "weight_decay")):
         variable = getattr(optimizer, attr, None) if optimizer is not None else None
-        out[key] = float(keras.ops.convert_to_numpy(variable)) if isinstance(variable, keras.Variable) else None
+        out[key] = float(numpy_value(variable)) if isinstance(variable, keras.Variable) else None
     return out
 
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import keras
 
+from .params import numpy_value
+
 __all__ = ["take_over_learning_rate", "take_over_weight_decay", "set_value", "current_value"]
 
 
@@ -54,4 +56,4 @@ def set_value(optimizer: Any, key: str, value: float, groups: Sequence[int] | No
 def current_value(optimizer: Any, key: str) -> float:
     """The value in force (for tests and checkpoints)."""
     variable = optimizer._learning_rate if key == "lr" else optimizer.weight_decay
-    return float(keras.ops.convert_to_numpy(variable))
+    return float(numpy_value(variable))

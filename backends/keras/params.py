@@ -44,7 +44,7 @@ from typing import Any
 from recipe_spec.model_spec import ModelSpecError
 from recipe_spec.params import ParamRecord, portable_alias
 
-__all__ = ["named_variables", "param_records", "load_model", "PRUNABLE"]
+__all__ = ["named_variables", "param_records", "numpy_value", "load_model", "PRUNABLE"]
 
 #: (layer class names in ``keras.layers``, the variable name that is prunable)
 PRUNABLE = (
@@ -159,6 +159,19 @@ def param_records(model: Any) -> list[ParamRecord]:
             )
         )
     return records
+
+
+def numpy_value(x: Any) -> Any:
+    """A variable's (or tensor's) value as a NumPy array. TensorFlow variables are read with
+    ``.numpy()``: ``np.asarray`` on one (what ``keras.ops.convert_to_numpy`` does) raises a
+    DeprecationWarning under NumPy 2 at every call."""
+    import numpy as np
+
+    import keras
+
+    if isinstance(x, keras.Variable) and keras.backend.backend() == "tensorflow":
+        return np.asarray(x.numpy())
+    return np.asarray(keras.ops.convert_to_numpy(x))
 
 
 def load_model(path: str | os.PathLike[str]) -> Any:

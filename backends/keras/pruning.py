@@ -26,6 +26,7 @@ import numpy as np
 from recipe_spec.runtime import global_mask_type_message, non_finite_message
 
 from .masks import compute_mask, global_unstructured_masks
+from .params import numpy_value
 
 __all__ = ["MaskedVariable", "MaskSet", "NonFiniteWeightsError"]
 
@@ -102,12 +103,6 @@ def _batched(entries: tuple[MaskedVariable, ...]) -> Any:
     return tf.function(apply_all, autograph=False)
 
 
-def _value(variable: Any) -> np.ndarray:
-    import keras
-
-    return np.asarray(keras.ops.convert_to_numpy(variable))
-
-
 class MaskSet:
     """Every mask of a model, keyed by variable name (the Keras path)."""
 
@@ -169,7 +164,7 @@ class MaskSet:
         self._changed = False
 
     def update(self, entries: list[MaskedVariable], sparsity: float, mask_type: Any, global_sparsity: bool, step: int) -> None:
-        values = [_value(e.variable) for e in entries]
+        values = [numpy_value(e.variable) for e in entries]
         for entry, value in zip(entries, values, strict=True):
             if not np.isfinite(value).all():
                 raise NonFiniteWeightsError(non_finite_message(entry.name, step, sparsity))

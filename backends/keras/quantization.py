@@ -60,6 +60,8 @@ from typing import TYPE_CHECKING, Any
 import keras
 from keras import ops
 
+from .params import numpy_value
+
 if TYPE_CHECKING:
     from recipe_spec.recipe import Modifier
 
@@ -367,7 +369,7 @@ class QuantizationState:
         layers = dict(layer_paths(self.model))
         return {
             path: {
-                fq: {v: float(ops.convert_to_numpy(getattr(getattr(layers[path], fq), v))) for v in _OBSERVER_VARS}
+                fq: {v: float(numpy_value(getattr(getattr(layers[path], fq), v))) for v in _OBSERVER_VARS}
                 for fq in _OBSERVERS
             }
             for path in self.converted
