@@ -1,5 +1,5 @@
-"""Masks on Keras variables: bool arrays, enforced before every training step and after every
-optimizer step while a pruning modifier holds them.
+"""Masks on Keras variables: bool arrays, enforced after every optimizer step (and before a
+step when they changed) while a pruning modifier holds them.
 
 Keras runs its train step as a compiled graph, so masks are applied by assigning the masked
 value to the variable between steps (``variable.assign``), which works in eager, ``tf.function``
@@ -72,14 +72,11 @@ class MaskedVariable:
             self._synced = self.mask
         return self._dense
 
-    def apply(self) -> None:
-        """``variable = where(mask, variable, 0)`` on the device: masked entries become exactly
-        0.0, the others keep their bits. Nothing to do for an all-True mask."""
-        if not self.sync():
-            _assign_masked(self)
 
 
 def _assign_masked(entry: MaskedVariable) -> None:
+    """``variable = where(mask, variable, 0)`` on the device: masked entries become exactly 0.0,
+    the others keep their bits."""
     import keras
 
     # where, not multiply: a masked -0.0, inf or NaN becomes +0.0, like np.where
