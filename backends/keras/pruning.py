@@ -73,7 +73,6 @@ class MaskedVariable:
         return self._dense
 
 
-
 def _assign_masked(entry: MaskedVariable) -> None:
     """``variable = where(mask, variable, 0)`` on the device: masked entries become exactly 0.0,
     the others keep their bits."""
