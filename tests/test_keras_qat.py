@@ -12,6 +12,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from keras_nets import copy_weights, keras_twin  # noqa: E402
 from torch_nets import build  # noqa: E402
 
 from recipe_spec import ScheduledModifierManager  # noqa: E402
@@ -20,19 +21,8 @@ from recipe_spec import ScheduledModifierManager  # noqa: E402
 
 
 def _twin() -> keras.Model:
-    """``torch_nets.Net`` in Keras (channels last), with torch's BatchNorm epsilon and momentum
-    (Keras' ``momentum`` 0.9 is torch's 0.1)."""
-    inputs = keras.Input((12, 12, 3))
-    x = keras.layers.Conv2D(8, 3, name="conv1")(inputs)
-    x = keras.layers.BatchNormalization(name="bn1", epsilon=1e-5, momentum=0.9)(x)
-    x = keras.layers.ReLU()(x)
-    x = keras.layers.Conv2D(16, 3, name="conv2")(x)
-    x = keras.layers.ReLU()(x)
-    x = keras.layers.AveragePooling2D(4)(x)  # torch: AdaptiveAvgPool2d(2) on 8x8
-    x = keras.layers.Flatten()(x)
-    x = keras.layers.Dense(32, name="fc1")(x)
-    x = keras.layers.ReLU()(x)
-    return keras.Model(inputs, keras.layers.Dense(8, name="fc2")(x))
+    """``torch_nets.Net`` (8 outputs) in Keras, with torch's BatchNorm epsilon and momentum."""
+    return keras_twin(out=8)
 
 
 def _pair(fuse: bool) -> dict:
@@ -51,13 +41,7 @@ def _pair(fuse: bool) -> dict:
         tmodel.bn1.running_var.copy_(10 ** (torch.rand(8, generator=g) * 3 - 2))
     model = _twin()
     sd = {k: v.detach().numpy().copy() for k, v in tmodel.state_dict().items()}
-    for name in ("conv1", "conv2"):
-        model.get_layer(name).set_weights([sd[f"{name}.weight"].transpose(2, 3, 1, 0), sd[f"{name}.bias"]])
-    # torch flattens (C, H, W), Keras (H, W, C): fc1's input features are permuted
-    fc1 = sd["fc1.weight"].reshape(32, 16, 2, 2).transpose(2, 3, 1, 0).reshape(64, 32)
-    model.get_layer("fc1").set_weights([fc1, sd["fc1.bias"]])
-    model.get_layer("fc2").set_weights([sd["fc2.weight"].T, sd["fc2.bias"]])
-    model.get_layer("bn1").set_weights([sd["bn1.weight"], sd["bn1.bias"], sd["bn1.running_mean"], sd["bn1.running_var"]])
+    copy_weights(tmodel, model)  # fc1's inputs permuted: the same function
     recipe = "modifiers:\n  - !QuantizationModifier {start_epoch: 0%s}\n" % ("" if fuse else ", model_fuse_fn_name: no_fuse")
     tman = ScheduledModifierManager.from_yaml(recipe)
     tman.modify(tmodel, torch.optim.SGD(tmodel.parameters(), lr=0.1), 4)
