@@ -155,7 +155,20 @@ def _check_files(args: argparse.Namespace, paths: list[str], check_one: Any) -> 
     return 0 if not failed or args.exit_zero else 1
 
 
+def _known_backend(name: str | None, option: str) -> str | None:
+    """``name`` when a backend of that name is installed (entry points), else a usage error."""
+    if name is None:
+        return None
+    from .registry import available_backends
+
+    names = available_backends()
+    if name not in names:
+        raise UsageError(f"{option} {name!r}: unknown backend; choose from {', '.join(names)}")
+    return name
+
+
 def _validate(args: argparse.Namespace) -> int:
+    _known_backend(args.backend, "--backend")
     return _check_files(args, args.paths, lambda p, v: validate(p, v, backend=args.backend))
 
 
@@ -180,6 +193,7 @@ def _model_records(args: argparse.Namespace) -> tuple[str, list[Any]]:
 def _lint(args: argparse.Namespace) -> int:
     from .lint import lint
 
+    _known_backend(args.target, "--target")
     framework, records = _model_records(args)
     return _check_files(
         args, args.paths, lambda p, v: lint(p, records, framework, v, target=args.target)
@@ -413,7 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     v.add_argument("paths", nargs="+", metavar="PATH", help="recipe files or directories")
     v.add_argument(
-        "--backend", choices=["torch", "keras"], help="also check that the backend has every modifier"
+        "--backend", metavar="NAME", help="also check that the named backend (torch, keras, ...) runs every modifier"
     )
     _add_report_options(v)
     v.set_defaults(run=_validate)
@@ -468,7 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     li.add_argument("--params", metavar="FILE", help="a parameter manifest written by `recipe-spec params`")
     li.add_argument(
-        "--target", choices=["torch", "keras"],
+        "--target", metavar="BACKEND",
         help="lint with the names the given backend would see (e.g. a PyTorch model's Keras twin)",
     )
     _add_report_options(li)

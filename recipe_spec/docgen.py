@@ -1,20 +1,24 @@
-"""Generate the reference documentation from the schemas and the code catalogue.
+"""Generate the reference documentation and the modifier schema files from the modifier
+declarations and the code catalogue.
 
-Every page is produced by a pure function that returns Markdown text; :func:`generate`
-returns all of them as ``{path relative to the repository root: text}``:
+Every file is produced by a pure function that returns its text; :func:`generate` returns all
+of them as ``{path relative to the repository root: text}``:
 
 - ``docs/modifiers/<Name>.md``, one page per modifier, and ``docs/modifiers/index.md``;
 - ``docs/rules/<CODE>.md``, one page per diagnostic code, and ``docs/rules/index.md``;
-- ``docs/editors.md``, the editor set-up with the list of modifier tags.
+- ``docs/editors.md``, the editor set-up with the list of modifier tags;
+- ``schemas/modifiers/<Name>.schema.json``, the JSON Schema of each modifier declaration
+  (:func:`recipe_spec.modifiers.schema.schema_text`), shipped for editors and other tools.
 
-The output is deterministic (sorted, no dates), so the pages can be committed and checked::
+The output is deterministic (sorted, no dates), so the files can be committed and checked::
 
-    python -m recipe_spec.docgen          # write the pages under docs/
-    python -m recipe_spec.docgen --check  # exit 1 if a page is stale, missing or extra
+    python -m recipe_spec.docgen          # write the pages under docs/ and the schema files
+    python -m recipe_spec.docgen --check  # exit 1 if a file is stale, missing or extra
 
 The repository root is the parent of the ``recipe_spec`` package (a source checkout).
-``docs/modifiers/`` and ``docs/rules/`` hold generated pages only: a ``.md`` file there that
-is not generated counts as extra (``--check``) and is removed when writing.
+``docs/modifiers/`` and ``docs/rules/`` hold generated pages only, and ``schemas/modifiers/``
+generated schemas only: a ``.md`` (or ``.schema.json``) file there that is not generated
+counts as extra (``--check``) and is removed when writing.
 """
 
 from __future__ import annotations
@@ -28,14 +32,18 @@ from pathlib import Path
 from typing import Any
 
 from .codes import CODES, Code
+from .modifiers import all_specs, declared_in, supported_by
+from .modifiers.schema import schema_path, schema_text
 from .schema_store import backend_support, modifier_names, modifier_schema
 from .serialize import dump_value
 
 __all__ = [
     "FAMILIES",
     "GENERATED_DIRS",
+    "SCHEMA_DIR",
     "REPO_ROOT",
     "generate",
+    "schema_files",
     "modifier_page",
     "modifier_index",
     "modifier_example",
@@ -52,6 +60,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 #: Folders (relative to the repository root) that hold nothing but generated pages.
 GENERATED_DIRS = ("docs/modifiers", "docs/rules")
+
+#: The folder (relative to the repository root) that holds nothing but generated schema files.
+SCHEMA_DIR = "schemas/modifiers"
 
 #: Code families, in the order the rules index lists them.
 FAMILIES: tuple[tuple[str, str, str], ...] = (
@@ -439,12 +450,13 @@ def modifier_page(name: str) -> str:
     """The reference page of modifier ``name`` (Markdown)."""
     schema = modifier_schema(name)
     meta = schema.get("x-recipe-spec", {})
+    declared = all_specs()[name]
     backends = _backends_of(name)
     all_backends = sorted(backend_support())
     lines = [
         f"# {name}",
         "",
-        _GENERATED_NOTE.format(source=f"`schemas/modifiers/{name}.schema.json`"),
+        _GENERATED_NOTE.format(source=f"its declaration in `recipe_spec/modifiers/` (`{declared_in(name)}`)"),
         "",
         schema.get("description", ""),
         "",
@@ -453,9 +465,11 @@ def modifier_page(name: str) -> str:
         f"- **Backends:** {', '.join(backends) if backends else 'none yet'}"
         + (
             f" (not available on {', '.join(missing)})"
-            if (missing := [b for b in all_backends if b not in backends])
+            if backends and (missing := [b for b in all_backends if b not in backends])
             else ""
         ),
+        f"- **Needs (backend capabilities):** "
+        f"{', '.join(_code(c) for c in sorted(declared.needs)) if declared.needs else 'nothing'}",
         f"- **JSON Schema:** {_code(f'recipe-spec schema {name}')}",
         "",
         "## Fields",
@@ -520,7 +534,7 @@ def modifier_index() -> str:
     lines = [
         "# Modifiers",
         "",
-        _GENERATED_NOTE.format(source="`schemas/`"),
+        _GENERATED_NOTE.format(source="the declarations in `recipe_spec/modifiers/`"),
         "",
         f"recipe-spec knows {len(rows)} modifiers. Each page lists the modifier's fields with "
         "their types, defaults and allowed values, and a recipe that validates cleanly. "
@@ -529,9 +543,10 @@ def modifier_index() -> str:
         "",
         *_table(("Modifier", "Category", "What it does", *backends), rows),
         "",
-        "Backend support comes from `schemas/backends.json`; `recipe-spec validate --backend "
-        "NAME` reports a modifier the backend does not have "
-        "([B001](../rules/B001.md)).",
+        "A backend runs a modifier exactly when it declares every capability the modifier's "
+        "declaration needs (see [the design](../design.md)); `schemas/backends.json` writes that "
+        "out, and `recipe-spec validate --backend NAME` reports a modifier the backend does not "
+        "run ([B001](../rules/B001.md)), as `modify()` refuses it.",
     ]
     return _page(lines)
 
@@ -719,10 +734,41 @@ def editors_page() -> str:
     return _page(lines)
 
 
-# -- all pages, checking and writing ---------------------------------------------------------
+# -- all files, checking and writing ---------------------------------------------------------
+def schema_files() -> dict[str, str]:
+    """The schema file of every modifier declaration: ``{path: JSON text}``.
+
+    >>> schema_files()["schemas/modifiers/EpochRangeModifier.schema.json"][:1]
+    '{'
+    """
+    return {schema_path(spec): schema_text(spec) for spec in all_specs().values()}
+
+
+def backends_file() -> str:
+    """``schemas/backends.json``: each installed backend's declared capabilities and the
+    modifiers those make it run (derived, never written by hand)."""
+    from .registry import BackendError, available_backends, get_backend
+
+    backends = {}
+    for name in available_backends():
+        try:
+            caps = get_backend(name).capabilities
+        except BackendError:
+            continue
+        backends[name] = {"capabilities": sorted(caps), "modifiers": sorted(supported_by(caps))}
+    data = {
+        "$comment": "Generated by `python -m recipe_spec.docgen` from each backend's declared "
+        "capabilities and each modifier's declared needs (recipe_spec/modifiers/); do not edit.",
+        "backends": backends,
+    }
+    return json.dumps(data, indent=2) + "\n"
+
+
 def generate() -> dict[str, str]:
-    """Every generated page: ``{path relative to the repository root: Markdown text}``."""
-    pages: dict[str, str] = {}
+    """Every generated file: ``{path relative to the repository root: text}`` (the Markdown
+    pages, the modifier schema files and ``schemas/backends.json``)."""
+    pages: dict[str, str] = schema_files()
+    pages["schemas/backends.json"] = backends_file()
     for name in modifier_names():
         pages[f"docs/modifiers/{name}.md"] = modifier_page(name)
     pages["docs/modifiers/index.md"] = modifier_index()
@@ -734,9 +780,11 @@ def generate() -> dict[str, str]:
 
 
 def _extra(root: Path, pages: Mapping[str, str]) -> list[str]:
+    """Files in the generated-only folders under ``root`` that ``pages`` does not hold."""
     found = []
-    for folder in GENERATED_DIRS:
-        for path in sorted((root / folder).glob("*.md")):
+    patterns = [(folder, "*.md") for folder in GENERATED_DIRS] + [(SCHEMA_DIR, "*.schema.json")]
+    for folder, pattern in patterns:
+        for path in sorted((root / folder).glob(pattern)):
             rel = path.relative_to(root).as_posix()
             if rel not in pages:
                 found.append(rel)
@@ -744,7 +792,7 @@ def _extra(root: Path, pages: Mapping[str, str]) -> list[str]:
 
 
 def check(root: Path | None = None, pages: Mapping[str, str] | None = None) -> list[str]:
-    """Problems with the generated pages on disk under ``root``: one line each, [] if fresh."""
+    """Problems with the generated files on disk under ``root``: one line each, [] if fresh."""
     root = root or REPO_ROOT
     pages = generate() if pages is None else pages
     problems = []
@@ -759,7 +807,7 @@ def check(root: Path | None = None, pages: Mapping[str, str] | None = None) -> l
 
 
 def write(root: Path | None = None) -> list[str]:
-    """Write every page under ``root`` and remove extra ones; returns what changed."""
+    """Write every generated file under ``root`` and remove extra ones; returns what changed."""
     root = root or REPO_ROOT
     pages = generate()
     changed = []
@@ -781,8 +829,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m recipe_spec.docgen [--check] [--root DIR]``."""
     parser = argparse.ArgumentParser(
         prog="python -m recipe_spec.docgen",
-        description="Generate docs/modifiers/, docs/rules/ and docs/editors.md from the "
-        "schemas and the code catalogue.",
+        description="Generate docs/modifiers/, docs/rules/, docs/editors.md and "
+        "schemas/modifiers/ from the modifier declarations and the code catalogue.",
     )
     parser.add_argument(
         "--check", action="store_true",
@@ -799,17 +847,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(line)
         if problems:
             print(
-                f"{len(problems)} generated doc file(s) out of date: "
+                f"{len(problems)} generated file(s) out of date: "
                 "run `python -m recipe_spec.docgen`",
                 file=sys.stderr,
             )
             return 1
-        print("generated docs are up to date")
+        print("generated docs and schemas are up to date")
         return 0
     changed = write(args.root)
     for line in changed:
         print(line)
-    print(f"{len(changed)} file(s) changed under {args.root / 'docs'}")
+    print(f"{len(changed)} file(s) changed under {args.root}")
     return 0
 
 

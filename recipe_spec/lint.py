@@ -23,6 +23,7 @@ from . import codes
 from .diagnostics import Diagnostic, Severity
 from .loader import RecipeInput, check
 from .mask_types import nm_of
+from .modifiers import spec
 from .params import (
     ParamIndex,
     ParamRecord,
@@ -35,45 +36,25 @@ from .params import (
 from .recipe import Modifier, Recipe
 from .validation import Finding, apply_noqa, validate_recipe
 
-__all__ = ["lint", "lint_recipe", "as_target", "TORCH_TO_KERAS"]
-
-
-#: PyTorch parameter suffixes and their Keras names, by owning layer kind.
-TORCH_TO_KERAS = {"running_mean": "moving_mean", "running_var": "moving_variance"}
-
-
-def _keras_leaf(record: ParamRecord) -> str:
-    leaf = record.name.rsplit(".", 1)[-1]
-    kind = record.layer_type.lower()
-    if leaf in TORCH_TO_KERAS:
-        return TORCH_TO_KERAS[leaf]
-    if "norm" in kind:
-        return {"weight": "gamma", "bias": "beta"}.get(leaf, leaf)
-    if "embedding" in kind and leaf == "weight":
-        return "embeddings"
-    return {"weight": "kernel"}.get(leaf, leaf)
+__all__ = ["lint", "lint_recipe", "as_target"]
 
 
 def as_target(records: Sequence[ParamRecord], source: str, target: str) -> list[ParamRecord]:
-    """The records as the ``target`` backend would name them.
-
-    A PyTorch model linted for Keras gets Keras paths (``fc1/kernel``) with the PyTorch names
-    as portable aliases; a Keras model linted for PyTorch keeps only the portable names.
+    """The records as the ``target`` backend would name them (its
+    :meth:`~recipe_spec.registry.Backend.own_names`): a PyTorch model linted for Keras gets
+    Keras paths (``fc1/kernel``) with the PyTorch names as portable aliases; a Keras model
+    linted for PyTorch keeps only the portable names.
     """
     if source == target or not target:
         return list(records)
-    if source == "torch" and target == "keras":
-        return [
-            ParamRecord("/".join(r.name.split(".")[:-1] + [_keras_leaf(r)]), r.shape, r.layer_type, r.prunable, r.name)
-            for r in records
-        ]
-    if source == "keras" and target == "torch":
-        return [ParamRecord(r.alias or r.name, r.shape, r.layer_type, r.prunable, None) for r in records]
-    return list(records)
+    from .registry import get_backend
+
+    return get_backend(target).own_names(records, source)
 
 
 def _pruning(m: Modifier) -> bool:
-    return m.type.endswith("PruningModifier") and m.type != "LayerPruningModifier"
+    declared = spec(m.type)
+    return declared is not None and declared.prunes
 
 
 def _selector_groups(m: Modifier) -> Iterator[tuple[tuple[Any, ...], Any]]:
@@ -94,20 +75,26 @@ def _window(m: Modifier) -> tuple[float, float] | None:
     return (max(float(start), 0.0), math.inf if end == -1 else float(end))
 
 
-def _input_dim(record: ParamRecord, framework: str) -> int | None:
-    """The dimension grouped by block4 and N:M masks (input channels / features)."""
-    if len(record.shape) < 2:
-        return None
-    if framework == "keras" and "embedding" not in record.layer_type.lower():
-        return len(record.shape) - 2
-    return 1
+def _canonical_shape(record: ParamRecord, framework: str | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(axes, shape)``: where the record's canonical (out, in, spatial...) axes are in its own
+    layout (the ``framework`` backend's axis mapping) and its shape in canonical order."""
+    from .registry import BackendError, get_backend
+
+    axes = tuple(range(len(record.shape)))  # records named as written: canonical already
+    if framework is not None:
+        try:
+            axes = tuple(get_backend(framework).canonical_axes(record.layer_type, len(record.shape)))
+        except (BackendError, ValueError):
+            pass
+    return axes, tuple(record.shape[a] for a in axes)
 
 
 def _mask_findings(m: Modifier, records: Sequence[ParamRecord], framework: str) -> Iterator[Finding]:
     mask = m.args.get("mask_type", "unstructured")
     nm = nm_of(mask)
     for r in records:
-        dim = _input_dim(r, framework)
+        axes, canonical = _canonical_shape(r, framework)
+        dim = axes[1] if len(axes) >= 2 else None
         if isinstance(mask, str) and mask in ("block4", "block") and dim is not None and r.shape[dim] % 4:
             yield Finding(
                 codes.P004,
@@ -126,8 +113,7 @@ def _mask_findings(m: Modifier, records: Sequence[ParamRecord], framework: str) 
                 m, ("mask_type",),
             )
         if isinstance(mask, (list, tuple)) and len(mask) == 2 and r.shape:
-            dims = list(r.shape) if framework != "keras" else list(reversed(r.shape[-2:])) + list(r.shape[:-2])
-            for block, size in zip(mask, dims[:2], strict=False):
+            for block, size in zip(mask, canonical[:2], strict=False):
                 if isinstance(block, int) and block > 0 and size % block:
                     yield Finding(
                         codes.P004,
@@ -198,7 +184,7 @@ def _param_findings(recipe: Recipe, records: Sequence[ParamRecord], framework: s
                     )
             window = _window(m)
             exact = {s for s in good if not s.startswith("re:") and s.upper() not in ("__ALL__", "__ALL_PRUNABLE__")}
-            if window is not None and m.type != "ConstantPruningModifier":
+            if window is not None and (spec(m.type) is None or spec(m.type).schedule != "hold_masks"):
                 for r in result.matched:
                     pruned.setdefault(r.name, []).append((m, window, bool(exact & set(r.names))))
             if path == ("params",):
@@ -243,7 +229,7 @@ def _param_findings(recipe: Recipe, records: Sequence[ParamRecord], framework: s
 def lint_recipe(
     recipe: Recipe,
     records: Sequence[ParamRecord],
-    framework: str = "torch",
+    framework: str | None = None,
     backend: str | None = None,
 ) -> list[Diagnostic]:
     """Validation diagnostics plus the parameter rules for ``recipe`` against ``records``."""
@@ -264,7 +250,7 @@ def lint_recipe(
 def lint(
     recipe: RecipeInput,
     records: Sequence[ParamRecord],
-    framework: str = "torch",
+    framework: str | None = None,
     variables: Mapping[str, Any] | None = None,
     target: str | None = None,
 ) -> list[Diagnostic]:

@@ -12,8 +12,8 @@ A training script written for SparseML runs with an import changed::
             optimizer.step()          # drives the schedule
     manager.finalize(model)
 
-The class is framework-free: ``modify`` picks the backend from the model it is given (a
-``torch.nn.Module`` -> PyTorch, a Keras model -> Keras) and imports only that one.
+The class is framework-free: ``modify`` picks the backend that owns the model it is given
+(:func:`recipe_spec.registry.backend_for`) and imports only that one.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from .loader import load
+from .modifiers import spec
 from .recipe import Modifier, Recipe
-from .registry import get_backend
+from .registry import backend_for
 from .schedule.epochs import max_epochs, min_epochs
 
 __all__ = ["ScheduledModifierManager", "parse_recipe_variables"]
@@ -63,18 +64,6 @@ def parse_recipe_variables(variables: Any) -> dict[str, Any] | None:
     return out
 
 
-def _framework_of(model: Any) -> str:
-    for cls in type(model).__mro__:
-        root = (cls.__module__ or "").split(".")[0]
-        if root == "torch":
-            return "torch"
-        if root in ("keras", "tf_keras") or (root == "tensorflow" and "keras" in cls.__module__):
-            return "keras"
-    raise TypeError(
-        f"modify() got a {type(model).__name__}, which is neither a torch.nn.Module nor a Keras model"
-    )
-
-
 class ScheduledModifierManager:
     """A recipe and, once :meth:`modify` ran, its backend runtime."""
 
@@ -102,24 +91,30 @@ class ScheduledModifierManager:
     def min_epochs(self) -> int:
         return min_epochs(self.recipe.modifiers)
 
-    def _of(self, predicate: Any) -> list[Modifier]:
-        return [m for m in self.recipe.modifiers if predicate(m.type)]
+    def _of(self, category: str) -> list[Modifier]:
+        """The recipe's modifiers whose declaration is of ``category``."""
+        out = []
+        for m in self.recipe.modifiers:
+            declared = spec(m.type)
+            if declared is not None and declared.category == category:
+                out.append(m)
+        return out
 
     @property
     def pruning_modifiers(self) -> list[Modifier]:
-        return self._of(lambda t: t.endswith("PruningModifier"))
+        return self._of("pruning")
 
     @property
     def quantization_modifiers(self) -> list[Modifier]:
-        return self._of(lambda t: t == "QuantizationModifier")
+        return self._of("quantization")
 
     @property
     def learning_rate_modifiers(self) -> list[Modifier]:
-        return self._of(lambda t: t in ("LearningRateModifier", "LearningRateFunctionModifier", "SetLearningRateModifier"))
+        return self._of("learning_rate")
 
     @property
     def distillation_modifiers(self) -> list[Modifier]:
-        return self._of(lambda t: t == "DistillationModifier")
+        return self._of("distillation")
 
     def __str__(self) -> str:
         return self.recipe.to_yaml(style="sparseml")
@@ -131,7 +126,7 @@ class ScheduledModifierManager:
     def modify(self, model: Any, optimizer: Any, steps_per_epoch: int, **options: Any) -> Any:
         """Attach the recipe: for PyTorch returns the optimizer whose ``step()`` drives the
         schedule; for Keras returns ``(model, optimizer, callbacks)``."""
-        backend = get_backend(_framework_of(model))
+        backend = backend_for(model)
         self.runtime = backend.compile(self.recipe)
         return self.runtime.modify(model, optimizer, steps_per_epoch, **options)
 

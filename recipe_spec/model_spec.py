@@ -18,9 +18,10 @@ A model spec is one of:
   ``safetensors`` package;
 - a ``.json`` parameter manifest (``recipe-spec params ... -o params.json``).
 
+Which backend reads which file is each backend's declaration (``model_suffixes``); the
+framework of a live model is the backend that owns it (:func:`recipe_spec.registry.backend_for`).
 Weights-only files (state_dicts, safetensors) carry names and shapes but no layer types; their
-prunable flag is a heuristic, see :func:`records_from_named_shapes`. Their names follow the
-PyTorch convention, so their framework is reported as ``"torch"``.
+prunable flag is a heuristic, see :func:`records_from_named_shapes`.
 
 Every failure raises :class:`ModelSpecError` saying what was wrong and how to fix it.
 """
@@ -42,7 +43,7 @@ from .params import ParamRecord
 
 __all__ = [
     "ModelSpecError",
-    "FILE_SUFFIXES",
+    "file_suffixes",
     "load_param_records",
     "load_model",
     "framework_of",
@@ -51,19 +52,8 @@ __all__ = [
     "read_safetensors_header",
 ]
 
-#: File suffix -> what reads it.
-FILE_SUFFIXES = {
-    ".keras": "keras",
-    ".h5": "keras",
-    ".pt": "torch",
-    ".pth": "torch",
-    ".bin": "torch",
-    ".ckpt": "torch",
-    ".safetensors": "safetensors",
-    ".json": "manifest",
-}
-_INSTALL = {"torch": "pip install 'recipe-spec[torch]'", "keras": "pip install 'recipe-spec[keras]'"}
-_FRAMEWORK_MODULES = {"torch": "torch", "keras": "keras", "tensorflow": "keras"}
+#: File suffixes the core reads itself (the backends declare theirs).
+_CORE_SUFFIXES = {".json": "manifest"}
 _IDENT = r"[A-Za-z_]\w*"
 _CALLABLE_SPEC = re.compile(rf"^(?P<module>{_IDENT}(?:\.{_IDENT})*|.+\.py):(?P<attr>{_IDENT}(?:\.{_IDENT})*)$")
 _SPEC_FORMS = (
@@ -90,30 +80,36 @@ class ModelSpecError(ValueError):
 # --------------------------------------------------------------------------- framework detection
 
 
+def _backends() -> list[Any]:
+    from .registry import BackendError, available_backends, get_backend
+
+    found = []
+    for name in available_backends():
+        try:
+            found.append(get_backend(name))
+        except BackendError:
+            continue
+    return found
+
+
+def file_suffixes() -> dict[str, str]:
+    """File suffix -> the backend that reads it (``"manifest"`` for parameter manifests)."""
+    out = {suffix: b.name for b in _backends() for suffix in b.model_suffixes}
+    out.update(_CORE_SUFFIXES)
+    return out
+
+
 def framework_of(obj: Any) -> str | None:
-    """``"torch"`` for a ``torch.nn.Module``, ``"keras"`` for a Keras 3 model or layer, else
-    None; told from the class hierarchy's module names, so no framework is imported.
+    """The name of the backend whose framework ``obj`` is a model of (asked of every
+    backend, told from the class hierarchy's module names, so no framework is imported), or
+    None.
 
     >>> framework_of(object()) is None
     True
     """
     if isinstance(obj, type):
         return None
-    for cls in type(obj).__mro__:
-        module = getattr(cls, "__module__", "") or ""
-        if cls.__name__ == "Module" and module == "torch.nn.modules.module":
-            return "torch"
-        if cls.__name__ == "Layer" and module.startswith("keras.") and ".engine." not in module:
-            return "keras"
-    return None
-
-
-def _keras2(obj: Any) -> bool:
-    for cls in type(obj).__mro__:
-        module = getattr(cls, "__module__", "") or ""
-        if cls.__name__ == "Layer" and (module.startswith(("tf_keras.", "tensorflow.")) or ".engine." in module):
-            return True
-    return False
+    return next((b.name for b in _backends() if b.owns(obj)), None)
 
 
 def _installed(module: str) -> bool:
@@ -124,26 +120,32 @@ def _installed(module: str) -> bool:
         return False
 
 
-def _backend(framework: str) -> Any:
+def _install_hint(name: str) -> str:
+    return f"pip install 'recipe-spec[{name}]'"
+
+
+def _backend(name: str, path: str | None = None) -> Any:
+    """Backend ``name``, its framework checked as installed unless the backend reads the file
+    at ``path`` without it (``framework_free_suffixes``)."""
     from .registry import BackendError, get_backend
 
-    if not _installed(framework):
-        raise ModelSpecError(f"this model needs {framework}, which is not installed: {_INSTALL[framework]}")
     try:
-        return get_backend(framework)
+        backend = get_backend(name)
     except BackendError as exc:
         raise ModelSpecError(f"{exc}") from None
+    free = path is not None and Path(path).suffix.lower() in backend.framework_free_suffixes
+    if not free and not _installed(backend.framework):
+        raise ModelSpecError(
+            f"this model needs {backend.framework}, which is not installed: {_install_hint(name)}"
+        )
+    return backend
 
 
 def _records_of(framework: str, model: Any, where: str) -> list[ParamRecord]:
-    records = list(_backend(framework).param_records(model))
-    if framework == "keras" and not records and getattr(model, "built", True) is False:
-        raise ModelSpecError(
-            f"{where} gave a Keras model that is not built yet, so it has no variables: give it "
-            "a keras.Input, or call it once on example data (or model.build(input_shape)) "
-            "before returning it"
-        )
-    return records
+    try:
+        return list(_backend(framework).param_records(model))
+    except ValueError as exc:
+        raise ModelSpecError(f"{where} gave {exc}") from None
 
 
 # --------------------------------------------------------------------------- callable specs
@@ -195,11 +197,11 @@ def _load_callable_spec(spec: str, module_name: str, attr: str) -> tuple[str, An
                     "from the directory that holds it, or add that directory to PYTHONPATH"
                 ) from None
             root = missing.split(".")[0]
-            if root in _FRAMEWORK_MODULES:
-                fw = _FRAMEWORK_MODULES[root]
+            owner = next((b for b in _backends() if root in b.framework_modules), None)
+            if owner is not None:
                 raise ModelSpecError(
                     f"model spec {spec!r}: importing {module_name} needs {root}, which is not "
-                    f"installed: {_INSTALL[fw]}"
+                    f"installed: {_install_hint(owner.name)}"
                 ) from None
             raise ModelSpecError(
                 f"model spec {spec!r}: importing {module_name} failed ({_exc_text(exc)}); install "
@@ -245,14 +247,14 @@ def _load_callable_spec(spec: str, module_name: str, attr: str) -> tuple[str, An
     framework = framework_of(model)
     if framework is None:
         what = f"{type(model).__module__}.{type(model).__qualname__}"
-        if _keras2(model):
-            raise ModelSpecError(
-                f"model spec {spec!r}: {attr}() returned a Keras 2 (tf.keras / tf_keras) model "
-                f"({what}); recipe-spec supports Keras 3: build it with `import keras` (Keras 3)"
-            )
+        for backend in _backends():
+            reason = backend.unsupported_model(model)
+            if reason:
+                raise ModelSpecError(f"model spec {spec!r}: {attr}() returned {reason} ({what})")
+        kinds = "; ".join(f"{b.name}: {b.model_kind}" for b in _backends())
         raise ModelSpecError(
-            f"model spec {spec!r}: {attr}() returned a {what}, which is neither a torch.nn.Module "
-            "nor a Keras 3 model or layer. Return the model itself"
+            f"model spec {spec!r}: {attr}() returned a {what}, which is not a model of any "
+            f"backend ({kinds}). Return the model itself"
         )
     return framework, model
 
@@ -374,7 +376,7 @@ def records_from_safetensors(path: str | os.PathLike[str]) -> list[ParamRecord]:
 
 
 def _file_kind(spec: str) -> str | None:
-    return FILE_SUFFIXES.get(Path(spec).suffix.lower())
+    return file_suffixes().get(Path(spec).suffix.lower())
 
 
 def _check_file(spec: str) -> None:
@@ -390,16 +392,11 @@ def load_model(spec: str | os.PathLike[str]) -> tuple[str, Any]:
     :class:`ModelSpecError` (they hold no model to run)."""
     text = os.fspath(spec)
     kind = _file_kind(text)
-    if kind == "keras":
+    if kind is not None and kind != "manifest":
         _check_file(text)
-        return "keras", _backend("keras").load_model(text)
-    if kind == "torch":
-        _check_file(text)
-        backend = _backend("torch")
-        from recipe_spec_torch.params import is_torchscript_archive  # type: ignore[import-not-found]
-
-        if is_torchscript_archive(text):
-            return "torch", backend.load_model(text)
+        model = _backend(kind, text).load_model(text)
+        if model is not None:
+            return kind, model
     if kind is not None:
         raise ModelSpecError(
             f"{text}: holds weights (names and shapes) but no model to run; describe the model "
@@ -419,7 +416,7 @@ def _unknown(text: str) -> None:
         suffix = Path(text).suffix or "(none)"
         raise ModelSpecError(
             f"{text}: unknown model file suffix {suffix}; expected one of "
-            f"{', '.join(FILE_SUFFIXES)} ({_SPEC_FORMS})"
+            f"{', '.join(file_suffixes())} ({_SPEC_FORMS})"
         )
     raise ModelSpecError(f"{text!r} is not a model spec and no such file exists; {_SPEC_FORMS}")
 
@@ -438,8 +435,6 @@ def load_param_records(spec: str | os.PathLike[str]) -> tuple[str, list[ParamRec
     kind = _file_kind(text)
     if kind is not None:
         _check_file(text)
-        if kind == "safetensors":
-            return "torch", records_from_safetensors(text)
         if kind == "manifest":
             from .params import read_manifest
 
@@ -447,13 +442,15 @@ def load_param_records(spec: str | os.PathLike[str]) -> tuple[str, list[ParamRec
                 return read_manifest(text)
             except ValueError as exc:
                 raise ModelSpecError(str(exc)) from None
-        backend = _backend(kind)
+        backend = _backend(kind, text)
         try:
-            if kind == "keras":
-                return "keras", _records_of("keras", backend.load_model(text), text)
-            return "torch", list(backend.records_from_state_dict(text))
+            return kind, list(backend.records_from_file(text))
         except ImportError as exc:
-            raise ModelSpecError(f"{text}: {kind} cannot be imported ({_exc_text(exc)}): {_INSTALL[kind]}") from None
+            raise ModelSpecError(
+                f"{text}: {backend.framework} cannot be imported ({_exc_text(exc)}): {_install_hint(kind)}"
+            ) from None
+        except ValueError as exc:
+            raise ModelSpecError(f"{text} gave {exc}") from None
     match = _CALLABLE_SPEC.match(text)
     if match is None:
         _unknown(text)

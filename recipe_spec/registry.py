@@ -1,50 +1,112 @@
-"""Finding backends without importing them.
+"""Backends: the contract a backend fulfils, and finding backends without importing them.
 
-Backends are Python packages that declare an entry point in the group
-``recipe_spec.backends``; this distribution ships two, ``torch`` (package
-``recipe_spec_torch``, folder ``backends/torch``) and ``keras`` (``recipe_spec_keras``,
-folder ``backends/keras``). Nothing here imports a framework: the backend module is imported
-only by :func:`get_backend`, and the framework only when the backend needs it.
+A backend is a Python package that declares an entry point in the group
+``recipe_spec.backends``; its object satisfies :class:`Backend`. This distribution ships two
+(``backends/torch`` and ``backends/keras``), declared in its ``pyproject.toml``; the core names
+neither. Nothing here imports a framework: the backend module is imported only by
+:func:`get_backend` (or :func:`backend_for`), and its framework only when the backend needs it.
 
 A third-party backend registers itself in its own ``pyproject.toml``::
 
     [project.entry-points."recipe_spec.backends"]
     jax = "my_package.recipe_backend:backend"
 
-or, at run time, with :func:`register_backend`.
+or, at run time, with :func:`register_backend`. Which modifiers a backend runs is not written
+anywhere: it follows from its :attr:`Backend.capabilities` and each modifier's declared needs
+(:func:`recipe_spec.modifiers.supported_by`), so B001, ``schemas/backends.json`` and the docs
+can never claim a modifier that the backend does not run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from .params import ParamRecord
+    from .recipe import Recipe
 
 __all__ = [
     "Backend",
     "BackendError",
     "ENTRY_POINT_GROUP",
     "available_backends",
+    "backend_for",
     "get_backend",
     "register_backend",
+    "supported_modifiers",
 ]
 
 ENTRY_POINT_GROUP = "recipe_spec.backends"
 
-# Used when the distribution's metadata is not installed (a source checkout on sys.path).
-_BUILTIN = {"torch": "recipe_spec_torch:backend", "keras": "recipe_spec_keras:backend"}
 _REGISTERED: dict[str, Callable[[], Any]] = {}
 _LOADED: dict[str, Any] = {}
 
 
 @runtime_checkable
 class Backend(Protocol):
-    """What a backend provides."""
+    """What a backend supplies. Importing the module that holds this object must not import
+    the framework: every member but :meth:`compile`, :meth:`param_records` and
+    :meth:`load_model` answers without it.
+
+    Declarations:
+
+    - ``name``: the backend's name (``--backend NAME``, ``recipe.compile(NAME)``);
+    - ``framework``: the import name of the framework it needs (for install hints);
+    - ``model_kind``: what its models are, in words (``"a torch.nn.Module"``);
+    - ``framework_modules``: top-level modules whose absence means the framework is missing;
+    - ``capabilities``: what its runtime really does (words listed in
+      :mod:`recipe_spec.modifiers.spec`); a modifier runs here exactly when its needs are a
+      subset;
+    - ``model_suffixes``: the model or weight files it reads (``.pt``, ``.keras``, ...), and
+      ``framework_free_suffixes``: those it reads without its framework (a header format).
+
+    Operations on models (the runtime's own tensor operations live in the runtime that
+    :meth:`compile` returns: see :class:`recipe_spec.runtime.RecipeRuntime`):
+
+    - :meth:`owns`: whether an object is a model of this framework, told from class names;
+      :meth:`unsupported_model`: why an object of a related framework cannot run here;
+    - :meth:`param_records`: a live model's parameters as neutral records;
+    - :meth:`records_from_file` / :meth:`load_model`: what a model file holds;
+    - :meth:`canonical_axes`: where a parameter's (out, in, spatial...) axes are in its own
+      layout, the axis mapping every mask algorithm sees kernels through;
+    - :meth:`own_names`: another backend's records as this backend would name them.
+    """
 
     name: str
     framework: str
+    model_kind: str
+    framework_modules: tuple[str, ...]
+    capabilities: frozenset[str]
+    model_suffixes: tuple[str, ...]
+    framework_free_suffixes: tuple[str, ...]
 
-    def compile(self, recipe: Any, **options: Any) -> Any:
-        """A runnable manager for ``recipe`` on this backend's framework."""
+    def framework_available(self) -> bool:
+        """Whether the framework is installed (checked without importing it)."""
+
+    def owns(self, model: Any) -> bool:
+        """Whether ``model`` is a model of this backend's framework (no import)."""
+
+    def unsupported_model(self, model: Any) -> str | None:
+        """Why ``model`` (not owned) looks like a model this backend cannot run, or None."""
+
+    def compile(self, recipe: Recipe, **options: Any) -> Any:
+        """A runtime (:class:`recipe_spec.runtime.RecipeRuntime`) for ``recipe``."""
+
+    def param_records(self, model: Any) -> list[ParamRecord]:
+        """The parameters of a live model; ``ValueError`` saying why they cannot be listed."""
+
+    def records_from_file(self, path: str) -> list[ParamRecord]:
+        """The parameters a model or weights file holds (names and shapes)."""
+
+    def load_model(self, path: str) -> Any:
+        """The model a file holds; None when it holds weights only (names and shapes)."""
+
+    def canonical_axes(self, layer_type: str, ndim: int) -> tuple[int, ...]:
+        """For each canonical axis (out, in, spatial...), the axis of this layout."""
+
+    def own_names(self, records: Sequence[ParamRecord], source: str) -> list[ParamRecord]:
+        """``records`` of a ``source``-backend model, named as this backend names them."""
 
 
 class BackendError(LookupError):
@@ -54,16 +116,13 @@ class BackendError(LookupError):
 def _entry_points() -> dict[str, str]:
     from importlib import metadata
 
-    found = dict(_BUILTIN)
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        found[ep.name] = ep.value
-    return found
+    return {ep.name: ep.value for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
 
 def available_backends() -> list[str]:
     """The names of every backend that can be asked for (their frameworks may be missing).
 
-    >>> {"torch", "keras"} <= set(available_backends())
+    >>> len(available_backends()) >= 1
     True
     """
     return sorted(set(_entry_points()) | set(_REGISTERED))
@@ -103,3 +162,30 @@ def get_backend(name: str) -> Any:
         backend = getattr(module, attr) if attr else module
     _LOADED[name] = backend
     return backend
+
+
+def backend_for(model: Any) -> Any:
+    """The backend whose framework ``model`` belongs to (asked of every backend, no import).
+
+    Raises ``TypeError`` naming the backends there are when none owns it.
+    """
+    for name in available_backends():
+        try:
+            backend = get_backend(name)
+        except BackendError:
+            continue
+        if backend.owns(model):
+            return backend
+    kinds = "; ".join(f"{b}: {get_backend(b).model_kind}" for b in available_backends())
+    raise TypeError(f"modify() got a {type(model).__name__}, which is not a model of any backend ({kinds})")
+
+
+def supported_modifiers(name: str) -> frozenset[str]:
+    """The modifiers backend ``name`` runs: those whose every declared need it has.
+
+    >>> "GMPruningModifier" in supported_modifiers(available_backends()[0])
+    True
+    """
+    from .modifiers import supported_by
+
+    return supported_by(get_backend(name).capabilities)

@@ -13,14 +13,18 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .diagnostics import RecipeError, Severity
+from .modifiers import ModifierSpec, spec
 from .params import ParamIndex, ParamRecord, resolve
 from .recipe import Recipe
-from .schedule.plan import GRADUAL_PRUNING, Event, Plan
+from .schedule.plan import Event, Plan
 
 if TYPE_CHECKING:
     from .recipe import Modifier
 
-__all__ = ["RecipeRuntime", "ModelParams", "check_recipe_fits", "check_saved_state", "non_finite_message", "global_mask_type_message"]
+__all__ = [
+    "RecipeRuntime", "ModelParams", "check_recipe_fits", "check_backend_runs", "check_saved_state",
+    "non_finite_message", "global_mask_type_message",
+]
 
 #: Lint codes that stop ``modify()``: the recipe cannot run on this model as written.
 BLOCKING_CODES = ("P001", "P004", "P005", "P006")
@@ -59,6 +63,27 @@ def check_recipe_fits(recipe: Recipe, records: Sequence[ParamRecord], framework:
         raise RecipeError(problems)
 
 
+def check_backend_runs(recipe: Recipe, backend: str, capabilities: frozenset[str], runtime: Any) -> None:
+    """Refuse, before training, a recipe the backend cannot run as written: a modifier (or an
+    argument) that needs a capability the backend lacks is a located B001 error; an event
+    target with no handler on ``runtime`` (``_on_<target>``) is a backend defect, never
+    dropped silently."""
+    from .validation import backend_findings, positioned
+
+    problems = [positioned(f, recipe) for f in backend_findings(recipe, backend, capabilities)]
+    if problems:
+        raise RecipeError(problems)
+    for m in recipe.modifiers:
+        declared = spec(m.type)
+        for target in sorted(declared.emits if declared is not None else ()):
+            if not callable(getattr(runtime, f"_on_{target}", None)):
+                raise NotImplementedError(
+                    f"the {backend} backend declares what {m.type} (line {m.span.line}) needs "
+                    f"but has no handler for its '{target}' events (_on_{target}); this is a "
+                    "backend defect: report it"
+                )
+
+
 def check_saved_state(state: Mapping[str, Any], version: int, steps_per_epoch: int, attached: bool) -> None:
     """Refuse a saved state that cannot continue this schedule, saying why."""
     if not attached:
@@ -93,7 +118,8 @@ class RecipeRuntime:
 
     A backend subclass supplies only what touches its framework:
 
-    - ``framework`` (``"torch"`` / ``"keras"``, for the checks at :meth:`_attach`);
+    - ``framework``: the name of its backend (for the checks at :meth:`_attach`: the backend's
+      capabilities must cover the recipe, and every event target a handler ``_on_<target>``);
     - ``masks``: its mask set (``hold``/``release``/``release_all``/``apply``/``update``);
     - ``_param_records()``, and ``_index_params()`` to look parameters up by name;
     - ``_hold(name, modifier, from_zeros)``: a mask entry for a parameter (``from_zeros``: the
@@ -139,6 +165,9 @@ class RecipeRuntime:
         self.step_count = round(epoch * steps_per_epoch)
         self._refresh()
         assert self._model_params is not None
+        from .registry import get_backend
+
+        check_backend_runs(self.recipe, self.framework, get_backend(self.framework).capabilities, self)
         check_recipe_fits(self.recipe, self._model_params.records, self.framework)
 
     def _refresh(self) -> None:
@@ -164,18 +193,37 @@ class RecipeRuntime:
             self.apply(event)
 
     def apply(self, event: Event) -> None:
+        """Apply one event with the handler of its target (``_on_<target>``); an event no
+        handler takes is an error, never dropped (``modify()`` checks this up front)."""
         handler = getattr(self, f"_on_{event.target}", None)
-        if handler is not None:
-            handler(event, self.recipe.modifiers[event.modifier])
+        if handler is None:
+            raise NotImplementedError(
+                f"the {self.framework} backend has no handler for '{event.target}' events of "
+                f"{event.type} (line {event.line})"
+            )
+        handler(event, self.recipe.modifiers[event.modifier])
+
+    @staticmethod
+    def _spec(m: Modifier) -> ModifierSpec:
+        declared = spec(m.type)
+        if declared is None:
+            raise NotImplementedError(f"{m.type} (line {m.span.line}) has no declaration")
+        return declared
 
     def _on_sparsity(self, event: Event, m: Modifier) -> None:
+        declared = self._spec(m)
+        if declared.scores != "magnitude":  # the only ranking RecipeRuntime implements
+            raise NotImplementedError(
+                f"{m.type} (line {m.span.line}) ranks weights by {declared.scores} scores, which "
+                f"the {self.framework} backend does not implement"
+            )
         entries = [
             self._hold(name, event.modifier, False)
             for name in self.names_for(event.modifier, event.params)
             if (event.modifier, name) not in self._released_at_end  # leave_enabled: false ended it
         ]
         if entries:
-            global_sparsity = m.type == "GlobalMagnitudePruningModifier" or bool(m.args.get("global_sparsity", False))
+            global_sparsity = declared.global_sparsity or bool(m.args.get("global_sparsity", False))
             self.masks.update(entries, float(event.value), m.args.get("mask_type", "unstructured"),
                               global_sparsity, event.step)
 
@@ -186,7 +234,7 @@ class RecipeRuntime:
                 self._hold(name, event.modifier, True)
         elif event.value == "release":
             self.masks.release(n for n in names if n in self.masks.params)
-            if m.type in GRADUAL_PRUNING:
+            if self._spec(m).schedule == "gradual":
                 # a released gradual modifier does not prune at its own end step
                 self._released_at_end.update((event.modifier, name) for name in names)
 

@@ -29,6 +29,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .modifiers import spec
+
 if TYPE_CHECKING:
     from .schedule.plan import Event, Plan
 
@@ -324,24 +326,6 @@ def render_json(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> s
 
 
 # -- the picture ---------------------------------------------------------------------------
-_SHORT = {
-    "GMPruningModifier": "GMP",
-    "MagnitudePruningModifier": "Magnitude pruning",
-    "GlobalMagnitudePruningModifier": "Global magnitude pruning",
-    "MFACPruningModifier": "M-FAC pruning",
-    "OBSPruningModifier": "OBS pruning",
-    "MovementPruningModifier": "Movement pruning",
-    "ACDCPruningModifier": "AC/DC",
-    "ConstantPruningModifier": "Mask hold",
-    "LayerPruningModifier": "Layer pruning",
-    "QuantizationModifier": "QAT",
-    "LearningRateModifier": "LR",
-    "LearningRateFunctionModifier": "LR",
-    "SetLearningRateModifier": "LR",
-    "SetWeightDecayModifier": "Weight decay",
-    "TrainableParamsModifier": "Freeze",
-    "DistillationModifier": "Distillation",
-}
 _SET_WORDS = {
     ("lr", None): "set",
     ("weight_decay", None): "set",
@@ -351,7 +335,24 @@ _SET_WORDS = {
 
 
 def _name(kind: str) -> str:
-    return _SHORT.get(kind, kind[: -len("Modifier")] if kind.endswith("Modifier") else kind)
+    """The short name a modifier's declaration gives it (``Look.label``)."""
+    declared = spec(kind)
+    if declared is not None:
+        return declared.look.label
+    return kind[: -len("Modifier")] if kind.endswith("Modifier") else kind
+
+
+def _schedule(kind: str) -> str | None:
+    declared = spec(kind)
+    return declared.schedule if declared is not None else None
+
+
+def _phase(kind: str) -> tuple[str, str] | None:
+    """``(caption, colour)`` of a modifier drawn as a shaded span (``Look.phase``), or None."""
+    declared = spec(kind)
+    if declared is None or declared.look.phase is None:
+        return None
+    return declared.look.phase, declared.look.colour or "tab:gray"
 
 
 def _markers(plan: Plan, events: Sequence[Event]) -> list[tuple[int, str]]:
@@ -369,7 +370,7 @@ def _markers(plan: Plan, events: Sequence[Event]) -> list[tuple[int, str]]:
     ended: set[tuple[int, int]] = set()
     for e in events:
         if e.action == "start":
-            if e.type == "TrainableParamsModifier" and e.value is True:
+            if e.target == "trainable" and e.value is True:
                 label = "Unfreeze start"
             else:
                 label = f"{short(e.type, e.line)} start"
@@ -378,7 +379,7 @@ def _markers(plan: Plan, events: Sequence[Event]) -> list[tuple[int, str]]:
                 continue
             ended.add((e.step, e.modifier))
             label = f"{short(e.type, e.line)} end"
-            if e.target == "masks" and e.value == "release" and e.type != "ConstantPruningModifier":
+            if e.target == "masks" and e.value == "release" and _schedule(e.type) != "hold_masks":
                 label += " (masks released)"
         elif e.action == "set":
             word = _SET_WORDS.get(
@@ -407,25 +408,15 @@ def _markers(plan: Plan, events: Sequence[Event]) -> list[tuple[int, str]]:
     return out
 
 
-#: Modifiers drawn as a shaded span in the sparsity panel: what is true while they run.
-_PHASES = {
-    "ConstantPruningModifier": ("masks held, sparsity frozen", "tab:gray"),
-    "QuantizationModifier": ("quantization-aware training", "tab:purple"),
-    "DistillationModifier": ("distillation", "tab:cyan"),
-    "TrainableParamsModifier": ("parameters frozen", "tab:olive"),
-    "LayerPruningModifier": ("layers removed", "tab:brown"),
-}
-
-
 def _phases(events: Sequence[Event]) -> dict[tuple[str, int], tuple[int, int | None]]:
-    """``(type, line) -> (start step, end step or None)`` of the modifiers in :data:`_PHASES`."""
+    """``(type, line) -> (start step, end step or None)`` of the modifiers drawn as phases."""
     out: dict[tuple[str, int], tuple[int, int | None]] = {}
     for e in events:
-        if e.type not in _PHASES:
+        if _phase(e.type) is None:
             continue
         key = (e.type, e.line)
         if e.action == "start" and key not in out:
-            if e.type == "TrainableParamsModifier" and e.value is True:
+            if e.target == "trainable" and e.value is True:
                 continue
             out[key] = (e.step, None)
         elif e.action == "end" and key in out:
@@ -691,7 +682,7 @@ def plot(
             fontweight="bold",
         )
     for (kind, line), (k0, k1) in _phases(events).items():
-        what, color = _PHASES[kind]
+        what, color = _phase(kind) or (kind, "tab:gray")
         x1 = x_end if k1 is None else k1 / S
         ax_sp.axvspan(k0 / S, x1, color=color, alpha=0.16, lw=0, zorder=0)
         handles.append(Patch(color=color, alpha=0.3, label=f"{what} ({kind}, line {line})"))

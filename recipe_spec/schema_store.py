@@ -1,14 +1,19 @@
-"""The JSON Schemas of every modifier (``schemas/`` in the repository, shipped as the
-``recipe_spec.schemas`` package data) and which backend supports which modifier.
+"""The JSON Schemas of every modifier and which backend supports which modifier.
+
+The schemas are generated from the modifier declarations (:mod:`recipe_spec.modifiers`);
+``schemas/modifiers/*.schema.json`` (shipped as the ``recipe_spec.schemas`` package data) are
+the same schemas written out for editors and other tools. Backend support is derived from
+each backend's declared capabilities (``schemas/backends.json`` writes it out).
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from importlib import resources
-from pathlib import Path
 from typing import Any
+
+from .modifiers import all_specs
+from .modifiers.schema import SCHEMA_DIALECT, json_schema
 
 __all__ = [
     "modifier_names",
@@ -18,29 +23,16 @@ __all__ = [
     "SCHEMA_DIALECT",
 ]
 
-SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
-
-
-def _root() -> Any:
-    """The schemas folder: the installed package data, or ``schemas/`` of a source checkout."""
-    try:
-        root = resources.files("recipe_spec.schemas")
-        if (root / "backends.json").is_file():
-            return root
-    except ModuleNotFoundError:
-        pass
-    return Path(__file__).resolve().parent.parent / "schemas"
-
 
 @functools.cache
+def _schema(name: str) -> dict[str, Any]:
+    """The JSON Schema of modifier ``name``, generated from its declaration on first use."""
+    return json_schema(all_specs()[name])
+
+
 def _all_schemas() -> dict[str, dict[str, Any]]:
-    folder = _root() / "modifiers"
-    found: dict[str, dict[str, Any]] = {}
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".schema.json"):
-            schema = json.loads(entry.read_text(encoding="utf-8"))
-            found[schema["title"]] = schema
-    return found
+    """Every modifier's JSON Schema by name (in name order), generated from the declarations."""
+    return {name: _schema(name) for name in all_specs()}
 
 
 def modifier_names() -> list[str]:
@@ -49,19 +41,26 @@ def modifier_names() -> list[str]:
     >>> "GMPruningModifier" in modifier_names()
     True
     """
-    return sorted(_all_schemas())
+    return sorted(all_specs())
 
 
 def modifier_schema(name: str) -> dict[str, Any]:
     """The JSON Schema of modifier ``name`` (``KeyError`` if unknown)."""
-    return _all_schemas()[name]
+    return _schema(name)
 
 
-@functools.cache
 def backend_support() -> dict[str, frozenset[str]]:
-    """backend name -> the modifiers it implements (from ``schemas/backends.json``)."""
-    data = json.loads((_root() / "backends.json").read_text(encoding="utf-8"))
-    return {name: frozenset(b["modifiers"]) for name, b in data["backends"].items()}
+    """backend name -> the modifiers it runs, derived from each installed backend's declared
+    capabilities (:func:`recipe_spec.registry.supported_modifiers`)."""
+    from .registry import BackendError, available_backends, supported_modifiers
+
+    out = {}
+    for name in available_backends():
+        try:
+            out[name] = supported_modifiers(name)
+        except BackendError:
+            continue
+    return out
 
 
 def combined_schema() -> dict[str, Any]:

@@ -11,23 +11,26 @@ import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import codes
-from .codes import Code
-from .diagnostics import Diagnostic, Severity
+from .diagnostics import Diagnostic
+from .findings import Finding
 from .loader import RecipeInput, check
+from .modifiers import pruning_names, spec
 from .recipe import Modifier, Recipe
 from .schema_check import fast_is_valid
-from .schema_store import backend_support, modifier_names, modifier_schema
+from .schema_store import modifier_names, modifier_schema
 from .variables import did_you_mean
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import ValidationError
 
-__all__ = ["Finding", "validate", "validate_recipe", "apply_noqa", "RULES", "CORE_DIALECT_MODIFIERS"]
+__all__ = [
+    "Finding", "validate", "validate_recipe", "backend_findings", "positioned", "apply_noqa", "RULES",
+    "CORE_DIALECT_MODIFIERS",
+]
 
 #: One-shot modifiers of SparseML's LLM ("core") dialect.
 CORE_DIALECT_MODIFIERS = frozenset(
@@ -37,22 +40,7 @@ CORE_DIALECT_MODIFIERS = frozenset(
         "LogarithmicEqualizationModifier", "OutputDistillationModifier",
     }
 )
-LR_MODIFIERS = ("LearningRateModifier", "LearningRateFunctionModifier", "SetLearningRateModifier")
 _NM = re.compile(r"^(\d+):(\d+)$")
-
-
-@dataclass(frozen=True)
-class Finding:
-    """A rule's verdict about one modifier: ``keys`` is the path of the argument at fault
-    (empty for the modifier itself); ``on_key`` points at the argument's name, not its value."""
-
-    code: Code
-    message: str
-    hint: str
-    modifier: Modifier
-    keys: tuple[Any, ...] = ()
-    on_key: bool = False
-    severity: Severity | None = None
 
 
 # -- schema --------------------------------------------------------------------------------
@@ -126,8 +114,8 @@ def _schema_findings(m: Modifier) -> Iterator[Finding]:
             desc = props.get(missing, {}).get("description", "")
             yield Finding(codes.M003, f"{m.type} needs '{missing}'", desc, m)
             continue
-        if m.type == "QuantizationModifier" and top == "end_epoch":
-            continue  # E003 says it better
+        if top in _rule_keys(m):
+            continue  # the modifier's own rule says it better (E003 for QAT's end_epoch)
         leaf = _leaf_error(error)
         value = leaf.instance
         where = "'" + ".".join(str(p) for p in path) + "'" if path else m.type
@@ -178,6 +166,22 @@ def _range(m: Modifier) -> tuple[float, float] | None:
     return (max(start, 0.0) if start != -1 else 0.0, math.inf if end == -1 else end)
 
 
+def _rule_keys(m: Modifier) -> set[Any]:
+    """The arguments a modifier's own rules report on."""
+    declared = spec(m.type)
+    return {f.keys[0] for rule in (declared.rules if declared else ()) for f in rule(m) if f.keys}
+
+
+def _schedule(m: Modifier) -> str | None:
+    declared = spec(m.type)
+    return declared.schedule if declared is not None else None
+
+
+def _emits(m: Modifier) -> frozenset[str]:
+    declared = spec(m.type)
+    return declared.emits if declared is not None else frozenset()
+
+
 def rule_end_before_start(recipe: Recipe) -> Iterator[Finding]:
     for m in recipe.modifiers:
         start, end = _num(m.args.get("start_epoch")), _num(m.args.get("end_epoch"))
@@ -190,55 +194,6 @@ def rule_end_before_start(recipe: Recipe) -> Iterator[Finding]:
                 "Swap them, or use end_epoch: -1 for 'never ends'.",
                 m, ("end_epoch",),
             )
-        elif m.type == "LearningRateFunctionModifier" and end <= max(start, 0):
-            yield Finding(
-                codes.E001,
-                f"a learning-rate function needs end_epoch after start_epoch; got {start:g} to {end:g}",
-                "The function runs from start_epoch to end_epoch: give it a range.",
-                m, ("end_epoch",),
-            )
-
-
-def rule_milestones(recipe: Recipe) -> Iterator[Finding]:
-    for m in recipe.modifiers:
-        if m.type != "LearningRateModifier" or m.args.get("lr_class") != "MultiStepLR":
-            continue
-        kwargs = m.args.get("lr_kwargs")
-        milestones = kwargs.get("milestones") if isinstance(kwargs, Mapping) else None
-        if not isinstance(milestones, tuple):
-            continue
-        start, end = _num(m.args.get("start_epoch")), _num(m.args.get("end_epoch", -1))
-        for i, ms in enumerate(milestones):
-            ms_v = _num(ms)
-            if ms_v is None:
-                continue
-            if start is not None and start >= 0 and ms_v <= start:
-                yield Finding(
-                    codes.E002, f"milestone {ms!r} is not after start_epoch {start:g}",
-                    "Milestones are absolute epochs: each must be greater than start_epoch.",
-                    m, ("lr_kwargs", "milestones", i),
-                )
-            elif end is not None and end >= 0 and ms_v >= end:
-                yield Finding(
-                    codes.E002, f"milestone {ms!r} is not before end_epoch {end:g}",
-                    "Milestones are absolute epochs: each must be less than end_epoch.",
-                    m, ("lr_kwargs", "milestones", i),
-                )
-
-
-def rule_num_grads(recipe: Recipe) -> Iterator[Finding]:
-    for m in recipe.modifiers:
-        for keys in (("num_grads",), ("mfac_options", "num_grads")):
-            value: Any = m.args
-            for k in keys:
-                value = value.get(k) if isinstance(value, Mapping) else None
-            if isinstance(value, Mapping) and 0 not in value:
-                yield Finding(
-                    codes.M009,
-                    f"num_grads gives counts for sparsities {sorted(value)} but none for 0.0",
-                    "Add '0.0: COUNT', the number of gradients used until the first threshold.",
-                    m, keys,
-                )
 
 
 def rule_nm_mask_gradual(recipe: Recipe) -> Iterator[Finding]:
@@ -265,19 +220,8 @@ def rule_nm_mask_gradual(recipe: Recipe) -> Iterator[Finding]:
                 )
 
 
-def rule_quantization_end(recipe: Recipe) -> Iterator[Finding]:
-    for m in recipe.modifiers:
-        if m.type == "QuantizationModifier" and "end_epoch" in m.args and m.args["end_epoch"] != -1:
-            yield Finding(
-                codes.E003,
-                f"QuantizationModifier has no end, but end_epoch is {m.args['end_epoch']!r}",
-                "Remove end_epoch: quantized modules stay quantized to the end of training.",
-                m, ("end_epoch",),
-            )
-
-
 def _lr_window(m: Modifier) -> tuple[float, float] | None:
-    if m.type == "SetLearningRateModifier":
+    if _schedule(m) == "set_lr":
         start = _num(m.args.get("start_epoch", -1))
         if start is None:
             return None
@@ -287,7 +231,7 @@ def _lr_window(m: Modifier) -> tuple[float, float] | None:
 
 
 def rule_lr_overlap(recipe: Recipe) -> Iterator[Finding]:
-    lrs = [m for m in recipe.modifiers if m.type in LR_MODIFIERS]
+    lrs = [m for m in recipe.modifiers if "lr" in _emits(m)]
     for i, a in enumerate(lrs):
         for b in lrs[i + 1:]:
             if a.stage != b.stage:
@@ -326,10 +270,7 @@ def _exact_params(m: Modifier) -> list[tuple[int | None, str]]:
 
 
 def rule_double_pruning(recipe: Recipe) -> Iterator[Finding]:
-    pruners = [
-        m for m in recipe.modifiers
-        if m.type.endswith("PruningModifier") and m.type != "LayerPruningModifier"
-    ]
+    pruners = [m for m in recipe.modifiers if m.type in pruning_names()]
     seen: list[tuple[Modifier, str, tuple[float, float]]] = []
     for m in pruners:
         window = _range(m)
@@ -370,22 +311,73 @@ def rule_bad_regex(recipe: Recipe) -> Iterator[Finding]:
                     yield Finding(codes.P005, f"{selector}: {exc.message}", exc.hint, m, keys)
 
 
+def rule_declared(recipe: Recipe) -> Iterator[Finding]:
+    """Each modifier's own rules (``ModifierSpec.rules``)."""
+    for m in recipe.modifiers:
+        declared = spec(m.type)
+        for rule in declared.rules if declared is not None else ():
+            yield from rule(m)
+
+
 RULES: tuple[Callable[[Recipe], Iterable[Finding]], ...] = (
     rule_end_before_start,
-    rule_milestones,
-    rule_num_grads,
+    rule_declared,
     rule_nm_mask_gradual,
-    rule_quantization_end,
     rule_lr_overlap,
     rule_double_pruning,
     rule_bad_regex,
 )
 
 
+def backend_findings(recipe: Recipe, backend: str, capabilities: frozenset[str]) -> Iterator[Finding]:
+    """B001 for each declared modifier that ``backend`` (with ``capabilities``) cannot run, and
+    for each argument given a non-default value that needs a capability it lacks."""
+    from .modifiers import spec
+
+    for m in recipe.modifiers:
+        declared = spec(m.type)
+        if declared is None or not declared.runtime:
+            continue
+        missing = declared.needs - capabilities
+        if missing:
+            others = sorted(
+                b for b, caps in _backend_capabilities().items() if b != backend and declared.needs <= caps
+            )
+            hint = (f"Backends with it: {', '.join(others)}." if others else
+                    "No installed backend runs it yet; remove it, or validate without --backend.")
+            yield Finding(
+                codes.B001,
+                f"{m.type} is not available on the {backend} backend (it needs "
+                f"{', '.join(sorted(missing))})",
+                hint, m,
+            )
+            continue
+        for arg in declared.args:
+            if arg.needs and arg.name in m.args and m.args[arg.name] != arg.default and not arg.needs <= capabilities:
+                yield Finding(
+                    codes.B001,
+                    f"{m.type} argument `{arg.name}` is not supported on the {backend} backend "
+                    f"(it needs {', '.join(sorted(arg.needs - capabilities))})",
+                    f"Remove `{arg.name}` or set it to its default ({arg.default!r}).",
+                    m, (arg.name,), on_key=True,
+                )
+
+
+def _backend_capabilities() -> dict[str, frozenset[str]]:
+    from .registry import BackendError, available_backends, get_backend
+
+    found = {}
+    for name in available_backends():
+        try:
+            found[name] = frozenset(get_backend(name).capabilities)
+        except BackendError:
+            continue
+    return found
+
+
 def _modifier_findings(recipe: Recipe, backend: str | None) -> Iterator[Finding]:
     known = set(modifier_names())
     dialect_reported = False
-    support = backend_support().get(backend) if backend else None
     for m in recipe.modifiers:
         if m.type in CORE_DIALECT_MODIFIERS:
             if not dialect_reported:
@@ -404,13 +396,21 @@ def _modifier_findings(recipe: Recipe, backend: str | None) -> Iterator[Finding]
             yield Finding(codes.M001, f"unknown modifier '{m.type}'", hint, m)
             continue
         yield from _schema_findings(m)
-        if support is not None and m.type not in support:
-            yield Finding(
-                codes.B001,
-                f"{m.type} is not available on the {backend} backend",
-                f"Backends with it: {', '.join(sorted(b for b, s in backend_support().items() if m.type in s))}.",
-                m,
-            )
+    if backend is not None:
+        caps = _backend_capabilities().get(backend)
+        if caps is None:
+            from .registry import available_backends
+
+            raise ValueError(f"unknown backend {backend!r}; available: {', '.join(available_backends())}")
+        yield from backend_findings(recipe, backend, caps)
+
+
+def positioned(f: Finding, recipe: Recipe) -> Diagnostic:
+    """The diagnostic of finding ``f`` at the argument (or modifier) it names."""
+    span = f.modifier.key_span(f.keys[0]) if f.on_key and f.keys else (
+        f.modifier.value_span(*f.keys) if f.keys else f.modifier.span
+    )
+    return f.code(f.message, f.hint, span, f.severity).in_file(recipe.path)
 
 
 def validate_recipe(recipe: Recipe, backend: str | None = None) -> list[Diagnostic]:
@@ -419,12 +419,7 @@ def validate_recipe(recipe: Recipe, backend: str | None = None) -> list[Diagnost
     bad = {id(f.modifier) for f in findings if f.code.id in ("M001", "S007")}
     for rule in RULES:
         findings.extend(f for f in rule(recipe) if id(f.modifier) not in bad)
-    out = []
-    for f in findings:
-        span = f.modifier.key_span(f.keys[0]) if f.on_key and f.keys else (
-            f.modifier.value_span(*f.keys) if f.keys else f.modifier.span
-        )
-        out.append(f.code(f.message, f.hint, span, f.severity).in_file(recipe.path))
+    out = [positioned(f, recipe) for f in findings]
     return sorted(out, key=lambda d: (d.line, d.column, d.code))
 
 

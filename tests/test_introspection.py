@@ -591,7 +591,7 @@ def test_model_instance_and_class_specs(zoo, tmp_path):
         ("{zoo}.nets:VALUE", r"VALUE is a int, not a callable\. Point the spec at a function \(or class\) that builds and returns the model with no arguments"),
         ("{zoo}.nets:boom", r"calling boom\(\) raised RuntimeError: kaput: no GPU here"),
         ("{zoo}.nets:build_with_args", r"calling build_with_args\(\) raised TypeError: .*width.* \(it is called with no arguments\)"),
-        ("{zoo}.nets:not_a_model", r"not_a_model\(\) returned a builtins.dict, which is neither a torch.nn.Module nor a Keras 3 model or layer\. Return the model itself"),
+        ("{zoo}.nets:not_a_model", r"not_a_model\(\) returned a builtins.dict, which is not a model of any backend \(keras: a Keras 3 model or layer; torch: a torch.nn.Module\)\. Return the model itself"),
         ("{zoo}.nets:build_unbuilt", r"gave a Keras model that is not built yet, so it has no variables: give it a keras.Input"),
         ("missing_dir/nothing.py:build", r"no such file 'missing_dir/nothing.py'"),
     ],

@@ -36,6 +36,9 @@ def test_every_validation_code_has_a_fixture() -> None:
 
 
 def test_backend_support_B001() -> None:
+    """Support follows from each backend's declared capabilities: OBS needs second-order
+    scores, which no backend declares yet, so both refuse it (it used to validate clean on
+    torch and run there as magnitude pruning)."""
     text = (
         "modifiers:\n"
         "  - !OBSPruningModifier\n"
@@ -46,10 +49,35 @@ def test_backend_support_B001() -> None:
         "    end_epoch: 10\n"
         "    update_frequency: 1\n"
     )
-    assert [d.code for d in validate(text, backend="torch")] == []
-    (d,) = validate(text, backend="keras")
-    assert (d.code, d.line, d.column, d.severity) == ("B001", 2, 5, Severity.ERROR)
-    assert "torch" in d.hint
+    for backend in ("torch", "keras"):
+        (d,) = validate(text, backend=backend)
+        assert (d.code, d.line, d.column, d.severity) == ("B001", 2, 5, Severity.ERROR)
+        assert "scores:obs" in d.message and "No installed backend runs it yet" in d.hint
+    gmp = text.replace("OBSPruningModifier", "GMPruningModifier")
+    assert validate(gmp, backend="torch") == [] and validate(gmp, backend="keras") == []
+
+
+def test_backend_support_follows_capabilities() -> None:
+    from recipe_spec.registry import _LOADED, register_backend, supported_modifiers
+
+    class LROnly:
+        name = "lr-only"
+        capabilities = frozenset({"lr"})
+
+    register_backend("lr-only", LROnly)
+    try:
+        assert supported_modifiers("lr-only") == {
+            "EpochRangeModifier", "LearningRateModifier", "LearningRateFunctionModifier", "SetLearningRateModifier",
+        }
+        text = "modifiers:\n  - !GMPruningModifier {params: [w], init_sparsity: 0.1, final_sparsity: 0.5, start_epoch: 0, end_epoch: 2, update_frequency: 1}\n"
+        (d,) = validate(text, backend="lr-only")
+        assert d.code == "B001" and "masks, scores:magnitude" in d.message
+        assert d.hint == "Backends with it: keras, torch."
+    finally:
+        from recipe_spec import registry
+
+        registry._REGISTERED.pop("lr-only", None)
+        _LOADED.pop("lr-only", None)
 
 
 def test_messages_say_what_and_hint_says_how() -> None:

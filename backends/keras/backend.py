@@ -1,11 +1,65 @@
-"""The backend object that ``recipe_spec.get_backend("keras")`` returns."""
+"""The backend object that ``recipe_spec.get_backend("keras")`` returns: what the Keras 3
+backend declares and the model operations it supplies (the contract is
+:class:`recipe_spec.registry.Backend`). Importing this module does not import Keras."""
 
 from __future__ import annotations
 
 import importlib.util
+import re
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["backend", "KerasBackend"]
+from recipe_spec.params import ParamRecord
+
+__all__ = ["backend", "KerasBackend", "CAPABILITIES", "canonical_axes"]
+
+#: What the Keras runtime really does (words of :mod:`recipe_spec.modifiers.spec`).
+CAPABILITIES = frozenset({
+    "masks", "scores:magnitude", "lr", "weight_decay", "trainable", "layers", "quantization",
+})
+
+_CONV = re.compile(r"^Conv(?:olution)?([123])D(Transpose)?$")
+#: PyTorch parameter names and their Keras names, by owning layer kind.
+_TORCH_LEAVES = {"running_mean": "moving_mean", "running_var": "moving_variance"}
+
+
+def canonical_axes(layer_type: str, ndim: int) -> tuple[int, ...]:
+    """Where a Keras kernel's canonical axes (PyTorch's order) are in its own layout.
+
+    Dense ``(in, out)`` -> ``(1, 0)``; ConvND ``(k..., in, out)`` and ConvNDTranspose
+    ``(k..., out, in)`` -> ``(nd + 1, nd, 0, ..., nd - 1)`` (PyTorch: ``(out, in, k...)`` and
+    ``(in, out, k...)``); Embedding, biases, norms and other layers: unchanged.
+
+    >>> canonical_axes("Dense", 2), canonical_axes("Conv2D", 4), canonical_axes("Embedding", 2)
+    ((1, 0), (3, 2, 0, 1), (0, 1))
+    """
+    identity = tuple(range(ndim))
+    if ndim < 2:
+        return identity
+    if layer_type == "Dense":
+        spatial = 0
+    else:
+        match = _CONV.match(layer_type)
+        if not match:
+            return identity
+        spatial = int(match.group(1))
+    if ndim != spatial + 2:
+        raise ValueError(
+            f"a {layer_type} kernel has {spatial + 2} dimensions, got an array with {ndim} dimensions"
+        )
+    return (spatial + 1, spatial, *range(spatial))
+
+
+def _keras_leaf(record: ParamRecord) -> str:
+    leaf = record.name.rsplit(".", 1)[-1]
+    kind = record.layer_type.lower()
+    if leaf in _TORCH_LEAVES:
+        return _TORCH_LEAVES[leaf]
+    if "norm" in kind:
+        return {"weight": "gamma", "bias": "beta"}.get(leaf, leaf)
+    if "embedding" in kind and leaf == "weight":
+        return "embeddings"
+    return {"weight": "kernel"}.get(leaf, leaf)
 
 
 class KerasBackend:
@@ -13,10 +67,36 @@ class KerasBackend:
 
     name = "keras"
     framework = "keras"
+    framework_modules = ("keras", "tensorflow")
+    capabilities = CAPABILITIES
+    model_kind = "a Keras 3 model or layer"
+    model_suffixes = (".keras", ".h5")
+    framework_free_suffixes = ()
 
     def framework_available(self) -> bool:
         """Whether Keras 3 is installed (checked without importing it)."""
         return importlib.util.find_spec(self.framework) is not None
+
+    def owns(self, model: Any) -> bool:
+        """Whether ``model`` is a Keras 3 model or layer (told from its class names)."""
+        if isinstance(model, type):
+            return False
+        for cls in type(model).__mro__:
+            module = getattr(cls, "__module__", "") or ""
+            if cls.__name__ == "Layer" and module.startswith("keras.") and ".engine." not in module:
+                return True
+        return False
+
+    def unsupported_model(self, model: Any) -> str | None:
+        """A Keras 2 (``tf.keras`` / ``tf_keras``) model: why it cannot run here."""
+        for cls in type(model).__mro__:
+            module = getattr(cls, "__module__", "") or ""
+            if cls.__name__ == "Layer" and (module.startswith(("tf_keras.", "tensorflow.")) or ".engine." in module):
+                return (
+                    "a Keras 2 (tf.keras / tf_keras) model; recipe-spec supports Keras 3: build "
+                    "it with `import keras` (Keras 3)"
+                )
+        return None
 
     def compile(self, recipe: Any, **options: Any) -> Any:
         """A manager that applies ``recipe`` on Keras 3."""
@@ -31,18 +111,44 @@ class KerasBackend:
 
         return KerasManager(recipe, **options)
 
-    def param_records(self, model: Any) -> list[Any]:
+    def param_records(self, model: Any) -> list[ParamRecord]:
         """The variables of a Keras 3 model as :class:`~recipe_spec.params.ParamRecord`
-        values (path relative to the model, portable alias)."""
+        values (path relative to the model, portable alias). ``ValueError`` for a model that
+        is not built yet (it has no variables)."""
         from .params import param_records
 
-        return param_records(model)
+        records = param_records(model)
+        if not records and getattr(model, "built", True) is False:
+            raise ValueError(
+                "a Keras model that is not built yet, so it has no variables: give it a "
+                "keras.Input, or call it once on example data (or model.build(input_shape)) "
+                "before returning it"
+            )
+        return records
 
-    def load_model(self, path: Any) -> Any:
+    def records_from_file(self, path: str) -> list[ParamRecord]:
+        """The variables of a model saved with ``model.save()``."""
+        return self.param_records(self.load_model(path))
+
+    def load_model(self, path: str) -> Any:
         """A model saved with ``model.save()`` (``.keras``), loaded with ``compile=False``."""
         from .params import load_model
 
         return load_model(path)
+
+    def canonical_axes(self, layer_type: str, ndim: int) -> tuple[int, ...]:
+        """See :func:`canonical_axes`."""
+        return canonical_axes(layer_type, ndim)
+
+    def own_names(self, records: Sequence[ParamRecord], source: str) -> list[ParamRecord]:
+        """Another backend's records under Keras paths (``fc1/kernel``), their own names kept
+        as portable aliases."""
+        if source == self.name:
+            return list(records)
+        return [
+            ParamRecord("/".join(r.name.split(".")[:-1] + [_keras_leaf(r)]), r.shape, r.layer_type, r.prunable, r.name)
+            for r in records
+        ]
 
 
 backend = KerasBackend()

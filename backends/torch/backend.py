@@ -1,11 +1,21 @@
-"""The backend object that ``recipe_spec.get_backend("torch")`` returns."""
+"""The backend object that ``recipe_spec.get_backend("torch")`` returns: what the PyTorch
+backend declares and the model operations it supplies (the contract is
+:class:`recipe_spec.registry.Backend`). Importing this module does not import torch."""
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["backend", "PyTorchBackend"]
+from recipe_spec.params import ParamRecord
+
+__all__ = ["backend", "PyTorchBackend", "CAPABILITIES"]
+
+#: What the PyTorch runtime really does (words of :mod:`recipe_spec.modifiers.spec`).
+CAPABILITIES = frozenset({
+    "masks", "scores:magnitude", "lr", "weight_decay", "trainable", "layers", "quantization",
+})
 
 
 class PyTorchBackend:
@@ -13,10 +23,28 @@ class PyTorchBackend:
 
     name = "torch"
     framework = "torch"
+    framework_modules = ("torch",)
+    capabilities = CAPABILITIES
+    model_kind = "a torch.nn.Module"
+    model_suffixes = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
+    framework_free_suffixes = (".safetensors",)
 
     def framework_available(self) -> bool:
         """Whether PyTorch is installed (checked without importing it)."""
         return importlib.util.find_spec(self.framework) is not None
+
+    def owns(self, model: Any) -> bool:
+        """Whether ``model`` is a ``torch.nn.Module`` (told from its class names, no import)."""
+        if isinstance(model, type):
+            return False
+        return any(
+            cls.__name__ == "Module" and getattr(cls, "__module__", "") == "torch.nn.modules.module"
+            for cls in type(model).__mro__
+        )
+
+    def unsupported_model(self, model: Any) -> str | None:
+        """Why ``model`` looks like a model of this framework that the backend cannot run."""
+        return None
 
     def compile(self, recipe: Any, **options: Any) -> Any:
         """A manager that applies ``recipe`` on PyTorch."""
@@ -28,24 +56,48 @@ class PyTorchBackend:
 
         return TorchManager(recipe, **options)
 
-    def param_records(self, model: Any) -> list[Any]:
+    def param_records(self, model: Any) -> list[ParamRecord]:
         """The parameters of a PyTorch model (``nn.Module``, DDP/FSDP wrappers unwrapped) as
         :class:`~recipe_spec.params.ParamRecord` values."""
         from .params import param_records
 
         return param_records(model)
 
-    def records_from_state_dict(self, path: Any) -> list[Any]:
+    def records_from_file(self, path: str) -> list[ParamRecord]:
+        """Records (names and shapes) of a ``.safetensors`` header (read without torch) or a
+        ``.pt``/``.pth``/``.bin``/``.ckpt`` state_dict or checkpoint."""
+        if path.lower().endswith(".safetensors"):
+            from recipe_spec.model_spec import records_from_safetensors
+
+            return records_from_safetensors(path)
+        from .params import records_from_state_dict
+
+        return records_from_state_dict(path)
+
+    def records_from_state_dict(self, path: Any) -> list[ParamRecord]:
         """Records (names and shapes) of a ``.pt``/``.pth`` state_dict file."""
         from .params import records_from_state_dict
 
         return records_from_state_dict(path)
 
-    def load_model(self, path: Any) -> Any:
-        """A TorchScript module (``torch.jit.save``); plain state_dicts are not models."""
-        from .params import load_model
+    def load_model(self, path: str) -> Any:
+        """A TorchScript module (``torch.jit.save``); None for a file of weights only (a
+        state_dict or safetensors: names and shapes, no model to run)."""
+        from .params import is_torchscript_archive, load_model
 
+        if path.lower().endswith(".safetensors") or not is_torchscript_archive(path):
+            return None
         return load_model(path)
+
+    def canonical_axes(self, layer_type: str, ndim: int) -> tuple[int, ...]:
+        """PyTorch stores weights in the canonical order: (out, in, spatial...)."""
+        return tuple(range(ndim))
+
+    def own_names(self, records: Sequence[ParamRecord], source: str) -> list[ParamRecord]:
+        """Another backend's records under their portable (PyTorch-style) names."""
+        if source == self.name:
+            return list(records)
+        return [ParamRecord(r.alias or r.name, r.shape, r.layer_type, r.prunable, None) for r in records]
 
 
 backend = PyTorchBackend()

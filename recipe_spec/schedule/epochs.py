@@ -14,6 +14,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .tracks import end_ignored
+
 __all__ = ["max_epochs", "min_epochs", "shift_epochs", "stage_offsets", "EPOCH_KEYS"]
 
 #: Arguments that hold an absolute epoch and move when a stage is shifted.
@@ -25,14 +27,12 @@ EPOCH_KEYS = (
 )
 
 
-#: Modifiers whose ``end_epoch`` SparseML ignored (forced to -1): it does not count.
-END_IGNORED = frozenset({"SetLearningRateModifier", "SetWeightDecayModifier"})
 
 
 def _epochs(modifiers: Iterable[Any], key: str) -> list[float]:
     out = []
     for m in modifiers:
-        if key == "end_epoch" and getattr(m, "type", None) in END_IGNORED:
+        if key == "end_epoch" and getattr(m, "type", None) in end_ignored():
             continue
         args = getattr(m, "args", m)
         value = args.get(key) if isinstance(args, Mapping) else None
