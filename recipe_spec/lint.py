@@ -136,6 +136,32 @@ def _layers(records: Sequence[ParamRecord]) -> tuple[set[str], set[str]]:
     return names, types
 
 
+def _layer_name_findings(m: Modifier, layer_names: set[str], layer_types: set[str]) -> Iterator[Finding]:
+    """P006 for each entry of an argument declared to name layers (``Arg.names``) that names
+    no layer (or, where allowed, layer type) of the model."""
+    import difflib
+
+    declared = spec(m.type)
+    for arg in declared.args if declared is not None else ():
+        entries = m.args.get(arg.name)
+        if arg.names is None or not isinstance(entries, (list, tuple)):
+            continue
+        types_too = arg.names == "layers_or_types"
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, str) or entry == "":
+                continue
+            name = entry.removeprefix("module.")
+            if name in layer_names or (types_too and name in layer_types):
+                continue
+            close = difflib.get_close_matches(name, sorted(layer_names | layer_types), n=3, cutoff=0.5)
+            yield Finding(
+                codes.P006,
+                f"{arg.name} names '{entry}', which is not a layer{' or layer type' if types_too else ''} of the model",
+                ("Closest: " + ", ".join(close) + ".") if close else "Check the layer names with `recipe-spec params`.",
+                m, (arg.name, i),
+            )
+
+
 def _param_findings(recipe: Recipe, records: Sequence[ParamRecord], framework: str) -> Iterator[Finding]:
     pruned: dict[str, list[tuple[Modifier, tuple[float, float], bool]]] = {}
     layer_names, layer_types = _layers(records)
@@ -189,26 +215,7 @@ def _param_findings(recipe: Recipe, records: Sequence[ParamRecord], framework: s
                     pruned.setdefault(r.name, []).append((m, window, bool(exact & set(r.names))))
             if path == ("params",):
                 yield from _mask_findings(m, result.matched, framework)
-        if m.type == "QuantizationModifier":
-            for key in ("submodules", "ignore"):
-                entries = m.args.get(key)
-                if not isinstance(entries, (list, tuple)):
-                    continue
-                for i, entry in enumerate(entries):
-                    if not isinstance(entry, str) or entry == "":
-                        continue
-                    name = entry.removeprefix("module.")
-                    if name in layer_names or (key == "ignore" and name in layer_types):
-                        continue
-                    import difflib
-
-                    close = difflib.get_close_matches(name, sorted(layer_names | layer_types), n=3, cutoff=0.5)
-                    yield Finding(
-                        codes.P006,
-                        f"{key} names '{entry}', which is not a layer{' or layer type' if key == 'ignore' else ''} of the model",
-                        ("Closest: " + ", ".join(close) + ".") if close else "Check the layer names with `recipe-spec params`.",
-                        m, (key, i),
-                    )
+        yield from _layer_name_findings(m, layer_names, layer_types)
     for name, uses in pruned.items():
         for j in range(1, len(uses)):
             m, window, by_exact = uses[j]

@@ -180,6 +180,16 @@ class RecipeRuntime:
         assert self._model_params is not None
         return self._model_params.names_for(modifier, selector)
 
+    def emitted_targets(self) -> frozenset[str]:
+        """The event targets the recipe's modifiers emit (their declarations' ``emits``): what
+        a backend must be ready to change, e.g. ``"lr"`` (take over the optimizer's rate)."""
+        out: set[str] = set()
+        for m in self.recipe.modifiers:
+            declared = spec(m.type)
+            if declared is not None:
+                out |= declared.emits
+        return frozenset(out)
+
     @property
     def epoch(self) -> int:
         """Whole epochs run so far (where a resumed run starts)."""

@@ -80,10 +80,10 @@ class KerasManager(RecipeRuntime):
             raise TypeError(f"modify() needs a Keras model, not {type(model).__name__}")
         if not model.built:
             raise ValueError("build the Keras model (call it once or give it an Input) before modify()")
-        types = {m.type for m in self.recipe.modifiers}
-        if types & {"LearningRateModifier", "LearningRateFunctionModifier", "SetLearningRateModifier"}:
+        targets = self.emitted_targets()
+        if "lr" in targets:
             take_over_learning_rate(optimizer)
-        if "SetWeightDecayModifier" in types:
+        if "weight_decay" in targets:
             take_over_weight_decay(optimizer)
         self._attach(model, optimizer, steps_per_epoch, epoch)
         return model, optimizer, [RecipeCallback(self)]

@@ -111,7 +111,7 @@ QUANTIZATION = ModifierSpec(
             ),
             "type": "array",
             "items": {"type": "string", "minLength": 1},
-        }),
+        }, names="layers_or_types"),
         Arg("strict", {
             "description": (
                 "Current key set: raise an error when a name in ignore or scheme_overrides "
@@ -128,7 +128,7 @@ QUANTIZATION = ModifierSpec(
             "type": "array",
             "items": {"type": "string", "minLength": 1},
             "minItems": 1,
-        }),
+        }, names="layers"),
         Arg("quantize_embeddings", {
             "description": "Legacy key set: fake-quantize Embedding weights too.",
             "type": ["boolean", "integer"],

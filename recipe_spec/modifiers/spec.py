@@ -66,13 +66,16 @@ class Arg:
     must have to honour the argument when a recipe gives it a value other than its default
     (a backend without them refuses the recipe rather than ignore the argument). ``tools``:
     the tool versions in which the argument exists, e.g. ``{"sparseml": "<1.6"}`` (empty: all
-    versions of every tool that has the modifier).
+    versions of every tool that has the modifier). ``names``: what the argument's strings name
+    in the model, for lint: ``"layers"`` (layer names) or ``"layers_or_types"`` (layer names or
+    layer class names); None for anything else (parameter selectors are ``params``).
     """
 
     name: str
     schema: Mapping[str, Any]
     needs: frozenset[str] = frozenset()
     tools: Mapping[str, str] = field(default_factory=dict)
+    names: str | None = None
 
     @property
     def description(self) -> str:
