@@ -8,7 +8,9 @@ gradual pruner and to a learning-rate setter) is declared with its modifier.
   optimizer param groups);
 - :class:`~recipe_spec.modifiers.spec.Arg` constants: arguments (most of them those of the
   gradual pruning modifiers, plus ``log_types``, ``param_groups`` and ``constant_logging``);
-- schema keywords the gradual pruning modifiers share (``required``, the sparsity-map rule).
+- schema keywords the gradual pruning modifiers share (``required``, the sparsity-map rule);
+- :func:`gradual_pruning`: the behaviour every gradual pruner declares (its schedule, events
+  and needs), by how it scores weights.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Any
 from .spec import Arg
 
 __all__ = [
+    "gradual_pruning",
+    "GRADUAL_MAGNITUDE",
     "PARAM_NAME_DEF",
     "PARAMS_DEF",
     "MASK_TYPE_DEF",
@@ -39,6 +43,26 @@ __all__ = [
     "GRADUAL_REQUIRED",
     "SPARSITY_MAP_NEEDS_EMPTY_PARAMS",
 ]
+
+def gradual_pruning(scores: str, *needs: str) -> dict[str, Any]:
+    """The behaviour fields of a gradual pruner that ranks weights by ``scores``: the
+    ``gradual`` track, its ``sparsity``/``masks`` events, and the ``masks`` and
+    ``scores:<scores>`` capabilities plus ``needs``.
+
+    >>> sorted(gradual_pruning("mfac", "gradients")["needs"])
+    ['gradients', 'masks', 'scores:mfac']
+    """
+    return {
+        "schedule": "gradual",
+        "emits": frozenset({"sparsity", "masks"}),
+        "needs": frozenset({"masks", f"scores:{scores}", *needs}),
+        "prunes": True,
+        "scores": scores,
+    }
+
+
+#: Gradual magnitude pruning (GMP, Magnitude, GlobalMagnitude).
+GRADUAL_MAGNITUDE = gradual_pruning("magnitude")
 
 # -- $defs -------------------------------------------------------------------------------------
 PARAM_NAME_DEF: dict[str, Any] = {

@@ -12,6 +12,7 @@ from .common import (
     FINAL_SPARSITY,
     GLOBAL_SPARSITY,
     GRADUAL_END_EPOCH,
+    GRADUAL_MAGNITUDE,
     GRADUAL_REQUIRED,
     GRADUAL_START_EPOCH,
     GRADUAL_UPDATE_FREQUENCY,
@@ -106,11 +107,7 @@ GM_PRUNING = ModifierSpec(
         "leave_enabled": True,
     },
     look=Look("GMP"),
-    schedule="gradual",
-    emits=frozenset({"sparsity", "masks"}),
-    needs=frozenset({"masks", "scores:magnitude"}),
-    prunes=True,
-    scores="magnitude",
+    **GRADUAL_MAGNITUDE,
 )
 
 MAGNITUDE_PRUNING = ModifierSpec(
@@ -145,11 +142,7 @@ MAGNITUDE_PRUNING = ModifierSpec(
         "mask_type": [1, 4],
     },
     look=Look("Magnitude pruning"),
-    schedule="gradual",
-    emits=frozenset({"sparsity", "masks"}),
-    needs=frozenset({"masks", "scores:magnitude"}),
-    prunes=True,
-    scores="magnitude",
+    **GRADUAL_MAGNITUDE,
 )
 
 GLOBAL_MAGNITUDE_PRUNING = ModifierSpec(
@@ -201,11 +194,7 @@ GLOBAL_MAGNITUDE_PRUNING = ModifierSpec(
         "leave_enabled": True,
     },
     look=Look("Global magnitude pruning"),
-    schedule="gradual",
-    emits=frozenset({"sparsity", "masks"}),
-    needs=frozenset({"masks", "scores:magnitude"}),
-    prunes=True,
-    scores="magnitude",
+    **GRADUAL_MAGNITUDE,
     global_sparsity=True,
 )
 

@@ -27,6 +27,7 @@ from .common import (
     PRUNING_PARAMS,
     SPARSITY_MAP_DEF,
     SPARSITY_MAP_NEEDS_EMPTY_PARAMS,
+    gradual_pruning,
 )
 from .spec import Arg, Look, ModifierSpec
 
@@ -242,11 +243,7 @@ MFAC_PRUNING = ModifierSpec(
         "available_devices": ["cuda:0"],
     },
     look=Look("M-FAC pruning"),
-    schedule="gradual",
-    emits=frozenset({"sparsity", "masks"}),
-    needs=frozenset({"masks", "scores:mfac", "gradients"}),
-    prunes=True,
-    scores="mfac",
+    **gradual_pruning("mfac", "gradients"),
     rules=(rules.num_grads_from_zero,),
 )
 
@@ -363,11 +360,7 @@ OBS_PRUNING = ModifierSpec(
         "grad_sampler_kwargs": {"batch_size": 8},
     },
     look=Look("OBS pruning"),
-    schedule="gradual",
-    emits=frozenset({"sparsity", "masks"}),
-    needs=frozenset({"masks", "scores:obs", "gradients"}),
-    prunes=True,
-    scores="obs",
+    **gradual_pruning("obs", "gradients"),
     rules=(rules.num_grads_from_zero,),
 )
 
