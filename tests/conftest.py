@@ -24,6 +24,23 @@ def corpus_rows() -> list[dict[str, str]]:
     return rows
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip ``cuda`` tests where torch sees no CUDA device (checked only if one is collected)."""
+    cuda_items = [item for item in items if "cuda" in item.keywords]
+    if not cuda_items:
+        return
+    try:
+        import torch
+
+        available = torch.cuda.is_available()
+    except ImportError:
+        available = False
+    if not available:
+        skip = pytest.mark.skip(reason="needs a CUDA GPU")
+        for item in cuda_items:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
