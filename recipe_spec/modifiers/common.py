@@ -22,6 +22,7 @@ from .spec import Arg
 __all__ = [
     "gradual_pruning",
     "GRADUAL_MAGNITUDE",
+    "GRADUAL_ARGS",
     "PARAM_NAME_DEF",
     "PARAMS_DEF",
     "MASK_TYPE_DEF",
@@ -264,3 +265,16 @@ SPARSITY_MAP_NEEDS_EMPTY_PARAMS: dict[str, Any] = {
     "then": {"properties": {"params": {"type": "array", "maxItems": 0}}},
     "else": {"properties": {"params": {"minItems": 1}}},
 }
+
+
+#: The arguments every gradual pruner starts with, in schema order.
+GRADUAL_ARGS: tuple[Arg, ...] = (
+    PRUNING_PARAMS,
+    INIT_SPARSITY,
+    FINAL_SPARSITY,
+    GRADUAL_START_EPOCH,
+    GRADUAL_END_EPOCH,
+    GRADUAL_UPDATE_FREQUENCY,
+    INTER_FUNC,
+    LEAVE_ENABLED,
+)

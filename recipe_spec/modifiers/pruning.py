@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from .common import (
-    FINAL_SPARSITY,
     GLOBAL_SPARSITY,
+    GRADUAL_ARGS,
     GRADUAL_END_EPOCH,
     GRADUAL_MAGNITUDE,
     GRADUAL_REQUIRED,
@@ -54,14 +54,7 @@ GM_PRUNING = ModifierSpec(
     ),
     category="pruning",
     args=(
-        PRUNING_PARAMS,
-        INIT_SPARSITY,
-        FINAL_SPARSITY,
-        GRADUAL_START_EPOCH,
-        GRADUAL_END_EPOCH,
-        GRADUAL_UPDATE_FREQUENCY,
-        INTER_FUNC,
-        LEAVE_ENABLED,
+        *GRADUAL_ARGS,
         MASK_TYPE,
         Arg("global_sparsity", {
             "description": (
@@ -119,14 +112,7 @@ MAGNITUDE_PRUNING = ModifierSpec(
     ),
     category="pruning",
     args=(
-        PRUNING_PARAMS,
-        INIT_SPARSITY,
-        FINAL_SPARSITY,
-        GRADUAL_START_EPOCH,
-        GRADUAL_END_EPOCH,
-        GRADUAL_UPDATE_FREQUENCY,
-        INTER_FUNC,
-        LEAVE_ENABLED,
+        *GRADUAL_ARGS,
         MASK_TYPE,
         LOG_TYPES,
     ),

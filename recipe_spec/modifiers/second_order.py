@@ -10,21 +10,14 @@ from typing import Any
 
 from . import rules
 from .common import (
-    FINAL_SPARSITY,
     GLOBAL_SPARSITY,
-    GRADUAL_END_EPOCH,
+    GRADUAL_ARGS,
     GRADUAL_REQUIRED,
-    GRADUAL_START_EPOCH,
-    GRADUAL_UPDATE_FREQUENCY,
-    INIT_SPARSITY,
-    INTER_FUNC,
-    LEAVE_ENABLED,
     LOG_TYPES,
     MASK_TYPE,
     MASK_TYPE_DEF,
     PARAM_NAME_DEF,
     PARAMS_DEF,
-    PRUNING_PARAMS,
     SPARSITY_MAP_DEF,
     SPARSITY_MAP_NEEDS_EMPTY_PARAMS,
     gradual_pruning,
@@ -98,14 +91,7 @@ MFAC_PRUNING = ModifierSpec(
     ),
     category="pruning",
     args=(
-        PRUNING_PARAMS,
-        INIT_SPARSITY,
-        FINAL_SPARSITY,
-        GRADUAL_START_EPOCH,
-        GRADUAL_END_EPOCH,
-        GRADUAL_UPDATE_FREQUENCY,
-        INTER_FUNC,
-        LEAVE_ENABLED,
+        *GRADUAL_ARGS,
         MASK_TYPE,
         Arg("global_sparsity", {
             "description": (
@@ -256,14 +242,7 @@ OBS_PRUNING = ModifierSpec(
     ),
     category="pruning",
     args=(
-        PRUNING_PARAMS,
-        INIT_SPARSITY,
-        FINAL_SPARSITY,
-        GRADUAL_START_EPOCH,
-        GRADUAL_END_EPOCH,
-        GRADUAL_UPDATE_FREQUENCY,
-        INTER_FUNC,
-        LEAVE_ENABLED,
+        *GRADUAL_ARGS,
         Arg("mask_type", {
             "description": (
                 "Sparsity structure: 'unstructured' or 'block4' (groups of 4 along the input "
