@@ -28,8 +28,11 @@ in Keras layout, about 25.5M float32 weights), against the bare cost of NumPy's 
 (target: within 1.5x each): layer-wise, ``recipe_spec_keras.masks.compute_mask`` (unstructured,
 with its NaN/inf check) per kernel against ``np.partition(np.abs(k).ravel(), kth)`` per kernel;
 global, ``global_unstructured_masks`` against one ``np.partition`` over all ``|w|``
-concatenated, the concatenation excluded from the baseline (and shown apart). Ours and the
-baseline are timed alternately, best of ``--repeats`` after one warm-up call each.
+concatenated, the concatenation excluded from the baseline (and shown apart). Then both again
+on kernels already 70% zeros (a later GMP update, 0.7 -> ``--sparsity``), against
+``np.partition`` on the same arrays: introselect is slow on such long runs of equal values,
+the bracketed selection of :mod:`recipe_spec.selection` is not. Ours and the baseline are timed
+alternately, best of ``--repeats`` after one warm-up call each.
 ``--masks-only`` runs (b) alone.
 
     KERAS_BACKEND=tensorflow python benchmarks/bench_keras.py [--steps 10 --rounds 24] [--masks-only]
@@ -203,6 +206,22 @@ def mask_update(args: argparse.Namespace) -> None:
           f"{t_base * 1e3:8.1f} ms  ratio {t_ours / t_base:5.2f}x")
     print(f"                (abs + concatenation alone {t_cat * 1e3:.1f} ms; baseline including it: "
           f"ratio {t_ours / (t_base + t_cat):.2f}x)")
+    pruned = [k * compute_mask(k, 0.7, "unstructured", t) for k, t in pairs]  # a previous update
+    pruned_pairs = list(zip(pruned, types, strict=True))
+    pruned_flat = np.concatenate([np.abs(k).ravel() for k in pruned])
+    t_ours, t_base = best_pair(
+        lambda: [compute_mask(k, args.sparsity, "unstructured", t) for k, t in pruned_pairs],
+        lambda: [np.partition(np.abs(k).ravel(), i) for k, i in zip(pruned, kth, strict=True)],
+        args.repeats,
+    )
+    t_glob, t_glob_base = best_pair(
+        lambda: global_unstructured_masks(pruned_pairs, args.sparsity),
+        lambda: np.partition(pruned_flat, flat_kth),
+        args.repeats,
+    )
+    print(f"    70% zeros -> {args.sparsity} (next GMP update): layer-wise ours {t_ours * 1e3:.1f} ms, "
+          f"np.partition {t_base * 1e3:.1f} ms, ratio {t_ours / t_base:.2f}x; global ours "
+          f"{t_glob * 1e3:.1f} ms, np.partition {t_glob_base * 1e3:.1f} ms, ratio {t_glob / t_glob_base:.2f}x")
 
 
 def main() -> None:

@@ -8,20 +8,30 @@ never ask which backend runs.
 Besides the methods below, the algorithms use only what every array library of the Python
 array API standard has (NumPy, PyTorch, JAX, CuPy): ``.shape`` and ``.dtype``; the operators
 ``+ * / // % == > >= <= < & | ~`` between arrays, or with a Python number or a 0-d array of the
-same dtype; and basic indexing with slices (positive steps). They never write into an array:
-the two methods that may (``or_prefix`` and ``set_true``) take ownership of the mask they are
-given and return the result, so a library with immutable arrays (JAX) returns a new array and
-one with mutable arrays may update in place (:class:`InPlaceOps`).
+same dtype; basic indexing with integers and slices (positive steps); and ``int()`` and
+``bool()`` of a single entry. They never write into an array they were given: the two
+methods that may (``or_prefix`` and ``set_true``) take ownership of the mask they are given
+and return the result, so a library with immutable arrays (JAX) returns a new array and one
+with mutable arrays may update in place (:class:`InPlaceOps`). The one augmented assignment,
+``&=``, is on a bool array the algorithm has just made (where arrays are immutable, Python
+rebinds the name to a new one).
 
 Arithmetic that decides ties (group scores) is done by the algorithms themselves, in float64
 elementwise additions (see :func:`recipe_spec.masks.pairwise_sum`), never by a backend's own
 reduction, whose order of additions is its own.
+
+Selection (the k-th smallest value, the n-th True) is written once too, in
+:mod:`recipe_spec.selection`, over the small primitives ``kth_direct``, ``random_sample``,
+``row_counts`` and ``cumsum``, with the sizes each backend picks (``selection_limits``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from .selection import SelectionLimits
 
 __all__ = ["Array", "ArrayOps", "InPlaceOps"]
 
@@ -72,14 +82,27 @@ class ArrayOps(Protocol):
     def concat(self, xs: Sequence[Array], axis: int) -> Array:
         """Arrays joined along ``axis``."""
 
-    def kth_smallest(self, flats: Sequence[Array], k: int) -> tuple[Array, int | None]:
-        """The k-th smallest value (1-based, ``1 <= k <= total size``) of the 1-D ``flats``
-        taken together, as a 0-d array or scalar of their dtype (the flats share one dtype);
-        also the number of entries ``<=`` it when that comes for free, else None. Exact: it
-        is the value a full sort puts at position ``k``. The flats must not be modified."""
+    def selection_limits(self) -> SelectionLimits:
+        """The sizes :mod:`recipe_spec.selection` works with on this backend (read when called,
+        so a test may change them): inputs up to ``direct`` entries go to :meth:`kth_direct`
+        at once, ``sample`` entries bracket the answer of larger ones, ``chunk`` flags are
+        counted per block."""
 
-    def nth_true(self, flags: Array, nth: int) -> int:
-        """The flat position of the ``nth`` (1-based) True of a 1-D bool array."""
+    def kth_direct(self, flat: Array, k: int) -> Array:
+        """The library's own exact selection: the k-th smallest value (1-based,
+        ``1 <= k <= size``) of the 1-D ``flat`` (no NaN), as a 0-d array or scalar of its
+        dtype; the value a full sort puts at position ``k``. ``flat`` must not be modified."""
+
+    def random_sample(self, flats: Sequence[Array], counts: Sequence[int], seed: int) -> Array:
+        """``counts[i]`` entries of each 1-D ``flats[i]``, drawn uniformly with replacement by
+        one generator seeded with ``seed`` (the same draws on every call), joined into one new
+        1-D array. Only the cost of a selection depends on the draws, never its result."""
+
+    def row_counts(self, flags: Array) -> Array:
+        """The number of True entries in each row of a 2-D bool array (1-D integer array)."""
+
+    def cumsum(self, x: Array) -> Array:
+        """Running totals of a 1-D integer array (inclusive: entry ``i`` sums ``x[:i + 1]``)."""
 
     def or_prefix(self, keep: Array, flags: Array, stop: int) -> Array:
         """``keep | flags`` on positions ``< stop``, ``keep`` elsewhere (1-D bool arrays).

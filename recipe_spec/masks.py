@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 from .array_ops import Array, ArrayOps
 from .layout import Layout
 from .mask_types import parse_mask_type
+from .selection import kth_smallest, nth_true
 
 __all__ = [
     "MaskShapeError", "MaskArgs", "NM_TOLERANCE", "check_sparsity", "mask_args", "mask_for",
@@ -124,11 +125,12 @@ def _require_2d(shape: tuple[int, ...], what: str, mask_type: Any) -> None:
 # -- exact selection -------------------------------------------------------------------------
 def _keep_first_tied(ops: ArrayOps, keep: Array, tied: Array, surplus: int, layout: Layout) -> Array:
     """``keep`` plus the first ``surplus`` True entries of ``tied`` in canonical flat order."""
+    limits = ops.selection_limits()
     if layout.is_identity:
-        return ops.or_prefix(keep, tied, ops.nth_true(tied, surplus) + 1)
+        return ops.or_prefix(keep, tied, nth_true(ops, tied, surplus, chunk=limits.chunk) + 1)
     positions = ops.flat_nonzero(tied)  # native order: map the few tied entries only
     canonical = layout.canonical_positions(positions)
-    cutoff, _ = ops.kth_smallest([canonical], surplus)
+    cutoff, _ = kth_smallest(ops, [canonical], surplus, direct=limits.direct, sample=limits.sample)
     return ops.set_true(keep, ops.compress(positions, canonical <= cutoff))
 
 
@@ -139,7 +141,8 @@ def _keep_largest(ops: ArrayOps, flats: Sequence[Array], layouts: Sequence[Layou
     n = sum(sizes)
     if k <= 0 or k >= n:
         return [ops.full(f.shape, k <= 0, f) for f in flats]
-    threshold, n_pruned = ops.kth_smallest([f for f, size in zip(flats, sizes, strict=True) if size], k)
+    limits = ops.selection_limits()
+    threshold, n_pruned = kth_smallest(ops, flats, k, direct=limits.direct, sample=limits.sample)
     keeps = [f > threshold for f in flats]
     if n_pruned is None:
         n_pruned = n - sum(ops.count_nonzero(keep) for keep in keeps)

@@ -14,12 +14,23 @@ from collections.abc import Sequence
 import numpy as np
 
 from .array_ops import InPlaceOps
+from .selection import SelectionLimits
 
 __all__ = ["NumpyOps", "NUMPY_OPS"]
 
+#: Arrays (or lists of them) up to this many entries go straight to ``np.partition``.
+_DIRECT_SELECT = 1 << 16
+#: Size of the random sample that brackets the k-th smallest value of larger ones.
+_SAMPLE = 1 << 14
+#: Flags counted per block when locating the n-th tied entry.
+_CHUNK = 1 << 14
+
 
 class NumpyOps(InPlaceOps):
-    """NumPy primitives; selection is ``np.partition`` (introselect), exact."""
+    """NumPy primitives. Selection (:mod:`recipe_spec.selection`) runs ``np.partition``
+    (introselect, exact) on small inputs, on a sample and on the few entries near the answer:
+    not on all of a large array, where introselect is slow when many values are equal (the
+    zeros of a pruned weight)."""
 
     def describe_shape(self, shape: Sequence[int]) -> str:
         return str([int(d) for d in shape])
@@ -52,15 +63,21 @@ class NumpyOps(InPlaceOps):
     def concat(self, xs: Sequence[np.ndarray], axis: int) -> np.ndarray:
         return np.concatenate(xs, axis=axis)
 
-    def kth_smallest(self, flats: Sequence[np.ndarray], k: int) -> tuple[np.generic, None]:
-        if len(flats) == 1:
-            return np.partition(flats[0], k - 1)[k - 1], None
-        joined = np.concatenate(flats)  # our own copy: select in place
-        joined.partition(k - 1)
-        return joined[k - 1], None
+    def selection_limits(self) -> SelectionLimits:
+        return SelectionLimits(_DIRECT_SELECT, _SAMPLE, _CHUNK)
 
-    def nth_true(self, flags: np.ndarray, nth: int) -> int:
-        return int(np.flatnonzero(flags)[nth - 1])
+    def kth_direct(self, flat: np.ndarray, k: int) -> np.generic:
+        return np.partition(flat, k - 1)[k - 1]
+
+    def random_sample(self, flats: Sequence[np.ndarray], counts: Sequence[int], seed: int) -> np.ndarray:
+        rng = np.random.default_rng(seed)
+        return np.concatenate([f[rng.integers(0, f.shape[0], c)] for f, c in zip(flats, counts, strict=True)])
+
+    def row_counts(self, flags: np.ndarray) -> np.ndarray:
+        return np.count_nonzero(flags, axis=1)
+
+    def cumsum(self, x: np.ndarray) -> np.ndarray:
+        return np.cumsum(x)
 
     def flat_nonzero(self, flags: np.ndarray) -> np.ndarray:
         return np.flatnonzero(flags)

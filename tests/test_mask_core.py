@@ -255,3 +255,140 @@ def test_torch_sampled_selection_with_native_layouts(monkeypatch: pytest.MonkeyP
         expected = core.compute_mask(NP, w, sparsity, "unstructured", layout)
         got = core.compute_mask(TM.TorchOps(), torch.from_numpy(w), sparsity, "unstructured", layout)
         assert np.array_equal(got.numpy(), expected)
+
+
+# -- exact selection (recipe_spec.selection) ---------------------------------------------------
+class RecordingOps(type(NP)):
+    """NumPy ops that record the size of every ``kth_direct`` input."""
+
+    def __init__(self) -> None:
+        self.direct_sizes: list[int] = []
+
+    def kth_direct(self, flat: np.ndarray, k: int) -> np.generic:
+        self.direct_sizes.append(flat.shape[0])
+        return super().kth_direct(flat, k)
+
+
+def adversarial(n: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    base = rng.standard_normal(n).astype(np.float32)
+    third = n // 3
+    return {
+        "random": base,
+        "sorted": np.sort(base),
+        "reversed": np.sort(base)[::-1].copy(),
+        "few levels": rng.integers(0, 4, n).astype(np.float32),
+        "all equal": np.full(n, 0.5, np.float32),
+        "70% zeros": np.where(rng.random(n) < 0.7, 0.0, np.abs(base)).astype(np.float32),
+        "zeros first": np.concatenate([np.zeros(n - third, np.float32), np.abs(base[:third])]),
+        "signed zeros": np.where(rng.random(n) < 0.5, -0.0, 0.0).astype(np.float32),
+        "zeros and inf": np.where(base > 1.0, np.inf, np.where(base < -1.0, -np.inf, 0.0)),
+        "inf tail": np.where(base > 0.5, np.inf, base).astype(np.float32),
+        "float64 near ties": 1.0 + rng.integers(0, 3, n) * 2.0 ** -52,
+        "int64 positions": rng.permutation(n).astype(np.int64) * 3,
+    }
+
+
+def split(x: np.ndarray) -> list[np.ndarray]:
+    """Uneven pieces, with an empty one, as a global selection sees its tensors."""
+    cuts = [0, 1, len(x) // 5, len(x) // 5, len(x) // 2, len(x)]
+    return [x[a:b] for a, b in itertools.pairwise(cuts)]
+
+
+@pytest.mark.parametrize("name", list(adversarial(8)))
+@pytest.mark.parametrize("pieces", [False, True])
+def test_kth_smallest_is_the_sorted_value(name: str, pieces: bool) -> None:
+    from recipe_spec.selection import kth_smallest
+
+    x = adversarial(3000)[name]
+    flats = split(x) if pieces else [x]
+    before = [f.copy() for f in flats]
+    ordered = np.sort(x)
+    for k in (1, 2, 17, 600, 1500, 2100, 2999, 3000):
+        for direct, sample in ((1 << 16, 1 << 14), (64, 256), (64, 1)):
+            value, n_le = kth_smallest(NP, flats, k, direct=direct, sample=sample)
+            assert value == ordered[k - 1] and np.asarray(value).dtype == x.dtype, (k, direct, sample)
+            assert n_le is None or n_le == int(np.count_nonzero(x <= value)), (k, direct, sample)
+    assert all(np.array_equal(f, b, equal_nan=True) for f, b in zip(flats, before, strict=True))
+
+
+def test_kth_smallest_takes_every_path() -> None:
+    """Direct, bracket (selection among the candidates), run of ties (no selection at all) and
+    the exact fallback when the fixed-seed sample misses; every answer the sorted value."""
+    from recipe_spec.selection import kth_smallest
+
+    def run(x: np.ndarray, k: int, sample: int = 256) -> list[int]:
+        ops = RecordingOps()
+        value, _ = kth_smallest(ops, [x], k, direct=64, sample=sample)
+        assert value == np.sort(x)[k - 1]
+        return ops.direct_sizes
+
+    n = 5000
+    x = np.random.default_rng(8).standard_normal(n)
+    assert run(x[:64], 10) == [64]  # direct
+    sizes = run(x, 2500)  # two selections in the sample, one among the candidates
+    assert len(sizes) == 3 and sizes[:2] == [256, 256] and 0 < sizes[2] < n
+    ties = np.where(np.arange(n) % 10 < 7, 0.0, np.abs(x))  # 70% zeros, the bracket inside them
+    assert run(ties, 1750) == [256, 256]
+    assert run(x, 2500, sample=1)[-1] == n  # no room for a bracket: everything
+    # the values at the sampled positions are the largest: the bracket lies above the answer
+    drawn = np.random.default_rng(0).integers(0, n, 256)  # NumpyOps.random_sample's draws
+    rigged = x.copy()
+    rigged[drawn] = 100.0 + np.arange(256)
+    assert run(rigged, 2500)[-1] == n
+    rigged[drawn] = -100.0 - np.arange(256)  # ... below it
+    assert run(rigged, 2500)[-1] == n
+    with pytest.raises(ValueError, match="k must be in"):
+        kth_smallest(NP, [x[:3]], 4, direct=64, sample=256)
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 7, 64, 1 << 14])
+def test_nth_true(chunk: int) -> None:
+    from recipe_spec.selection import nth_true
+
+    rng = np.random.default_rng(9)
+    for n in (1, 5, 64, 100, 1000):
+        for density in (0.02, 0.5, 1.0):
+            flags = rng.random(n) < density
+            flags[-1] = True  # at least one, and one in the last (maybe partial) block
+            positions = np.flatnonzero(flags)
+            count = len(positions)
+            for nth in sorted({1, min(2, count), count // 2 or 1, count - 1 or 1, count}):
+                assert nth_true(NP, flags, nth, chunk=chunk) == positions[nth - 1], (n, nth)
+
+
+def test_masks_with_numpy_limits_on_every_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NumPy's own limits govern its selection: masks at 1/64 scale equal the full-size ones."""
+    from recipe_spec import numpy_ops
+
+    rng = np.random.default_rng(10)
+    w = np.where(rng.random((40, 30, 3)) < 0.7, 0.0, rng.standard_normal((40, 30, 3))).astype(np.float32)
+    layouts = [KERAS_LAYOUTS["Conv1D"](w.shape), Layout.identity(w.shape)]
+    expected = [[core.compute_mask(NP, w, s, "unstructured", lay) for s in (0.5, 0.8)] for lay in layouts]
+    monkeypatch.setattr(numpy_ops, "_DIRECT_SELECT", 1 << 10)
+    monkeypatch.setattr(numpy_ops, "_SAMPLE", 1 << 8)
+    monkeypatch.setattr(numpy_ops, "_CHUNK", 5)
+    assert NP.selection_limits() == (1 << 10, 1 << 8, 5)
+    for layout, masks in zip(layouts, expected, strict=True):
+        for s, mask in zip((0.5, 0.8), masks, strict=True):
+            assert np.array_equal(core.compute_mask(NP, w, s, "unstructured", layout), mask)
+            assert int((~mask).sum()) == round(s * w.size)
+
+
+def test_torch_selection_primitives_equal_numpy() -> None:
+    torch = pytest.importorskip("torch")
+    from recipe_spec_torch.masks import TorchOps
+
+    from recipe_spec.selection import kth_smallest, nth_true
+
+    T = TorchOps()
+    for name, x in adversarial(3000).items():
+        flats = split(x)
+        for k in (1, 700, 2100, 3000):
+            ours, n_le = kth_smallest(T, [torch.from_numpy(f) for f in flats], k, direct=64, sample=256)
+            ref, _ = kth_smallest(NP, flats, k, direct=64, sample=256)  # other draws, same value
+            assert ours.item() == ref, (name, k)
+            assert n_le is None or n_le == int(np.count_nonzero(x <= ref)), (name, k)
+        flags = x == x[-1]
+        for nth in (1, int(flags.sum())):
+            assert nth_true(T, torch.from_numpy(flags), nth, chunk=7) == nth_true(NP, flags, nth, chunk=7)

@@ -7,18 +7,17 @@ Nothing here touches a module or autograd: every function works under ``torch.no
 detached tensors and returns a new mask of the weight's shape; :mod:`.pruning` is the one place
 that writes masks into a model.
 
-Selection is exact and fast: the k-th smallest score is found by bracketing it with a fixed-seed
-random sample, counting the entries below the bracket and running ``torch.kthvalue`` only on
-the few entries inside it (falling back to ``torch.kthvalue`` on everything if the bracket
-misses). The result is the same value ``torch.kthvalue`` returns, in a few streaming passes and
-without concatenating or copying the scores (only small inputs, up to ``_DIRECT_SELECT``
-entries, and a missed bracket go to ``torch.kthvalue`` directly), which also keeps global masks
-memory-light.
+Selection is exact and fast (:mod:`recipe_spec.selection`, with the sizes below): the k-th
+smallest score is found by bracketing it with a fixed-seed random sample, counting the entries
+below the bracket and running ``torch.kthvalue`` only on the few entries inside it (falling
+back to ``torch.kthvalue`` on everything if the bracket misses). The result is the same value
+``torch.kthvalue`` returns, in a few streaming passes and without concatenating or copying the
+scores (only small inputs, up to ``_DIRECT_SELECT`` entries, and a missed bracket go to
+``torch.kthvalue`` directly), which also keeps global masks memory-light.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +26,7 @@ from recipe_spec import masks as core
 from recipe_spec.array_ops import InPlaceOps
 from recipe_spec.mask_types import parse_mask_type
 from recipe_spec.masks import MaskShapeError
+from recipe_spec.selection import SelectionLimits
 
 __all__ = [
     "MaskShapeError",
@@ -48,81 +48,6 @@ _DIRECT_SELECT = 1 << 16
 _SAMPLE = 1 << 14
 #: Entries counted per chunk when locating the n-th tied entry.
 _CHUNK = 1 << 14
-
-
-# -- exact selection -------------------------------------------------------------------------
-def _count(t: torch.Tensor) -> int:
-    return int(torch.count_nonzero(t))
-
-
-def _kth_smallest(chunks: Sequence[torch.Tensor], k: int) -> tuple[torch.Tensor, int | None]:
-    """The k-th smallest value (1-based) over the flat ``chunks`` taken together, as a 0-d
-    tensor: exactly what ``torch.kthvalue(torch.cat(chunks), k)`` gives, computed by
-    bracketing it with a fixed-seed sample and selecting inside the bracket only. Also the
-    number of entries <= that value when the bracket gives it for free (else None)."""
-    chunks = [c for c in chunks if c.numel()]
-    n = sum(c.numel() for c in chunks)
-    if n <= _DIRECT_SELECT:
-        flat = chunks[0] if len(chunks) == 1 else torch.cat(chunks)
-        return torch.kthvalue(flat, k).values, None
-
-    gen = torch.Generator().manual_seed(0)
-    sample = torch.cat([
-        c[torch.randint(0, c.numel(), (max(1, round(_SAMPLE * c.numel() / n)),),
-                        generator=gen).to(c.device)]
-        for c in chunks
-    ])
-    ns = sample.numel()
-    q = k / n
-    margin = 6.0 * math.sqrt(ns * q * (1.0 - q)) + 16.0
-    lo_rank, hi_rank = math.floor(q * ns - margin), math.ceil(q * ns + margin)
-    lo = torch.kthvalue(sample, lo_rank + 1).values if lo_rank >= 0 else None
-    hi = torch.kthvalue(sample, hi_rank + 1).values if hi_rank < ns else None
-
-    if lo is not None or hi is not None:
-        # one streaming pass per bound: count the entries below the bracket, flag those in it
-        below, inside = 0, []
-        for c in chunks:
-            if lo is None:
-                flags = c <= hi
-            else:
-                flags = c >= lo
-                below += c.numel() - _count(flags)
-                if hi is not None:
-                    flags.logical_and_(c <= hi)
-            inside.append(flags)
-        rank = k - below
-        if rank >= 1:
-            if lo is not None and hi is not None and bool(lo == hi):  # a run of ties
-                n_inside = sum(_count(f) for f in inside)
-                if rank <= n_inside:
-                    return lo.clone(), below + n_inside
-            else:
-                candidates = torch.cat([c[f] for c, f in zip(chunks, inside, strict=True)])
-                if rank <= candidates.numel():
-                    threshold = torch.kthvalue(candidates, rank).values
-                    return threshold, below + _count(candidates <= threshold)
-    # the sample missed (adversarial data); exact and slower
-    flat = chunks[0] if len(chunks) == 1 else torch.cat(chunks)
-    return torch.kthvalue(flat, k).values, None
-
-
-def _nth_true(flags: torch.Tensor, nth: int) -> int:
-    """Flat index of the ``nth`` (1-based) True of a flat bool tensor, without materializing
-    all True indices (counts per chunk, then ``nonzero`` in one chunk only)."""
-    n = flags.numel()
-    full = n - n % _CHUNK
-    before = 0
-    if full:
-        cum = flags[:full].view(-1, _CHUNK).sum(1).cumsum(0)
-        block = int(torch.searchsorted(cum, torch.tensor([nth], device=cum.device)))
-        if block < cum.numel():
-            before = int(cum[block - 1]) if block else 0
-            local = flags[block * _CHUNK:(block + 1) * _CHUNK].nonzero().flatten()
-            return block * _CHUNK + int(local[nth - before - 1])
-        before = int(cum[-1])
-    local = flags[full:].nonzero().flatten()
-    return full + int(local[nth - before - 1])
 
 
 _DTYPES = {"float64": torch.float64, "int32": torch.int32}
@@ -150,7 +75,7 @@ class TorchOps(InPlaceOps):
         return float(x.sum())
 
     def count_nonzero(self, x: torch.Tensor) -> int:
-        return _count(x)
+        return int(torch.count_nonzero(x))
 
     def full(self, shape: Sequence[int], value: bool, like: torch.Tensor) -> torch.Tensor:
         return torch.full(tuple(shape), value, dtype=torch.bool, device=like.device)
@@ -161,11 +86,22 @@ class TorchOps(InPlaceOps):
     def concat(self, xs: Sequence[torch.Tensor], axis: int) -> torch.Tensor:
         return torch.cat(list(xs), dim=axis)
 
-    def kth_smallest(self, flats: Sequence[torch.Tensor], k: int) -> tuple[torch.Tensor, int | None]:
-        return _kth_smallest(flats, k)
+    def selection_limits(self) -> SelectionLimits:
+        return SelectionLimits(_DIRECT_SELECT, _SAMPLE, _CHUNK)  # read now: tests change them
 
-    def nth_true(self, flags: torch.Tensor, nth: int) -> int:
-        return _nth_true(flags, nth)
+    def kth_direct(self, flat: torch.Tensor, k: int) -> torch.Tensor:
+        return torch.kthvalue(flat, k).values
+
+    def random_sample(self, flats: Sequence[torch.Tensor], counts: Sequence[int], seed: int) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(seed)  # on the CPU: the same draws on every device
+        return torch.cat([f[torch.randint(0, f.shape[0], (c,), generator=gen).to(f.device)]
+                          for f, c in zip(flats, counts, strict=True)])
+
+    def row_counts(self, flags: torch.Tensor) -> torch.Tensor:
+        return flags.sum(1)
+
+    def cumsum(self, x: torch.Tensor) -> torch.Tensor:
+        return x.cumsum(0)
 
     def flat_nonzero(self, flags: torch.Tensor) -> torch.Tensor:
         return flags.reshape(-1).nonzero().flatten()
