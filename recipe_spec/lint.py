@@ -23,7 +23,7 @@ from . import codes
 from .diagnostics import Diagnostic, Severity
 from .loader import RecipeInput, check
 from .mask_types import nm_of
-from .modifiers import spec
+from .modifiers import schedule_of, spec
 from .params import (
     ParamIndex,
     ParamRecord,
@@ -210,7 +210,7 @@ def _param_findings(recipe: Recipe, records: Sequence[ParamRecord], framework: s
                     )
             window = _window(m)
             exact = {s for s in good if not s.startswith("re:") and s.upper() not in ("__ALL__", "__ALL_PRUNABLE__")}
-            if window is not None and (spec(m.type) is None or spec(m.type).schedule != "hold_masks"):
+            if window is not None and schedule_of(m.type) != "hold_masks":
                 for r in result.matched:
                     pruned.setdefault(r.name, []).append((m, window, bool(exact & set(r.names))))
             if path == ("params",):

@@ -81,15 +81,9 @@ class ModelSpecError(ValueError):
 
 
 def _backends() -> list[Any]:
-    from .registry import BackendError, available_backends, get_backend
+    from .registry import installed_backends
 
-    found = []
-    for name in available_backends():
-        try:
-            found.append(get_backend(name))
-        except BackendError:
-            continue
-    return found
+    return installed_backends()
 
 
 def file_suffixes() -> dict[str, str]:

@@ -33,6 +33,7 @@ __all__ = [
     "available_backends",
     "backend_for",
     "get_backend",
+    "installed_backends",
     "register_backend",
     "supported_modifiers",
 ]
@@ -164,19 +165,28 @@ def get_backend(name: str) -> Any:
     return backend
 
 
+def installed_backends() -> list[Any]:
+    """Every backend whose package can be imported, in name order (their frameworks may be
+    missing); a backend that cannot be imported is left out."""
+    found = []
+    for name in available_backends():
+        try:
+            found.append(get_backend(name))
+        except BackendError:
+            continue
+    return found
+
+
 def backend_for(model: Any) -> Any:
     """The backend whose framework ``model`` belongs to (asked of every backend, no import).
 
     Raises ``TypeError`` naming the backends there are when none owns it.
     """
-    for name in available_backends():
-        try:
-            backend = get_backend(name)
-        except BackendError:
-            continue
+    backends = installed_backends()
+    for backend in backends:
         if backend.owns(model):
             return backend
-    kinds = "; ".join(f"{b}: {get_backend(b).model_kind}" for b in available_backends())
+    kinds = "; ".join(f"{b.name}: {b.model_kind}" for b in backends)
     raise TypeError(f"modify() got a {type(model).__name__}, which is not a model of any backend ({kinds})")
 
 

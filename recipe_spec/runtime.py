@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .diagnostics import RecipeError, Severity
-from .modifiers import ModifierSpec, spec
+from .modifiers import emits_of, schedule_of, spec
 from .params import ParamIndex, ParamRecord, resolve
 from .recipe import Recipe
 from .schedule.plan import Event, Plan
@@ -74,8 +74,7 @@ def check_backend_runs(recipe: Recipe, backend: str, capabilities: frozenset[str
     if problems:
         raise RecipeError(problems)
     for m in recipe.modifiers:
-        declared = spec(m.type)
-        for target in sorted(declared.emits if declared is not None else ()):
+        for target in sorted(emits_of(m.type)):
             if not callable(getattr(runtime, f"_on_{target}", None)):
                 raise NotImplementedError(
                     f"the {backend} backend declares what {m.type} (line {m.span.line}) needs "
@@ -183,12 +182,7 @@ class RecipeRuntime:
     def emitted_targets(self) -> frozenset[str]:
         """The event targets the recipe's modifiers emit (their declarations' ``emits``): what
         a backend must be ready to change, e.g. ``"lr"`` (take over the optimizer's rate)."""
-        out: set[str] = set()
-        for m in self.recipe.modifiers:
-            declared = spec(m.type)
-            if declared is not None:
-                out |= declared.emits
-        return frozenset(out)
+        return frozenset().union(*(emits_of(m.type) for m in self.recipe.modifiers))
 
     @property
     def epoch(self) -> int:
@@ -213,19 +207,13 @@ class RecipeRuntime:
             )
         handler(event, self.recipe.modifiers[event.modifier])
 
-    @staticmethod
-    def _spec(m: Modifier) -> ModifierSpec:
-        declared = spec(m.type)
-        if declared is None:
-            raise NotImplementedError(f"{m.type} (line {m.span.line}) has no declaration")
-        return declared
-
     def _on_sparsity(self, event: Event, m: Modifier) -> None:
-        declared = self._spec(m)
-        if declared.scores != "magnitude":  # the only ranking RecipeRuntime implements
+        declared = spec(m.type)
+        if declared is None or declared.scores != "magnitude":  # the only ranking implemented here
             raise NotImplementedError(
-                f"{m.type} (line {m.span.line}) ranks weights by {declared.scores} scores, which "
-                f"the {self.framework} backend does not implement"
+                f"{m.type} (line {m.span.line}) ranks weights by "
+                f"{declared.scores if declared else 'undeclared'} scores, which the "
+                f"{self.framework} backend does not implement"
             )
         entries = [
             self._hold(name, event.modifier, False)
@@ -244,7 +232,7 @@ class RecipeRuntime:
                 self._hold(name, event.modifier, True)
         elif event.value == "release":
             self.masks.release(n for n in names if n in self.masks.params)
-            if self._spec(m).schedule == "gradual":
+            if schedule_of(m.type) == "gradual":
                 # a released gradual modifier does not prune at its own end step
                 self._released_at_end.update((event.modifier, name) for name in names)
 

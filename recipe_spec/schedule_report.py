@@ -29,7 +29,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .modifiers import spec
+from .modifiers import schedule_of, spec
 
 if TYPE_CHECKING:
     from .schedule.plan import Event, Plan
@@ -342,11 +342,6 @@ def _name(kind: str) -> str:
     return kind[: -len("Modifier")] if kind.endswith("Modifier") else kind
 
 
-def _schedule(kind: str) -> str | None:
-    declared = spec(kind)
-    return declared.schedule if declared is not None else None
-
-
 def _phase(kind: str) -> tuple[str, str] | None:
     """``(caption, colour)`` of a modifier drawn as a shaded span (``Look.phase``), or None."""
     declared = spec(kind)
@@ -379,7 +374,7 @@ def _markers(plan: Plan, events: Sequence[Event]) -> list[tuple[int, str]]:
                 continue
             ended.add((e.step, e.modifier))
             label = f"{short(e.type, e.line)} end"
-            if e.target == "masks" and e.value == "release" and _schedule(e.type) != "hold_masks":
+            if e.target == "masks" and e.value == "release" and schedule_of(e.type) != "hold_masks":
                 label += " (masks released)"
         elif e.action == "set":
             word = _SET_WORDS.get(

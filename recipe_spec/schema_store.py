@@ -51,16 +51,11 @@ def modifier_schema(name: str) -> dict[str, Any]:
 
 def backend_support() -> dict[str, frozenset[str]]:
     """backend name -> the modifiers it runs, derived from each installed backend's declared
-    capabilities (:func:`recipe_spec.registry.supported_modifiers`)."""
-    from .registry import BackendError, available_backends, supported_modifiers
+    capabilities (:func:`recipe_spec.modifiers.supported_by`)."""
+    from .modifiers import supported_by
+    from .registry import installed_backends
 
-    out = {}
-    for name in available_backends():
-        try:
-            out[name] = supported_modifiers(name)
-        except BackendError:
-            continue
-    return out
+    return {b.name: supported_by(b.capabilities) for b in installed_backends()}
 
 
 def combined_schema() -> dict[str, Any]:

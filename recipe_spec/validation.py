@@ -17,7 +17,7 @@ from . import codes
 from .diagnostics import Diagnostic
 from .findings import Finding
 from .loader import RecipeInput, check
-from .modifiers import pruning_names, spec
+from .modifiers import emits_of, pruning_names, schedule_of, spec
 from .recipe import Modifier, Recipe
 from .schema_check import fast_is_valid
 from .schema_store import modifier_names, modifier_schema
@@ -172,16 +172,6 @@ def _rule_keys(m: Modifier) -> set[Any]:
     return {f.keys[0] for rule in (declared.rules if declared else ()) for f in rule(m) if f.keys}
 
 
-def _schedule(m: Modifier) -> str | None:
-    declared = spec(m.type)
-    return declared.schedule if declared is not None else None
-
-
-def _emits(m: Modifier) -> frozenset[str]:
-    declared = spec(m.type)
-    return declared.emits if declared is not None else frozenset()
-
-
 def rule_end_before_start(recipe: Recipe) -> Iterator[Finding]:
     for m in recipe.modifiers:
         start, end = _num(m.args.get("start_epoch")), _num(m.args.get("end_epoch"))
@@ -221,7 +211,7 @@ def rule_nm_mask_gradual(recipe: Recipe) -> Iterator[Finding]:
 
 
 def _lr_window(m: Modifier) -> tuple[float, float] | None:
-    if _schedule(m) == "set_lr":
+    if schedule_of(m.type) == "set_lr":
         start = _num(m.args.get("start_epoch", -1))
         if start is None:
             return None
@@ -231,7 +221,7 @@ def _lr_window(m: Modifier) -> tuple[float, float] | None:
 
 
 def rule_lr_overlap(recipe: Recipe) -> Iterator[Finding]:
-    lrs = [m for m in recipe.modifiers if "lr" in _emits(m)]
+    lrs = [m for m in recipe.modifiers if "lr" in emits_of(m.type)]
     for i, a in enumerate(lrs):
         for b in lrs[i + 1:]:
             if a.stage != b.stage:
@@ -332,8 +322,6 @@ RULES: tuple[Callable[[Recipe], Iterable[Finding]], ...] = (
 def backend_findings(recipe: Recipe, backend: str, capabilities: frozenset[str]) -> Iterator[Finding]:
     """B001 for each declared modifier that ``backend`` (with ``capabilities``) cannot run, and
     for each argument given a non-default value that needs a capability it lacks."""
-    from .modifiers import spec
-
     for m in recipe.modifiers:
         declared = spec(m.type)
         if declared is None or not declared.runtime:
@@ -364,15 +352,9 @@ def backend_findings(recipe: Recipe, backend: str, capabilities: frozenset[str])
 
 
 def _backend_capabilities() -> dict[str, frozenset[str]]:
-    from .registry import BackendError, available_backends, get_backend
+    from .registry import installed_backends
 
-    found = {}
-    for name in available_backends():
-        try:
-            found[name] = frozenset(get_backend(name).capabilities)
-        except BackendError:
-            continue
-    return found
+    return {b.name: frozenset(b.capabilities) for b in installed_backends()}
 
 
 def _modifier_findings(recipe: Recipe, backend: str | None) -> Iterator[Finding]:

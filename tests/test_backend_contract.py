@@ -122,3 +122,27 @@ def test_supported_by_needs_every_capability() -> None:
     gmp = all_specs()["GMPruningModifier"]
     assert "GMPruningModifier" not in supported_by(gmp.needs - {"masks"})
     assert "GMPruningModifier" in supported_by(gmp.needs)
+
+
+def test_keras_set_learning_rate_really_sets_it() -> None:
+    """SetLearningRateModifier, listed for keras in backends.json, changes the rate the
+    optimizer steps with from its start step on, and not before."""
+    keras = pytest.importorskip("keras")
+    import numpy as np
+
+    inputs = keras.Input((4,))
+    model = keras.Model(inputs, keras.layers.Dense(2, name="fc")(inputs))
+    manager = recipe_spec.loads(
+        "modifiers:\n  - !SetLearningRateModifier {learning_rate: 0.01, start_epoch: 1}\n"
+    ).compile("keras")
+    model, optimizer, callbacks = manager.modify(model, keras.optimizers.SGD(0.1), steps_per_epoch=2)
+    lrs: list[float] = []
+
+    class Record(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            lrs.append(float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)))
+
+    model.compile(optimizer=optimizer, loss="mse")
+    x, y = np.ones((16, 4), "float32"), np.zeros((16, 2), "float32")
+    model.fit(x, y, batch_size=4, epochs=1, steps_per_epoch=4, verbose=0, callbacks=[*callbacks, Record()])
+    assert lrs == pytest.approx([0.1, 0.1, 0.01, 0.01])

@@ -18,7 +18,7 @@ from .spec import CAPABILITIES, EVENT_TARGETS, Arg, Look, ModifierSpec
 
 __all__ = [
     "Arg", "Look", "ModifierSpec", "CAPABILITIES", "EVENT_TARGETS",
-    "all_specs", "declared_in", "spec", "names", "pruning_names", "supported_by",
+    "all_specs", "declared_in", "spec", "schedule_of", "emits_of", "names", "pruning_names", "supported_by",
 ]
 
 
@@ -54,6 +54,18 @@ def declared_in(name: str) -> str:
 def spec(name: str) -> ModifierSpec | None:
     """The declaration of modifier ``name``, or None when there is none."""
     return all_specs().get(name)
+
+
+def schedule_of(name: str) -> str | None:
+    """The schedule kind modifier ``name`` compiles to; None when it has none or is unknown."""
+    declared = spec(name)
+    return declared.schedule if declared is not None else None
+
+
+def emits_of(name: str) -> frozenset[str]:
+    """The event targets modifier ``name`` emits (empty when it is unknown)."""
+    declared = spec(name)
+    return declared.emits if declared is not None else frozenset()
 
 
 def names() -> list[str]:
