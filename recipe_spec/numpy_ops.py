@@ -82,6 +82,58 @@ class NumpyOps(InPlaceOps):
     def flat_nonzero(self, flags: np.ndarray) -> np.ndarray:
         return np.flatnonzero(flags)
 
+    # -- linear algebra (recipe_spec.second_order.ops.FisherOps) --------------------------
+    def zeros(self, shape: Sequence[int], like: np.ndarray) -> np.ndarray:
+        return np.zeros(tuple(shape), dtype=like.dtype)
+
+    def eye(self, n: int, like: np.ndarray) -> np.ndarray:
+        return np.eye(n, dtype=like.dtype)
+
+    def cast(self, x: np.ndarray, like: np.ndarray) -> np.ndarray:
+        return np.asarray(x, dtype=like.dtype)
+
+    def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.matmul(a, b)
+
+    def permute(self, x: np.ndarray, axes: Sequence[int]) -> np.ndarray:
+        return np.ascontiguousarray(np.transpose(x, tuple(axes)))
+
+    def inverse(self, a: np.ndarray) -> np.ndarray:
+        return np.linalg.inv(a)
+
+    def solve(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.linalg.solve(a, b)
+
+    def sum(self, x: np.ndarray, axis: int) -> np.ndarray:
+        return np.sum(x, axis=axis)
+
+    def diagonal(self, x: np.ndarray) -> np.ndarray:
+        return np.diagonal(x, axis1=-2, axis2=-1).copy()
+
+    def take(self, x: np.ndarray, index: np.ndarray) -> np.ndarray:
+        return x[index]
+
+    def put(self, x: np.ndarray, index: np.ndarray, values: np.ndarray) -> np.ndarray:
+        x[index] = values
+        return x
+
+    def where(self, flags: np.ndarray, a: np.ndarray, b: np.ndarray | float) -> np.ndarray:
+        return np.where(flags, a, b)
+
+    def min_value(self, x: np.ndarray) -> float:
+        return float(np.min(x))
+
+    def stack(self, xs: Sequence[np.ndarray], axis: int) -> np.ndarray:
+        return np.stack(list(xs), axis=axis)
+
+    def to_device(self, x: np.ndarray, device: object) -> np.ndarray:
+        if str(device) != "cpu":
+            raise ValueError(f"NumPy arrays live on the CPU only, not on {device!r}")
+        return x
+
+    def device_of(self, x: np.ndarray) -> str:
+        return "cpu"
+
 
 #: The one instance the backends use.
 NUMPY_OPS = NumpyOps()

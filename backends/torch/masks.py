@@ -106,6 +106,56 @@ class TorchOps(InPlaceOps):
     def flat_nonzero(self, flags: torch.Tensor) -> torch.Tensor:
         return flags.reshape(-1).nonzero().flatten()
 
+    # -- linear algebra (recipe_spec.second_order.ops.FisherOps) --------------------------
+    def zeros(self, shape: Sequence[int], like: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(tuple(shape), dtype=like.dtype, device=like.device)
+
+    def eye(self, n: int, like: torch.Tensor) -> torch.Tensor:
+        return torch.eye(n, dtype=like.dtype, device=like.device)
+
+    def cast(self, x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        return x.to(dtype=like.dtype, device=like.device)
+
+    def matmul(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(a, b)
+
+    def permute(self, x: torch.Tensor, axes: Sequence[int]) -> torch.Tensor:
+        return x.permute(*axes).contiguous()
+
+    def inverse(self, a: torch.Tensor) -> torch.Tensor:
+        return torch.linalg.inv(a)
+
+    def solve(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.linalg.solve(a, b)
+
+    def sum(self, x: torch.Tensor, axis: int) -> torch.Tensor:
+        return x.sum(axis)
+
+    def diagonal(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.diagonal(x, dim1=-2, dim2=-1)
+
+    def take(self, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        return x[index]
+
+    def put(self, x: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        x[index] = values.to(x.dtype)
+        return x
+
+    def where(self, flags: torch.Tensor, a: torch.Tensor, b: Any) -> torch.Tensor:
+        return torch.where(flags, a, b)
+
+    def min_value(self, x: torch.Tensor) -> float:
+        return float(x.min())
+
+    def stack(self, xs: Sequence[torch.Tensor], axis: int) -> torch.Tensor:
+        return torch.stack(list(xs), dim=axis)
+
+    def to_device(self, x: torch.Tensor, device: Any) -> torch.Tensor:
+        return x.to(device)
+
+    def device_of(self, x: torch.Tensor) -> torch.device:
+        return x.device
+
 
 _OPS = TorchOps()
 
