@@ -255,6 +255,17 @@ M011 = _code(
     "A sparsity is the fraction of weights set to zero: 1.0 would remove every weight.",
     "final_sparsity: 1.2", "Use a value from 0 up to, not including, 1.",
 )
+M012 = _code(
+    "M012", "error", "second-order pruning cannot run as configured",
+    "M-FAC and OBS rank weights with an inverse Fisher built from gradients. They need enough "
+    "gradients before each pruning step, a grad sampler where the gradients are sampled "
+    "(OBS always, one-shot M-FAC), a mask type they can score, and memory for the gradients "
+    "and the inverse. SparseML found out inside `optimizer.step()`, or ran out of memory; "
+    "recipe-spec refuses the recipe at `modify()`, before training.",
+    "- !MFACPruningModifier\n  start_epoch: 1\n  num_grads: 256   # with 100 steps per epoch",
+    "Lower num_grads (or fisher_block_size for memory), start pruning later, or pass "
+    "grad_sampler={'data_loader_builder': ..., 'loss_function': ...}.",
+)
 
 # --- E: epochs and schedules ---------------------------------------------------------------
 E001 = _code(

@@ -125,10 +125,19 @@ class ScheduledModifierManager:
     # -- running ---------------------------------------------------------------------------
     def modify(self, model: Any, optimizer: Any, steps_per_epoch: int, **options: Any) -> Any:
         """Attach the recipe: for PyTorch returns the optimizer whose ``step()`` drives the
-        schedule; for Keras returns ``(model, optimizer, callbacks)``."""
+        schedule; for Keras returns ``(model, optimizer, callbacks)``. ``grad_sampler=`` feeds
+        M-FAC and OBS pruning (see :meth:`apply`)."""
         backend = backend_for(model)
         self.runtime = backend.compile(self.recipe)
         return self.runtime.modify(model, optimizer, steps_per_epoch, **options)
+
+    def apply(self, model: Any, grad_sampler: Any = None, **options: Any) -> None:
+        """One-shot: prune ``model`` to each pruning modifier's final sparsity now and finalize
+        (SparseML's ``manager.apply``). ``grad_sampler`` feeds M-FAC and OBS:
+        ``{"data_loader_builder": f, "loss_function": loss}``."""
+        backend = backend_for(model)
+        self.runtime = backend.compile(self.recipe)
+        self.runtime.apply(model, grad_sampler=grad_sampler, **options)
 
     def _need_runtime(self) -> Any:
         if self.runtime is None:

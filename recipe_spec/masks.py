@@ -271,14 +271,17 @@ def block_mask(ops: ArrayOps, weight: Array, sparsity: float, block_shape: Seque
     return ops.reshape(ops.expand(keep, split_shape), layout.shape)
 
 
-def four_block_mask(ops: ArrayOps, weight: Array, sparsity: float, layout: Layout | None = None) -> Array:
+def four_block_mask(ops: ArrayOps, weight: Array, sparsity: float, layout: Layout | None = None,
+                    magnitude: bool = True) -> Array:
     """SparseML's ``FourBlockMaskCreator`` (``block4``): entries grouped in fours along
     canonical dim 1, the input channels (a 1-D weight along its only dim); group score = mean
     ``|w|`` (:func:`pairwise_sum` / 4). When that dim is not a multiple of 4, SparseML pads the
     last group with the mean of its real entries, so its score is the mean of its real entries:
     computed so here, their pairwise sum / their count. Groups ordered (out, kernel position...,
     group) for the tie rule, as SparseML moves dim 1 last. Example: conv1 (8, 3, 3, 3) at 0.05
-    -> 72 groups of 3 real weights, 4 pruned, 12 of 216 weights zero (0.0556, not 0.05)."""
+    -> 72 groups of 3 real weights, 4 pruned, 12 of 216 weights zero (0.0556, not 0.05).
+    ``magnitude=False``: ``weight`` holds scores already (second-order pruning), averaged as
+    they are."""
     sparsity = check_sparsity(sparsity)
     layout = _layout(weight, layout)
     if math.prod(layout.shape) == 0:
@@ -291,13 +294,13 @@ def four_block_mask(ops: ArrayOps, weight: Array, sparsity: float, layout: Layou
     full = width - width % 4
     segments = [(start, stop) for start, stop in ((0, full), (full, width)) if stop > start]
     lead = (slice(None),) * axis
-    magnitude = ops.abs(weight)
+    values = ops.abs(weight) if magnitude else weight
     parts = []  # (group scores, split shape, native shape) of the whole groups, the padded one
     for start, stop in segments:
         size = min(4, stop - start)
         native = _native_part(layout, g, stop - start)
         split_shape, groups, inner = native.split({g: size})
-        part = ops.reshape(magnitude[lead + (slice(start, stop),)], split_shape)
+        part = ops.reshape(values[lead + (slice(start, stop),)], split_shape)
         parts.append((pairwise_sum(ops, part, inner[g]) / size, split_shape, native.shape))
     group_axis = groups.axes[g]
     scores = ops.concat([p[0] for p in parts], group_axis) if len(parts) > 1 else parts[0][0]

@@ -152,10 +152,13 @@ class RecipeRuntime:
         self.quantization: Any = None
         self._model_params: ModelParams | None = None
         self._released_at_end: set[tuple[int, str]] = set()
+        self.second_order: Any = None  # recipe_spec.second_order.attach.SecondOrderSet
 
     # -- attaching --------------------------------------------------------------------------
-    def _attach(self, model: Any, optimizer: Any, steps_per_epoch: int, epoch: float) -> None:
-        """Compile the plan, index the model's parameters and refuse a recipe that does not fit."""
+    def _attach(self, model: Any, optimizer: Any, steps_per_epoch: int, epoch: float,
+                grad_sampler: Any = None, oneshot: bool = False) -> None:
+        """Compile the plan, index the model's parameters and refuse a recipe that does not fit
+        (``grad_sampler``: what second-order modifiers sample gradients with)."""
         from .schedule import compile_plan
 
         self.plan = compile_plan(self.recipe, steps_per_epoch)
@@ -168,6 +171,9 @@ class RecipeRuntime:
 
         check_backend_runs(self.recipe, self.framework, get_backend(self.framework).capabilities, self)
         check_recipe_fits(self.recipe, self._model_params.records, self.framework)
+        from .second_order.attach import SecondOrderSet
+
+        self.second_order = SecondOrderSet.attach(self, grad_sampler, oneshot)
 
     def _refresh(self) -> None:
         """Index the model's parameters again (after a structure change)."""
@@ -193,8 +199,54 @@ class RecipeRuntime:
     def apply_events(self) -> None:
         """Apply the plan's events of the current step, in SparseML's manager order."""
         assert self.plan is not None
-        for event in self.plan.events_at(self.step_count):
-            self.apply(event)
+        events = self.plan.events_at(self.step_count)
+        if self.second_order is None:
+            for event in events:
+                self.apply(event)
+            return
+        self.second_order.collect()  # the gradients of this step, before any mask changes
+        done: set[int] = set()
+        for event in events:
+            if event.target == "sparsity" and self.second_order.owns(event.modifier):
+                if event.modifier not in done:  # all of its sparsity events of this step at once
+                    done.add(event.modifier)
+                    mine = [e for e in events if e.modifier == event.modifier and e.target == "sparsity"]
+                    self.second_order.prune(event.modifier, self._unreleased(mine), self.names_for)
+            else:
+                self.apply(event)
+
+    def _unreleased(self, events: list[Event]) -> list[Event]:
+        return [e for e in events if any((e.modifier, n) not in self._released_at_end
+                                         for n in self.names_for(e.modifier, e.params))]
+
+    def oneshot(self) -> None:
+        """Apply every pruning modifier at its final target once (SparseML's
+        ``manager.apply``), then :meth:`finalize`. Modifiers that only act during training
+        (learning rate, weight decay, trainable, epoch range) have nothing to do; those that
+        change the model's structure are refused."""
+        from .schedule import compile_plan
+
+        plan = compile_plan(self.recipe, 1)
+        last: dict[tuple[int, Any], Event] = {}
+        for event in plan.iter_events(0):
+            if event.target == "sparsity":
+                last[(event.modifier, repr(event.params))] = event
+            elif event.target in ("quantization", "layers", "distillation"):
+                m = self.recipe.modifiers[event.modifier]
+                raise NotImplementedError(
+                    f"{m.type} (line {m.span.line}) changes the model during training; one-shot "
+                    "apply() runs pruning modifiers only: use modify() and train"
+                )
+        by_modifier: dict[int, list[Event]] = {}
+        for (modifier, _), event in last.items():
+            by_modifier.setdefault(modifier, []).append(event)
+        for modifier, events in sorted(by_modifier.items()):
+            if self.second_order is not None and self.second_order.owns(modifier):
+                self.second_order.prune(modifier, events, self.names_for)
+            else:
+                for event in events:
+                    self.apply(event)
+        self.finalize()
 
     def apply(self, event: Event) -> None:
         """Apply one event with the handler of its target (``_on_<target>``); an event no
@@ -209,6 +261,9 @@ class RecipeRuntime:
 
     def _on_sparsity(self, event: Event, m: Modifier) -> None:
         declared = spec(m.type)
+        if self.second_order is not None and self.second_order.owns(event.modifier):
+            self.second_order.prune(event.modifier, [event], self.names_for)
+            return
         if declared is None or declared.scores != "magnitude":  # the only ranking implemented here
             raise NotImplementedError(
                 f"{m.type} (line {m.span.line}) ranks weights by "
@@ -319,6 +374,10 @@ class RecipeRuntime:
 
     def _mask_state(self, entry: Any) -> Any:
         raise NotImplementedError
+
+    def _second_order_host(self, grad_sampler: Any) -> Any:
+        """The :class:`recipe_spec.second_order.pruner.Host` of this backend."""
+        raise NotImplementedError(f"the {self.framework} backend has no second-order pruning")
 
     def _extra_state(self) -> dict[str, Any]:
         return {}

@@ -59,17 +59,33 @@ class TorchManager(RecipeRuntime):
 
     # -- setting up -----------------------------------------------------------------------
     def modify(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, steps_per_epoch: int,
-               epoch: float = 0.0) -> RecipeOptimizer:
+               epoch: float = 0.0, grad_sampler: Any = None) -> RecipeOptimizer:
         """Attach the recipe to ``model`` and ``optimizer``; returns the optimizer to use.
 
         The returned optimizer's ``step()`` drives the schedule; a training loop needs no
         other change. ``epoch`` starts the schedule later (``round(epoch * steps_per_epoch)``).
+        ``grad_sampler``: SparseML's ``{"data_loader_builder": f, "loss_function": loss}``
+        for M-FAC and OBS pruning (:class:`recipe_spec_torch.second_order.GradSampler`).
         """
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"modify() needs a torch.nn.Module, not {type(model).__name__}")
         inner = optimizer.optimizer if isinstance(optimizer, RecipeOptimizer) else optimizer
-        self._attach(unwrap(model), inner, steps_per_epoch, epoch)
+        self._attach(unwrap(model), inner, steps_per_epoch, epoch, grad_sampler)
         return RecipeOptimizer(self.optimizer, self)
+
+    def apply(self, model: torch.nn.Module, grad_sampler: Any = None) -> None:  # type: ignore[override]
+        """One-shot: prune ``model`` to every pruning modifier's final target now (SparseML's
+        ``manager.apply``) and finalize; ``grad_sampler`` as in :meth:`modify`. With no event
+        argument this is the one-shot entry point; ``apply(event)`` applies one event."""
+        if not isinstance(model, torch.nn.Module):
+            return super().apply(model)
+        self._attach(unwrap(model), None, 1, 0.0, grad_sampler, oneshot=True)
+        self.oneshot()
+
+    def _second_order_host(self, grad_sampler: Any) -> Any:
+        from .second_order import TorchHost
+
+        return TorchHost(self, grad_sampler)
 
     def _index_params(self) -> None:
         assert self.model is not None

@@ -1,0 +1,88 @@
+"""Second-order modifiers inside a backend runtime: the pruners of a recipe's M-FAC and OBS
+modifiers, the checks before training (M012), the gradients taken before every optimizer
+step, and the pruning events of a step handled together per modifier.
+
+A backend runtime (:class:`recipe_spec.runtime.RecipeRuntime`) supplies a
+:class:`~.pruner.Host` through ``_second_order_host(grad_sampler)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..diagnostics import RecipeError
+from ..modifiers import spec
+from .checks import second_order_findings
+from .pruner import SecondOrderPruner
+from .settings import settings_for
+
+if TYPE_CHECKING:
+    from ..runtime import RecipeRuntime
+    from ..schedule.plan import Event
+
+__all__ = ["SECOND_ORDER_SCORES", "SecondOrderSet", "is_second_order"]
+
+#: The ``scores`` of the modifiers handled here.
+SECOND_ORDER_SCORES = ("mfac", "obs")
+
+
+def is_second_order(modifier_type: str) -> bool:
+    declared = spec(modifier_type)
+    return declared is not None and declared.scores in SECOND_ORDER_SCORES
+
+
+class SecondOrderSet:
+    """The pruners of a recipe's second-order modifiers on one runtime."""
+
+    def __init__(self, pruners: dict[int, SecondOrderPruner]):
+        self.pruners = pruners
+
+    @classmethod
+    def attach(cls, runtime: RecipeRuntime, grad_sampler: Any, oneshot: bool = False) -> SecondOrderSet | None:
+        """Check the recipe's second-order modifiers against the model and make their
+        pruners (None when the recipe has none). Raises :class:`RecipeError` (M012)."""
+        from ..validation import positioned
+
+        indexes = [i for i, m in enumerate(runtime.recipe.modifiers) if is_second_order(m.type)]
+        if not indexes:
+            if grad_sampler is not None:
+                raise ValueError("grad_sampler is for M-FAC and OBS pruning modifiers; this recipe has none")
+            return None
+        host = runtime._second_order_host(grad_sampler)
+        assert runtime.plan is not None and runtime._model_params is not None
+        shapes = {r.name: r.shape for r in runtime._model_params.records}
+        problems = []
+        pruners: dict[int, SecondOrderPruner] = {}
+        for i in indexes:
+            m = runtime.recipe.modifiers[i]
+            names = runtime.names_for(i, m.args.get("params"))
+            findings = second_order_findings(
+                m, i, runtime.plan, {n: shapes[n] for n in names}, grad_sampler is not None, oneshot,
+                host.world_size(), host.itemsize(names), host.free_memory, runtime.step_count,
+            )
+            problems.extend(positioned(f, runtime.recipe) for f in findings)
+            s = settings_for(m)
+            where = f"{runtime.recipe.path or '<recipe>'}:{m.span.line}: {m.type}"
+            pruners[i] = SecondOrderPruner(host, s, names, where, s.samples(grad_sampler is not None) or oneshot, i)
+        if problems:
+            raise RecipeError(problems)
+        return cls(pruners)
+
+    def owns(self, modifier: int) -> bool:
+        return modifier in self.pruners
+
+    def collect(self) -> None:
+        """Before the optimizer step: every training-time M-FAC takes the step's gradients."""
+        for pruner in self.pruners.values():
+            pruner.collect()
+
+    def prune(self, modifier: int, events: Sequence[Event], names_for: Any) -> None:
+        """The sparsity events of one modifier at one step, as one pruning step."""
+        pruner = self.pruners[modifier]
+        targets: dict[str, float] = {}
+        for event in events:
+            for name in names_for(modifier, event.params):
+                targets[name] = float(event.value)
+        last = dict(zip(pruner.names, pruner.last_targets or [0.0] * len(pruner.names), strict=True))
+        pruner.prune([targets.get(n, last[n]) for n in pruner.names])
