@@ -240,6 +240,8 @@ class RecipeRuntime:
         by_modifier: dict[int, list[Event]] = {}
         for (modifier, _), event in last.items():
             by_modifier.setdefault(modifier, []).append(event)
+        if self.second_order is not None:
+            self.second_order.collect()  # without a grad sampler: the gradients the model holds
         for modifier, events in sorted(by_modifier.items()):
             if self.second_order is not None and self.second_order.owns(modifier):
                 self.second_order.prune(modifier, events, self.names_for)

@@ -60,11 +60,13 @@ class SecondOrderSet:
             findings = second_order_findings(
                 m, i, runtime.plan, {n: shapes[n] for n in names}, grad_sampler is not None, oneshot,
                 host.world_size(), host.itemsize(names), host.free_memory, runtime.step_count,
+                host.gradients(names) is not None,
             )
             problems.extend(positioned(f, runtime.recipe) for f in findings)
             s = settings_for(m)
             where = f"{runtime.recipe.path or '<recipe>'}:{m.span.line}: {m.type}"
-            pruners[i] = SecondOrderPruner(host, s, names, where, s.samples(grad_sampler is not None) or oneshot, i)
+            sampled = s.samples(grad_sampler is not None) or (oneshot and grad_sampler is not None)
+            pruners[i] = SecondOrderPruner(host, s, names, where, sampled, i)
         if problems:
             raise RecipeError(problems)
         return cls(pruners)

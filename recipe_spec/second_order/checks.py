@@ -43,7 +43,7 @@ def memory_needed(s: SecondOrderSettings, sizes: Sequence[int], itemsize: int) -
 def second_order_findings(
     m: Modifier, index: int, plan: Plan, shapes: Mapping[str, Sequence[int]], has_sampler: bool,
     oneshot: bool, world_size: int, itemsize: int, memory: Callable[[SecondOrderSettings], tuple[int, str] | None],
-    first_step: int = 0,
+    first_step: int = 0, has_gradients: bool = False,
 ) -> Iterator[Finding]:
     """M012 findings about modifier ``m`` (number ``index`` of the recipe) on parameters of
     ``shapes``; ``memory(settings)``: the bytes free where the buffer and inverse will live."""
@@ -55,15 +55,21 @@ def second_order_findings(
     if s.kind == "mfac" and s.global_sparsity and s.mask_type != "unstructured":
         yield Finding(codes.M012, f"M-FAC with global_sparsity ranks single weights; mask_type {s.mask_type!r} needs layer-wise pruning",
                       "Set global_sparsity: false, or mask_type: unstructured.", m, ("global_sparsity",))
+    if not isinstance(s.num_grads, int) and all(t != 0.0 for t, _ in s.num_grads):
+        yield Finding(codes.M009, f"num_grads gives counts for sparsities {[t for t, _ in s.num_grads]} but none for 0.0",
+                      "Add '0.0: COUNT', the number of gradients used until the first threshold.", m, _key(m, "num_grads"))
+        return
     if s.num_pages != 1:
         yield Finding(codes.M012, f"num_pages {s.num_pages}: paging the gradients of an un-blocked inverse is not implemented",
                       "Remove num_pages; the memory check at modify() says when the inverse does not fit.",
                       m, _key(m, "num_pages"))
-    sampled = s.samples(has_sampler) or oneshot
-    if sampled and not has_sampler:
-        why = "samples its gradients" if s.kind == "obs" else (
-            "is applied one-shot, with no training steps to take gradients from" if oneshot
-            else "has use_gradient_buffering: false")
+    sampled = s.samples(has_sampler) or (oneshot and has_sampler)
+    if oneshot and not sampled and not (has_gradients and s.grads_for(0.0) <= 1):
+        yield Finding(codes.M012, f"M-FAC applied one-shot needs num_grads={s.grads_for(0.0)} gradients, but no grad sampler was "
+                      "given" + (" (the parameters' current gradients count as one)" if has_gradients else ""),
+                      SAMPLER_HINT, m)
+    elif sampled and not has_sampler:
+        why = "samples its gradients" if s.kind == "obs" else "has use_gradient_buffering: false"
         yield Finding(codes.M012, f"{m.type} {why}, but no grad sampler was given", SAMPLER_HINT, m)
     names = [n for n in shapes]
     sizes = [math.prod(shapes[n]) for n in names]
