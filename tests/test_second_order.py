@@ -203,3 +203,16 @@ def test_declared_settings_are_read() -> None:
     m = loads(RECIPE.format(type="OBSPruningModifier", extra="    damp: 1e-5")).modifiers[0]
     s = settings_for(m)
     assert (s.damp, s.num_grads, s.block_size, s.global_sparsity, s.num_recomputations) == (1e-5, 1024, 1, True, 1)
+
+
+def test_docs_examples_run() -> None:
+    """docs/second-order.md: its Python blocks run in order, as one script."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "second-order.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python\n(.*?)^```$", page, re.S | re.M)
+    assert len(blocks) == 3
+    namespace: dict = {}
+    exec(compile("\n".join(blocks), "docs/second-order.md", "exec"), namespace)  # asserts inside
+    assert int((namespace["model"].fc1.weight == 0).sum()) > 0
