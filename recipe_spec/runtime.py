@@ -204,7 +204,7 @@ class RecipeRuntime:
             for event in events:
                 self.apply(event)
             return
-        self.second_order.collect()  # the gradients of this step, before any mask changes
+        self.second_order.collect(self.step_count)  # this step's gradients, before any mask changes
         done: set[int] = set()
         for event in events:
             if event.target == "sparsity" and self.second_order.owns(event.modifier):
@@ -241,7 +241,7 @@ class RecipeRuntime:
         for (modifier, _), event in last.items():
             by_modifier.setdefault(modifier, []).append(event)
         if self.second_order is not None:
-            self.second_order.collect()  # without a grad sampler: the gradients the model holds
+            self.second_order.collect(0)  # without a grad sampler: the gradients the model holds
         for modifier, events in sorted(by_modifier.items()):
             if self.second_order is not None and self.second_order.owns(modifier):
                 self.second_order.prune(modifier, events, self.names_for)
@@ -332,6 +332,7 @@ class RecipeRuntime:
             "released": sorted(self._released_at_end),
             "layers_removed": self.layers.state() if self.layers is not None else {},
             "quantization": self.quantization.state() if self.quantization is not None else None,
+            "second_order": self.second_order.state() if self.second_order is not None else {},
             **self._extra_state(),
         }
 
@@ -354,6 +355,8 @@ class RecipeRuntime:
             entry = self._hold(name, int(owner), False, mask=mask)
             entry.applied_sparsity = applied
         self.masks.apply()
+        if self.second_order is not None:
+            self.second_order.load(state.get("second_order", {}))
 
     # -- what a backend supplies (see the class docstring) ----------------------------------
     def _param_records(self) -> list[ParamRecord]:

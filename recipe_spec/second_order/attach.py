@@ -66,7 +66,14 @@ class SecondOrderSet:
             s = settings_for(m)
             where = f"{runtime.recipe.path or '<recipe>'}:{m.span.line}: {m.type}"
             sampled = s.samples(grad_sampler is not None) or (oneshot and grad_sampler is not None)
-            pruners[i] = SecondOrderPruner(host, s, names, where, sampled, i)
+            pruner = SecondOrderPruner(host, s, names, where, sampled, i)
+            prune_steps = sorted({e.step for e in runtime.plan.iter_events(runtime.step_count)
+                                  if e.modifier == i and e.target == "sparsity"}) if not oneshot else []
+            if prune_steps:
+                pruner.collect_start = runtime.step_count
+                pruner.collect_from = max(runtime.step_count, prune_steps[0] - s.grads_for(0.0) + 1)
+                pruner.collect_until = prune_steps[-1]
+            pruners[i] = pruner
         if problems:
             raise RecipeError(problems)
         return cls(pruners)
@@ -74,10 +81,18 @@ class SecondOrderSet:
     def owns(self, modifier: int) -> bool:
         return modifier in self.pruners
 
-    def collect(self) -> None:
-        """Before the optimizer step: every training-time M-FAC takes the step's gradients."""
+    def collect(self, step: int) -> None:
+        """Before optimizer step ``step``: every training-time M-FAC takes its gradients."""
         for pruner in self.pruners.values():
-            pruner.collect()
+            pruner.collect(step)
+
+    def state(self) -> dict[str, Any]:
+        return {str(i): p.state() for i, p in self.pruners.items()}
+
+    def load(self, state: dict[str, Any]) -> None:
+        for i, saved in state.items():
+            if int(i) in self.pruners:
+                self.pruners[int(i)].load(saved)
 
     def prune(self, modifier: int, events: Sequence[Event], names_for: Any) -> None:
         """The sparsity events of one modifier at one step, as one pruning step."""

@@ -73,17 +73,22 @@ class SecondOrderPruner:
         self.sampled = sampled
         self.window: GradientWindow | None = None
         self.last_sparsity = 0.0  # the masks' sparsity after the previous step
-        self.last_targets: list[float] | None = None  # OBS: the previous step's targets
+        self.last_targets: list[float] | None = None  # the previous step's targets
         self.steps = 0
+        self.collect_from = 0  # the first step whose gradients can matter (training-time M-FAC)
+        self.collect_until: int | None = None  # the last pruning step
+        self.collect_start = 0  # the step the run (or the window) started at
 
     # -- training-time gradients ------------------------------------------------------------
     @property
     def capacity(self) -> int:
         return self.settings.grads_for(self.last_sparsity)
 
-    def collect(self) -> None:
-        """Take the current gradients into the window (before the optimizer step)."""
-        if self.sampled:
+    def collect(self, step: int) -> None:
+        """Take the current gradients of optimizer step ``step`` into the window (before the
+        optimizer step). Steps before the last ``num_grads`` of the first pruning step and
+        after the last pruning step are skipped: their gradients are never used."""
+        if self.sampled or step < self.collect_from or (self.collect_until is not None and step > self.collect_until):
             return
         grads = self.host.gradients(self.names)
         if grads is None:
@@ -94,7 +99,40 @@ class SecondOrderPruner:
             weights, masks = self.host.read(self.names)
             keep = ops.flat_nonzero(ops.concat([ops.reshape(m, (-1,)) for m in masks], 0))
             self.window = GradientWindow(ops, keep, self.capacity, self.host.buffer_like(self.settings, weights))
+            self.window.next = (step - self.collect_start) % self.capacity  # the slot the step's own would be
         self.window.add(flat)
+
+    # -- saving, resuming ----------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """What continuing exactly needs: the previous step's sparsity and targets, and the
+        gradient window's rows as they lie in its slots (arrays of the backend)."""
+        window = None
+        if self.window is not None:
+            rows = [r for r in self.window.slots if r is not None]
+            window = {"capacity": self.window.capacity, "next": self.window.next, "count": self.window.count,
+                      "rows": self.host.ops.stack(rows, 0) if rows else None}
+        return {"last_sparsity": self.last_sparsity, "last_targets": self.last_targets, "steps": self.steps,
+                "window": window}
+
+    def load(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state` (after the masks are restored)."""
+        self.last_sparsity = float(state["last_sparsity"])
+        self.last_targets = None if state["last_targets"] is None else [float(t) for t in state["last_targets"]]
+        self.steps = int(state.get("steps", 0))
+        saved = state.get("window")
+        self.window = None
+        if saved is None:
+            return
+        ops = self.host.ops
+        weights, masks = self.host.read(self.names)
+        keep = ops.flat_nonzero(ops.concat([ops.reshape(m, (-1,)) for m in masks], 0))
+        like = self.host.buffer_like(self.settings, weights)
+        self.window = GradientWindow(ops, keep, int(saved["capacity"]), like)
+        rows = saved["rows"]
+        count = int(saved["count"])
+        for i in range(count):
+            self.window.slots[i] = ops.cast(rows[i], like)
+        self.window.count, self.window.next = count, int(saved["next"])
 
     # -- pruning ------------------------------------------------------------------------------
     def prune(self, targets: Sequence[float]) -> StepResult:
@@ -128,6 +166,7 @@ class SecondOrderPruner:
                            s.mask_type, s.global_sparsity, self.host.devices(s))
         self.host.write(self.names, result.weights, result.masks, self.index)
         self.last_sparsity = result.sparsity
+        self.last_targets = [float(t) for t in targets]
         if self.window is not None:
             new_flat = ops.concat([ops.reshape(x, (-1,)) for x in result.masks], 0)
             self.window.restrict(ops.take(new_flat, keep), self.capacity, ops.flat_nonzero(new_flat))
