@@ -36,24 +36,25 @@ def test_every_validation_code_has_a_fixture() -> None:
 
 
 def test_backend_support_B001() -> None:
-    """Support follows from each backend's declared capabilities: OBS needs second-order
-    scores, which no backend declares yet, so both refuse it (it used to validate clean on
-    torch and run there as magnitude pruning)."""
+    """Support follows from each backend's declared capabilities: AC/DC needs the ``acdc``
+    capability, which no backend declares yet, so both refuse it (a modifier is never run as
+    something else, the way M-FAC once ran as magnitude pruning on torch)."""
     text = (
         "modifiers:\n"
-        "  - !OBSPruningModifier\n"
+        "  - !ACDCPruningModifier\n"
         "    params: [fc.weight]\n"
-        "    init_sparsity: 0.05\n"
-        "    final_sparsity: 0.8\n"
+        "    compression_sparsity: 0.9\n"
         "    start_epoch: 0\n"
-        "    end_epoch: 10\n"
-        "    update_frequency: 1\n"
+        "    end_epoch: 100\n"
+        "    update_frequency: 5\n"
     )
     for backend in ("torch", "keras"):
         (d,) = validate(text, backend=backend)
         assert (d.code, d.line, d.column, d.severity) == ("B001", 2, 5, Severity.ERROR)
-        assert "scores:obs" in d.message and "No installed backend runs it yet" in d.hint
-    gmp = text.replace("OBSPruningModifier", "GMPruningModifier")
+        assert "acdc" in d.message and "No installed backend runs it yet" in d.hint
+    obs = text.replace("ACDCPruningModifier", "OBSPruningModifier").replace("compression_sparsity: 0.9", "init_sparsity: 0.05\n    final_sparsity: 0.8")
+    assert validate(obs, backend="torch") == []
+    gmp = obs.replace("OBSPruningModifier", "GMPruningModifier")
     assert validate(gmp, backend="torch") == [] and validate(gmp, backend="keras") == []
 
 

@@ -13,7 +13,7 @@ from ..findings import Finding
 if TYPE_CHECKING:
     from ..recipe import Modifier
 
-__all__ = ["function_range", "milestones", "no_end", "num_grads_from_zero"]
+__all__ = ["function_range", "milestones", "no_end", "num_grads_from_zero", "second_order_static"]
 
 
 def number(value: Any) -> float | None:
@@ -88,3 +88,16 @@ def num_grads_from_zero(m: Modifier) -> Iterator[Finding]:
                 "Add '0.0: COUNT', the number of gradients used until the first threshold.",
                 m, keys,
             )
+
+
+def second_order_static(m: Modifier) -> Iterator[Finding]:
+    """M012: what an M-FAC or OBS modifier asks for that cannot run, seen from the recipe alone
+    (a mask type M-FAC cannot score, ``num_pages``); the checks that need the model, the steps
+    per epoch or the grad sampler run at ``modify()``."""
+    from ..second_order.checks import static_findings
+
+    try:
+        found = [f for f in static_findings(m) if f.code is not codes.M009]  # M009: its own rule
+    except (TypeError, ValueError, KeyError):
+        return  # malformed arguments: the schema reports them
+    yield from found

@@ -230,7 +230,7 @@ MFAC_PRUNING = ModifierSpec(
     },
     look=Look("M-FAC pruning"),
     **gradual_pruning("mfac", "gradients"),
-    rules=(rules.num_grads_from_zero,),
+    rules=(rules.num_grads_from_zero, rules.second_order_static),
 )
 
 OBS_PRUNING = ModifierSpec(
@@ -340,7 +340,7 @@ OBS_PRUNING = ModifierSpec(
     },
     look=Look("OBS pruning"),
     **gradual_pruning("obs", "gradients"),
-    rules=(rules.num_grads_from_zero,),
+    rules=(rules.num_grads_from_zero, rules.second_order_static),
 )
 
 SPECS: tuple[ModifierSpec, ...] = (MFAC_PRUNING, OBS_PRUNING)

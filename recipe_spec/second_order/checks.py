@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..recipe import Modifier
     from ..schedule.plan import Plan
 
-__all__ = ["second_order_findings", "memory_needed", "SAMPLER_HINT"]
+__all__ = ["second_order_findings", "static_findings", "memory_needed", "SAMPLER_HINT"]
 
 SAMPLER_HINT = (
     "Pass grad_sampler={'data_loader_builder': build, 'loss_function': loss} to modify() or "
@@ -49,20 +49,10 @@ def second_order_findings(
     ``shapes``; ``memory(settings)``: the bytes free where the buffer and inverse will live."""
     s = settings_for(m)
     name = "M-FAC" if s.kind == "mfac" else "OBS"
-    if s.kind == "mfac" and s.mask_type not in MFAC_MASK_TYPES:
-        yield Finding(codes.M012, f"M-FAC scores rank single weights or groups of 4; mask_type {s.mask_type!r} is not supported",
-                      "Use mask_type unstructured or block4.", m, _key(m, "mask_type"))
-    if s.kind == "mfac" and s.global_sparsity and s.mask_type != "unstructured":
-        yield Finding(codes.M012, f"M-FAC with global_sparsity ranks single weights; mask_type {s.mask_type!r} needs layer-wise pruning",
-                      "Set global_sparsity: false, or mask_type: unstructured.", m, ("global_sparsity",))
-    if not isinstance(s.num_grads, int) and all(t != 0.0 for t, _ in s.num_grads):
-        yield Finding(codes.M009, f"num_grads gives counts for sparsities {[t for t, _ in s.num_grads]} but none for 0.0",
-                      "Add '0.0: COUNT', the number of gradients used until the first threshold.", m, _key(m, "num_grads"))
+    static = list(static_findings(m))
+    yield from static
+    if any(f.code is codes.M009 for f in static):
         return
-    if s.num_pages != 1:
-        yield Finding(codes.M012, f"num_pages {s.num_pages}: paging the gradients of an un-blocked inverse is not implemented",
-                      "Remove num_pages; the memory check at modify() says when the inverse does not fit.",
-                      m, _key(m, "num_pages"))
     sampled = s.samples(has_sampler) or (oneshot and has_sampler)
     if oneshot and not sampled and not (has_gradients and s.grads_for(0.0) <= 1):
         yield Finding(codes.M012, f"M-FAC applied one-shot needs num_grads={s.grads_for(0.0)} gradients, but no grad sampler was "
@@ -101,6 +91,26 @@ def second_order_findings(
                       f"({s.max_grads} gradients of {sum(sizes):,} weights), but {free[1]} has {_gib(free[0])} free",
                       f"Lower num_grads or fisher_block_size, prune fewer parameters with this modifier, or list a larger device in available_devices.",
                       m, _key(m, "num_grads"))
+
+
+def static_findings(m: Modifier) -> Iterator[Finding]:
+    """What the recipe alone shows (``validate`` reports these too): a mask type or paging
+    M-FAC cannot run, a ``num_grads`` table without 0.0."""
+    s = settings_for(m)
+    if s.kind == "mfac" and s.mask_type not in MFAC_MASK_TYPES:
+        yield Finding(codes.M012, f"M-FAC scores rank single weights or groups of 4; mask_type {s.mask_type!r} is not supported",
+                      "Use mask_type unstructured or block4.", m, _key(m, "mask_type"))
+    if s.kind == "mfac" and s.global_sparsity and s.mask_type != "unstructured":
+        yield Finding(codes.M012, f"M-FAC with global_sparsity ranks single weights; mask_type {s.mask_type!r} needs layer-wise pruning",
+                      "Set global_sparsity: false, or mask_type: unstructured.", m, ("global_sparsity",))
+    if not isinstance(s.num_grads, int) and all(t != 0.0 for t, _ in s.num_grads):
+        yield Finding(codes.M009, f"num_grads gives counts for sparsities {[t for t, _ in s.num_grads]} but none for 0.0",
+                      "Add '0.0: COUNT', the number of gradients used until the first threshold.", m, _key(m, "num_grads"))
+        return
+    if s.num_pages != 1:
+        yield Finding(codes.M012, f"num_pages {s.num_pages}: paging the gradients of an un-blocked inverse is not implemented",
+                      "Remove num_pages; the memory check at modify() says when the inverse does not fit.",
+                      m, _key(m, "num_pages"))
 
 
 def _key(m: Modifier, arg: str) -> tuple[str, ...]:
