@@ -30,7 +30,7 @@ torch = pytest.importorskip("torch")
 
 from recipe_spec import RecipeError, ScheduledModifierManager  # noqa: E402
 from recipe_spec.schedule import compile_plan  # noqa: E402
-from recipe_spec_torch.second_order import fisher_inverse  # noqa: E402
+from recipe_spec_torch import fisher_inverse  # noqa: E402
 
 FOLDER = Path(__file__).resolve().parents[2] / "shared" / "conformance" / "sparseml-mfac"
 CASES = sorted(FOLDER.glob("*.json"))
