@@ -157,6 +157,11 @@ class TorchHost:
         world = self.world_size()
         if world == 1:
             return rows
-        parts = [torch.empty_like(rows) for _ in range(world)]
-        torch.distributed.all_gather(parts, rows.contiguous())
-        return torch.cat(parts, 0)
+        dist = torch.distributed
+        send = rows.contiguous()
+        if send.device.type == "cpu" and dist.get_backend() == dist.Backend.NCCL:
+            # NCCL gathers CUDA tensors only; the rows live on grads_device (the CPU by default)
+            send = send.to(torch.device("cuda", torch.cuda.current_device()))
+        parts = [torch.empty_like(send) for _ in range(world)]
+        dist.all_gather(parts, send)
+        return torch.cat(parts, 0).to(rows.device)
