@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from recipe_spec.recipe import Modifier, Recipe
     from recipe_spec.schedule.plan import Event
 
+    from .second_order import SecondOrderSteps
+
 __all__ = [
     "KerasManager", "RecipeCallback", "RecipeCheckpoint", "STATE_VERSION",
     "save_recipe_state", "load_recipe_state", "recipe_state_path",
@@ -49,6 +51,8 @@ class RecipeCallback(keras.callbacks.Callback):
         # weights may have been written since the last fit (set_weights, load_weights): mask
         # them again before the first step
         self.runtime.masks.invalidate()
+        if self.runtime.second_order_steps is not None:
+            self.runtime.second_order_steps.prepare_fit(self.model)
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
         self.runtime.step_begin()
@@ -72,21 +76,62 @@ class KerasManager(RecipeRuntime):
         self.masks = MaskSet()
         self._vars: dict[str, tuple[Any, str]] = {}
         self._unfreeze_after_step: list[str] = []
+        #: what second-order pruning adds to a training step (None: the recipe has none)
+        self.second_order_steps: SecondOrderSteps | None = None
 
     # -- setting up -----------------------------------------------------------------------
-    def modify(self, model: Any, optimizer: Any, steps_per_epoch: int, epoch: float = 0.0) -> tuple[Any, Any, list[Any]]:
-        """Attach the recipe; returns ``(model, optimizer, callbacks)`` for ``model.fit``."""
-        if not isinstance(model, (keras.Model, keras.layers.Layer)):
-            raise TypeError(f"modify() needs a Keras model, not {type(model).__name__}")
-        if not model.built:
-            raise ValueError("build the Keras model (call it once or give it an Input) before modify()")
+    def modify(self, model: Any, optimizer: Any, steps_per_epoch: int, epoch: float = 0.0,
+               grad_sampler: Any = None) -> tuple[Any, Any, list[Any]]:
+        """Attach the recipe; returns ``(model, optimizer, callbacks)`` for ``model.fit``.
+
+        ``grad_sampler``: SparseML's ``{"data_loader_builder": f, "loss_function": loss}`` for
+        M-FAC and OBS pruning (:class:`recipe_spec_keras.second_order.GradSampler`). A recipe
+        with a training-time M-FAC modifier wraps ``optimizer.apply`` so that each step hands
+        its gradients over before the update (:mod:`recipe_spec_keras.second_order`)."""
+        self._check_model(model, "modify")
         targets = self.emitted_targets()
         if "lr" in targets:
             take_over_learning_rate(optimizer)
         if "weight_decay" in targets:
             take_over_weight_decay(optimizer)
-        self._attach(model, optimizer, steps_per_epoch, epoch)
+        self._attach(model, optimizer, steps_per_epoch, epoch, grad_sampler)
+        if self.second_order_steps is not None:  # modify() again: stop watching the old optimizer
+            self.second_order_steps.stop()
+        self.second_order_steps = None
+        if self.second_order is not None:
+            from .second_order import SecondOrderSteps
+
+            self.second_order_steps = SecondOrderSteps(self, optimizer)
         return model, optimizer, [RecipeCallback(self)]
+
+    def apply(self, model: Any, grad_sampler: Any = None) -> None:  # type: ignore[override]
+        """One-shot: prune ``model`` to every pruning modifier's final target now (SparseML's
+        ``manager.apply``) and finalize; ``grad_sampler`` as in :meth:`modify`. With an event
+        instead of a model this applies that one event (:meth:`RecipeRuntime.apply`)."""
+        if not isinstance(model, (keras.Model, keras.layers.Layer)):
+            return super().apply(model)
+        self._check_model(model, "apply")
+        self._attach(model, None, 1, 0.0, grad_sampler, oneshot=True)
+        self.oneshot()
+
+    @staticmethod
+    def _check_model(model: Any, what: str) -> None:
+        if not isinstance(model, (keras.Model, keras.layers.Layer)):
+            raise TypeError(f"{what}() needs a Keras model, not {type(model).__name__}")
+        if not model.built:
+            raise ValueError(f"build the Keras model (call it once or give it an Input) before {what}()")
+
+    def _second_order_host(self, grad_sampler: Any) -> Any:
+        from .second_order import KerasHost, check_keras_backend
+
+        check_keras_backend("M-FAC and OBS pruning")
+        return KerasHost(self, grad_sampler)
+
+    def finalize(self, model: Any = None) -> None:
+        """Apply the masks a last time, stop enforcing them and stop watching gradients."""
+        super().finalize(model)
+        if self.second_order_steps is not None:
+            self.second_order_steps.stop()
 
     def _index_params(self) -> None:
         self._vars = {name: (variable, type(layer).__name__) for name, variable, layer in named_variables(self.model)}
@@ -96,13 +141,22 @@ class KerasManager(RecipeRuntime):
 
     # -- running -------------------------------------------------------------------------
     def step_begin(self) -> None:
-        """Apply the events of the current step and enforce changed masks before the forward."""
-        self.apply_events()
+        """Apply the events of the current step and enforce changed masks before the forward
+        (a training-time M-FAC pruning waits for the step's gradients, see
+        :class:`~recipe_spec_keras.second_order.SecondOrderSteps`)."""
+        if self.second_order_steps is None:
+            self.apply_events()
+        else:
+            self.second_order_steps.begin()
         self.masks.apply(changed_only=True)
+        if self.second_order_steps is not None:
+            self.second_order_steps.after_begin()
 
     def step_end(self) -> None:
         """Unfreeze what this step's events unfroze, re-apply the masks after the optimizer
         step and advance the step counter."""
+        if self.second_order_steps is not None:
+            self.second_order_steps.end()
         if self._unfreeze_after_step:
             for name in self._unfreeze_after_step:
                 self._vars[name][0].trainable = True
@@ -255,6 +309,7 @@ def save_recipe_state(state: Mapping[str, Any], path: Any) -> None:
     meta["trainable_saved"] = {str(k): v for k, v in meta.get("trainable_saved", {}).items()}
     meta["masks"] = [[name, int(owner), applied] for name, (_, owner, applied) in masks.items()]
     arrays = {f"mask_{i}": np.asarray(mask, dtype=bool) for i, (mask, _, _) in enumerate(masks.values())}
+    meta = _arrays_out(meta, arrays)  # e.g. the second-order gradient windows
     path = str(path)
     tmp = path + ".tmp.npz"  # written then renamed, so a crash never leaves half a state
     np.savez(tmp, meta=np.array(json.dumps(meta)), **arrays)
@@ -277,10 +332,40 @@ def load_recipe_state(filepath: Any) -> dict[str, Any]:
             name: (data[f"mask_{i}"].copy(), owner, applied)
             for i, (name, owner, applied) in enumerate(meta.pop("masks"))
         }
+        meta = _arrays_in(meta, data)
     meta["masks"] = masks
     meta["released"] = [tuple(x) for x in meta.get("released", [])]
     meta["trainable_saved"] = {int(k): v for k, v in meta.get("trainable_saved", {}).items()}
     return meta
+
+
+_ARRAY_KEY = "__npz_array__"
+
+
+def _arrays_out(value: Any, arrays: dict[str, np.ndarray]) -> Any:
+    """``value`` with every NumPy array moved into ``arrays`` (a reference left in its place)."""
+    if isinstance(value, np.ndarray):
+        key = f"array_{len(arrays)}"
+        arrays[key] = value
+        return {_ARRAY_KEY: key}
+    if isinstance(value, Mapping):
+        return {str(k): _arrays_out(v, arrays) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_arrays_out(v, arrays) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _arrays_in(value: Any, data: Any) -> Any:
+    """The inverse of :func:`_arrays_out`."""
+    if isinstance(value, dict):
+        if set(value) == {_ARRAY_KEY}:
+            return data[value[_ARRAY_KEY]].copy()
+        return {k: _arrays_in(v, data) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_arrays_in(v, data) for v in value]
+    return value
 
 
 class RecipeCheckpoint(keras.callbacks.Callback):

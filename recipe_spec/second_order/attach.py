@@ -51,7 +51,10 @@ class SecondOrderSet:
             return None
         host = runtime._second_order_host(grad_sampler)
         assert runtime.plan is not None and runtime._model_params is not None
-        shapes = {r.name: r.shape for r in runtime._model_params.records}
+        from ..lint import _canonical_shape
+
+        # in PyTorch's axes (a Keras Dense kernel (in, out) is (out, in)): block4 groups dimension 1
+        shapes = {r.name: _canonical_shape(r, runtime.framework)[1] for r in runtime._model_params.records}
         problems = []
         pruners: dict[int, SecondOrderPruner] = {}
         for i in indexes:
