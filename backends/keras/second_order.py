@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,6 +29,7 @@ import numpy as np
 from recipe_spec.numpy_ops import NUMPY_OPS
 from recipe_spec.second_order.fisher import FisherInverse
 from recipe_spec.second_order.pruner import SecondOrderError
+from recipe_spec.second_order.sampler import batches, sampler_parts
 from recipe_spec.second_order.settings import SecondOrderSettings
 
 from .masks import from_torch_layout, to_torch_layout
@@ -63,11 +64,6 @@ def check_keras_backend(what: str) -> None:
         )
 
 
-def _loader_items(builder: Callable[[Any], Any], kwargs: Any) -> Iterable[Any]:
-    loader = builder(dict(kwargs) if kwargs else kwargs)
-    return loader() if callable(loader) and not hasattr(loader, "__iter__") else loader
-
-
 class GradSampler:
     """SparseML's ``{"data_loader_builder": f, "loss_function": loss}`` on Keras: ``f(kwargs)``
     returns an iterable of ``(args, kwargs, target)`` (or a callable returning one, called
@@ -81,29 +77,14 @@ class GradSampler:
     loss does not reach gets zeros."""
 
     def __init__(self, spec: Mapping[str, Any]):
-        if not isinstance(spec, Mapping) or not callable(spec.get("data_loader_builder")) or not callable(spec.get("loss_function")):
-            raise ValueError(
-                "grad_sampler must be a dict with a callable 'data_loader_builder' (called with "
-                "grad_sampler_kwargs, returning batches (args, kwargs, target)) and a callable "
-                f"'loss_function' (called as loss(model_output, target)); got {spec!r}"
-            )
-        self.builder: Callable[[Any], Any] = spec["data_loader_builder"]
-        self.loss: Callable[[Any, Any], Any] = spec["loss_function"]
+        self.builder, self.loss = sampler_parts(spec)
 
     def gradients(self, model: Any, variables: Sequence[Any], kwargs: Any) -> Iterator[list[np.ndarray]]:
         """One list of NumPy gradients (the variables' own layout) per item of the loader."""
         import keras
 
         take = _tf_gradients if keras.backend.backend() == "tensorflow" else _torch_gradients
-        for item in _loader_items(self.builder, kwargs):
-            try:
-                args, kw, target = item
-            except (TypeError, ValueError):
-                raise ValueError(
-                    "the grad sampler's data loader must yield (args, kwargs, target) triples, "
-                    f"got {type(item).__name__}"
-                ) from None
-
+        for args, kw, target in batches(self.builder, kwargs):
             def loss(args: Any = args, kw: Any = kw, target: Any = target) -> Any:
                 out = model(*args, training=False, **(kw or {}))
                 if isinstance(out, (tuple, list)):

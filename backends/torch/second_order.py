@@ -11,11 +11,12 @@ devices that :mod:`recipe_spec.second_order` works with. The maths lives there, 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 from recipe_spec.second_order.fisher import FisherInverse
+from recipe_spec.second_order.sampler import batches, sampler_parts
 from recipe_spec.second_order.settings import SecondOrderSettings
 
 from .masks import TorchOps
@@ -54,25 +55,15 @@ class GradSampler:
     Sampling runs in ``eval()`` mode and ends with ``zero_grad()``, as SparseML's did."""
 
     def __init__(self, spec: Mapping[str, Any]):
-        if not isinstance(spec, Mapping) or not callable(spec.get("data_loader_builder")) or not callable(spec.get("loss_function")):
-            raise ValueError(
-                "grad_sampler must be a dict with a callable 'data_loader_builder' (called with "
-                "grad_sampler_kwargs, returning batches (args, kwargs, target)) and a callable "
-                f"'loss_function'; got {spec!r}"
-            )
-        self.builder: Callable[[Any], Any] = spec["data_loader_builder"]
-        self.loss: Callable[[Any, Any], torch.Tensor] = spec["loss_function"]
+        self.builder, self.loss = sampler_parts(spec)
 
     def gradients(self, model: torch.nn.Module, params: Sequence[torch.nn.Parameter], kwargs: Any) -> Iterator[list[torch.Tensor]]:
-        loader = self.builder(dict(kwargs) if kwargs else kwargs)
-        items: Iterable[Any] = loader() if callable(loader) and not hasattr(loader, "__iter__") else loader
         was_training = model.training
         model.eval()
         try:
-            for item in items:
-                args, kw, target = item
+            for args, kw, target in batches(self.builder, kwargs):
                 model.zero_grad()
-                out = model(*args, **(kw or {}))
+                out = model(*args, **kw)
                 if isinstance(out, (tuple, list)):
                     out = out[0]
                 self.loss(out, target).backward()

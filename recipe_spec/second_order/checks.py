@@ -89,7 +89,7 @@ def second_order_findings(
     if free is not None and need > free[0]:
         yield Finding(codes.M012, f"{name} needs about {_gib(need)} for its gradients and inverse "
                       f"({s.max_grads} gradients of {sum(sizes):,} weights), but {free[1]} has {_gib(free[0])} free",
-                      f"Lower num_grads or fisher_block_size, prune fewer parameters with this modifier, or list a larger device in available_devices.",
+                      "Lower num_grads or fisher_block_size, prune fewer parameters with this modifier, or list a larger device in available_devices.",
                       m, _key(m, "num_grads"))
 
 

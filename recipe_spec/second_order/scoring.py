@@ -143,7 +143,7 @@ def obs_step(ops: FisherOps, weights: Sequence[Array], masks: Sequence[Array], f
     else:
         keeps = [core.unstructured_mask(ops, u, t) for u, t in zip(units, targets, strict=True)]
     new_weights, new_masks = [], []
-    for (scores, x), keep_units, w, m, f in zip(scored, keeps, weights, masks, fishers, strict=True):
+    for (_, x), keep_units, w, m, f in zip(scored, keeps, weights, masks, fishers, strict=True):
         shape = tuple(w.shape)
         if mask_type == "block4":
             keep = ops.reshape(ops.expand(ops.reshape(keep_units, (-1, 1)), (keep_units.shape[0], 4)), (-1,))
