@@ -32,6 +32,7 @@ import pytest  # noqa: E402
 from recipe_spec_keras.masks import to_torch_layout  # noqa: E402
 from recipe_spec_keras.params import numpy_value  # noqa: E402
 from recipe_spec_keras.second_order import fisher_inverse  # noqa: E402
+from second_order_cases import recorded  # noqa: E402
 
 from recipe_spec import RecipeError, ScheduledModifierManager  # noqa: E402
 
@@ -140,29 +141,6 @@ def close(got: Any, want: Any, what: str, tol: float | None = None) -> float:
     err = float(np.max(np.abs(got - want))) / scale if want.size else 0.0
     assert err <= tol, f"{what}: relative difference {err:.3e} > {tol:g}"
     return err
-
-
-@contextlib.contextmanager
-def recorded() -> Iterator[list[Any]]:
-    """Every scoring + mask update (M-FAC step, OBS recomputation) while inside, in order."""
-    from recipe_spec.second_order import pruner as pruner_module
-
-    results: list[Any] = []
-    originals = {name: getattr(pruner_module, name) for name in ("mfac_step", "obs_step")}
-
-    def wrap(fn: Any) -> Any:
-        def step(*args: Any, **kwargs: Any) -> Any:
-            results.append(fn(*args, **kwargs))
-            return results[-1]
-        return step
-
-    for name, fn in originals.items():
-        setattr(pruner_module, name, wrap(fn))
-    try:
-        yield results
-    finally:
-        for name, fn in originals.items():
-            setattr(pruner_module, name, fn)
 
 
 def check_events(case: dict, results: list[Any]) -> float:

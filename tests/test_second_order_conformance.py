@@ -16,10 +16,8 @@ grad sampler code of `model_description`), by its `mode`:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +26,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from recipe_spec_torch import fisher_inverse  # noqa: E402
+from second_order_cases import recorded  # noqa: E402
+
 from recipe_spec import RecipeError, ScheduledModifierManager  # noqa: E402
 from recipe_spec.schedule import compile_plan  # noqa: E402
-from recipe_spec_torch import fisher_inverse  # noqa: E402
 
 FOLDER = Path(__file__).resolve().parents[2] / "shared" / "conformance" / "sparseml-mfac"
 CASES = sorted(FOLDER.glob("*.json"))
@@ -77,30 +77,6 @@ def _build(case: dict) -> tuple[Any, Any, Any, Any, dict, Any]:
 def _mask_zeros(manager: Any, name: str) -> list[int]:
     entry = manager.runtime.masks.params.get(name)
     return [] if entry is None else (~entry.mask).flatten().nonzero().flatten().tolist()
-
-
-@contextlib.contextmanager
-def recorded() -> Iterator[list[Any]]:
-    """Every scoring + mask update (M-FAC step, OBS recomputation) while inside, in order."""
-    from recipe_spec.second_order import pruner as pruner_module
-
-    results: list[Any] = []
-    originals = {name: getattr(pruner_module, name) for name in ("mfac_step", "obs_step")}
-
-    def wrap(fn: Any) -> Any:
-        def step(*args: Any, **kwargs: Any) -> Any:
-            result = fn(*args, **kwargs)
-            results.append(result)
-            return result
-        return step
-
-    for name, fn in originals.items():
-        setattr(pruner_module, name, wrap(fn))
-    try:
-        yield results
-    finally:
-        for name, fn in originals.items():
-            setattr(pruner_module, name, fn)
 
 
 def _check_event(event: dict, result: Any, names: list[str]) -> None:
