@@ -98,8 +98,17 @@ class NumpyOps(InPlaceOps):
     def permute(self, x: np.ndarray, axes: Sequence[int]) -> np.ndarray:
         return np.ascontiguousarray(np.transpose(x, tuple(axes)))
 
+    def permute_view(self, x: np.ndarray, axes: Sequence[int]) -> np.ndarray:
+        return np.transpose(x, tuple(axes))
+
     def inverse(self, a: np.ndarray) -> np.ndarray:
         return np.linalg.inv(a)
+
+    def cholesky(self, a: np.ndarray) -> np.ndarray | None:
+        try:
+            return np.linalg.cholesky(a)
+        except np.linalg.LinAlgError:
+            return None
 
     def solve(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.linalg.solve(a, b)

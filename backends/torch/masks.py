@@ -122,8 +122,15 @@ class TorchOps(InPlaceOps):
     def permute(self, x: torch.Tensor, axes: Sequence[int]) -> torch.Tensor:
         return x.permute(*axes).contiguous()
 
+    def permute_view(self, x: torch.Tensor, axes: Sequence[int]) -> torch.Tensor:
+        return x.permute(*axes)
+
     def inverse(self, a: torch.Tensor) -> torch.Tensor:
         return torch.linalg.inv(a)
+
+    def cholesky(self, a: torch.Tensor) -> torch.Tensor | None:
+        r, info = torch.linalg.cholesky_ex(a)
+        return None if bool(info.any()) else r
 
     def solve(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return torch.linalg.solve(a, b)

@@ -35,8 +35,17 @@ class FisherOps(ArrayOps, Protocol):
     def permute(self, x: Array, axes: Sequence[int]) -> Array:
         """``x`` with its axes in the order ``axes``, as a new contiguous array."""
 
+    def permute_view(self, x: Array, axes: Sequence[int]) -> Array:
+        """``x`` with its axes in the order ``axes``, a view of ``x`` where the library has
+        strided arrays (else a copy): only read, never written (operands of :meth:`matmul`)."""
+
     def inverse(self, a: Array) -> Array:
         """The inverses of a batch of symmetric positive definite matrices."""
+
+    def cholesky(self, a: Array) -> Array | None:
+        """The lower triangular ``r`` with ``a = r·rᵀ`` for a batch of symmetric matrices
+        (only their lower triangles are read), or None when one of them is not positive
+        definite to working precision."""
 
     def solve(self, a: Array, b: Array) -> Array:
         """``a⁻¹ b`` for a batch of square ``a`` and ``b`` of shape ``(..., n, 1)``."""

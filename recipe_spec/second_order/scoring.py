@@ -114,19 +114,19 @@ def mfac_step(ops: FisherOps, weights: Sequence[Array], masks: Sequence[Array], 
     return StepResult(_split(ops, updated, shapes), list(new_masks), scores, _sparsity(ops, new_masks))
 
 
-def obs_scores(ops: FisherOps, weight: Array, mask: Array, fisher: FisherInverse, mask_type: str) -> tuple[Array, Array | None]:
-    """OBS scores of one parameter (flat, in :func:`input_last` order for ``block4``) and,
-    for ``block4``, ``x = (F_b⁻¹)⁻¹ w_b`` per entry (else None)."""
+def obs_scores(ops: FisherOps, weight: Array, mask: Array, fisher: FisherInverse, mask_type: str) -> tuple[Array, Array]:
+    """OBS scores of one parameter (flat, in :func:`input_last` order for ``block4``) and
+    what its update needs: for ``block4``, ``x = (F_b⁻¹)⁻¹ w_b`` per entry, else ``diag F⁻¹``."""
     w = ops.reshape(input_last(ops, weight) if mask_type == "block4" else weight, (-1,))
     keep = ops.reshape(input_last(ops, mask) if mask_type == "block4" else mask, (-1,))
     if mask_type == "block4":
         wb = ops.reshape(w, (-1, 4, 1))
-        x = ops.cast(ops.solve(fisher.diag_blocks(4), ops.cast(wb, fisher.diag())), w)
+        x = ops.cast(ops.solve(fisher.diag_blocks(4), ops.cast(wb, fisher.like)), w)
         group = ops.sum(ops.reshape(wb * x, (-1, 4)), 1) * 0.5
         scores = ops.reshape(ops.expand(ops.reshape(group, (-1, 1)), (group.shape[0], 4)), (-1,))
         return ops.where(keep, scores, -math.inf), ops.reshape(x, (-1,))
     diag = ops.cast(fisher.diag(), w)
-    return ops.where(keep, w * w / (diag * 2.0 + EPS_F32), -math.inf), None
+    return ops.where(keep, w * w / (diag * 2.0 + EPS_F32), -math.inf), diag
 
 
 def obs_step(ops: FisherOps, weights: Sequence[Array], masks: Sequence[Array], fishers: Sequence[FisherInverse],
@@ -153,11 +153,10 @@ def obs_step(ops: FisherOps, weights: Sequence[Array], masks: Sequence[Array], f
             keep = keep_units
             flat_w, old = ops.reshape(w, (-1,)), ops.reshape(m, (-1,))
         newly = old & ~keep
-        if x is not None:
-            delta = f.mul(ops.cast(ops.where(newly, x, 0.0), f.diag()))
-        else:
-            diag = ops.cast(f.diag(), flat_w)
-            delta = f.mul(ops.cast(ops.where(newly, flat_w, 0.0) / (diag + EPS_F32), f.diag()))
+        if mask_type == "block4":
+            delta = f.mul(ops.cast(ops.where(newly, x, 0.0), f.like))
+        else:  # x is diag F⁻¹
+            delta = f.mul(ops.cast(ops.where(newly, flat_w, 0.0) / (x + EPS_F32), f.like))
         updated = ops.where(keep, flat_w - ops.cast(delta, flat_w), 0.0)
         if mask_type == "block4":
             new_weights.append(from_input_last(ops, updated, shape))
