@@ -19,7 +19,6 @@ back to the variables.
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from recipe_spec.numpy_ops import NUMPY_OPS
+from recipe_spec.second_order.checks import host_memory_available
 from recipe_spec.second_order.fisher import FisherInverse
 from recipe_spec.second_order.pruner import SecondOrderError
 from recipe_spec.second_order.sampler import batches, sampler_parts
@@ -191,10 +191,8 @@ class KerasHost:
         return 8 if names and str(self._entry(names[0])[0].dtype) == "float64" else 4
 
     def free_memory(self, settings: SecondOrderSettings) -> tuple[int, str] | None:
-        try:
-            return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "the host's memory"
-        except (ValueError, OSError, AttributeError):
-            return None
+        free = host_memory_available()
+        return None if free is None else (free, "the host's memory")
 
     def world_size(self) -> int:
         return 1  # one process; a tf.distribute strategy's replicas share this Python process

@@ -10,11 +10,11 @@ devices that :mod:`recipe_spec.second_order` works with. The maths lives there, 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+from recipe_spec.second_order.checks import host_memory_available
 from recipe_spec.second_order.fisher import FisherInverse
 from recipe_spec.second_order.sampler import batches, sampler_parts
 from recipe_spec.second_order.settings import SecondOrderSettings
@@ -135,10 +135,8 @@ class TorchHost:
         if device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(device)
             return int(free), str(device)
-        try:
-            return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "the CPU's memory"
-        except (ValueError, OSError, AttributeError):
-            return None
+        free = host_memory_available()
+        return None if free is None else (free, "the CPU's memory")
 
     def world_size(self) -> int:
         dist = torch.distributed

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..recipe import Modifier
     from ..schedule.plan import Plan
 
-__all__ = ["second_order_findings", "static_findings", "memory_needed", "SAMPLER_HINT"]
+__all__ = ["second_order_findings", "static_findings", "memory_needed", "host_memory_available", "SAMPLER_HINT"]
 
 SAMPLER_HINT = (
     "Pass grad_sampler={'data_loader_builder': build, 'loss_function': loss} to modify() or "
@@ -29,6 +29,24 @@ SAMPLER_HINT = (
 
 def _gib(n: float) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**28 else f"{n / 2**20:.1f} MiB"
+
+
+def host_memory_available() -> int | None:
+    """Bytes of host memory a new allocation can get: Linux's ``MemAvailable`` (free memory
+    plus the caches the kernel can drop), else the free physical pages; None if unknown."""
+    import os
+
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def memory_needed(s: SecondOrderSettings, sizes: Sequence[int], itemsize: int) -> int:
