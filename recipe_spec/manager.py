@@ -139,6 +139,19 @@ class ScheduledModifierManager:
         self.runtime = backend.compile(self.recipe)
         self.runtime.apply(model, grad_sampler=grad_sampler, **options)
 
+    def loss_update(self, loss: Any, student_outputs: Any = None, student_inputs: Any = None,
+                    teacher_inputs: Any = None) -> Any:
+        """SparseML's ``manager.loss_update``: call it with the step's loss before ``backward()``
+        and train on what it returns. While a DistillationModifier is active that is
+        ``(1 - hardness) * loss + hardness * distill_loss`` against the teacher given to
+        :meth:`modify` (``distillation_teacher=``); otherwise ``loss`` unchanged.
+        ``student_outputs``: the model's outputs for ``student_inputs``; ``teacher_inputs``
+        (default: the student's) are what the teacher runs on."""
+        return self._need_runtime().loss_update(
+            loss, student_outputs=student_outputs, student_inputs=student_inputs,
+            teacher_inputs=teacher_inputs,
+        )
+
     def _need_runtime(self) -> Any:
         if self.runtime is None:
             raise RuntimeError("call modify(model, optimizer, steps_per_epoch) first")

@@ -312,6 +312,12 @@ class RecipeRuntime:
         for name, flag in flags.items():
             self._set_trainable(name, flag)
 
+    def loss_update(self, loss: Any, student_outputs: Any = None, student_inputs: Any = None,
+                    teacher_inputs: Any = None) -> Any:
+        """The training loss with the recipe's loss terms (distillation) mixed in. A backend
+        that runs modifiers needing ``loss`` overrides this; without them the loss is unchanged."""
+        return loss
+
     # -- ending, saving, resuming -----------------------------------------------------------
     def finalize(self, model: Any = None) -> None:
         """Apply the masks a last time and stop enforcing them."""

@@ -56,22 +56,50 @@ class TorchManager(RecipeRuntime):
         self.masks = MaskSet()
         self.layers = LayerSwap()
         self._params: dict[str, tuple[torch.nn.Module, torch.nn.Parameter]] = {}
+        self.distillation: Any = None  # .distillation.TorchDistillation, set by modify()
 
     # -- setting up -----------------------------------------------------------------------
     def modify(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, steps_per_epoch: int,
-               epoch: float = 0.0, grad_sampler: Any = None) -> RecipeOptimizer:
+               epoch: float = 0.0, grad_sampler: Any = None,
+               distillation_teacher: Any = "disable") -> RecipeOptimizer:
         """Attach the recipe to ``model`` and ``optimizer``; returns the optimizer to use.
 
         The returned optimizer's ``step()`` drives the schedule; a training loop needs no
         other change. ``epoch`` starts the schedule later (``round(epoch * steps_per_epoch)``).
         ``grad_sampler``: SparseML's ``{"data_loader_builder": f, "loss_function": loss}``
         for M-FAC and OBS pruning (:class:`recipe_spec_torch.second_order.GradSampler`).
+        ``distillation_teacher`` (SparseML's keyword): the teacher of the recipe's
+        DistillationModifiers, a model, ``"self"`` (a frozen copy of ``model`` taken at each
+        modifier's start step) or ``"disable"`` (the default, as SparseML: they do nothing);
+        the loop then calls :meth:`loss_update` before ``backward()``. Ignored when the recipe
+        has no distillation modifier.
         """
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"modify() needs a torch.nn.Module, not {type(model).__name__}")
         inner = optimizer.optimizer if isinstance(optimizer, RecipeOptimizer) else optimizer
         self._attach(unwrap(model), inner, steps_per_epoch, epoch, grad_sampler)
+        from .distillation import TorchDistillation
+
+        self.distillation = TorchDistillation.attach(self.plan, distillation_teacher)
         return RecipeOptimizer(self.optimizer, self)
+
+    def loss_update(self, loss: Any, student_outputs: Any = None, student_inputs: Any = None,
+                    teacher_inputs: Any = None) -> Any:
+        """The training loss of the current step with the active DistillationModifiers' terms
+        mixed in (SparseML's ``manager.loss_update``); call it before ``backward()``. Without an
+        active distillation modifier, ``loss`` itself. ``teacher_inputs`` default to
+        ``student_inputs``; the teacher runs in eval mode without gradients."""
+        if self.model is None:
+            raise RuntimeError("call modify(model, optimizer, steps_per_epoch) before loss_update()")
+        if self.distillation is None:
+            return loss
+        return self.distillation.loss_update(
+            loss, self.step_count, self.model, self._mask_hook_ids(),
+            student_outputs, student_inputs, teacher_inputs,
+        )
+
+    def _mask_hook_ids(self) -> set[int]:
+        return {handle.id for handle in self.masks._module_hooks.values()}
 
     def apply(self, model: torch.nn.Module, grad_sampler: Any = None) -> None:  # type: ignore[override]
         """One-shot: prune ``model`` to every pruning modifier's final target now (SparseML's
@@ -151,7 +179,35 @@ class TorchManager(RecipeRuntime):
         if self.quantization is not None:
             self.quantization.freeze_bn_stats()
 
+    def _on_distillation(self, event: Event, m: Modifier) -> None:
+        # Whether a modifier is active is read from its plan window at loss_update (the loss of
+        # step k is computed before step k's events apply); here the self-distillation teacher
+        # is copied at the start step (unless loss_update already did) and dropped at the end.
+        if self.distillation is None:
+            return
+        if event.action == "start":
+            assert self.model is not None
+            self.distillation.start(event.modifier, self.model, self._mask_hook_ids())
+        elif event.action == "end":
+            self.distillation.end(event.modifier)
+
+    def finalize(self, model: Any = None) -> None:
+        """Apply the masks a last time, stop enforcing them and drop the teachers."""
+        super().finalize(model)
+        if self.distillation is not None:
+            self.distillation.teachers.clear()
+            self.distillation.mode = "disable"
+
     # -- saving, resuming (the layout is RecipeRuntime.state_dict's) ---------------------
+    def _extra_state(self) -> dict[str, Any]:
+        if self.distillation is None:
+            return {}
+        return {"distillation": self.distillation.state()}
+
+    def _load_extra(self, state: Mapping[str, Any]) -> None:
+        if self.distillation is not None:
+            assert self.model is not None
+            self.distillation.load(state.get("distillation", {}), self.model, self._mask_hook_ids())
     def _mask_state(self, entry: MaskedParam) -> torch.Tensor:
         return entry.mask.clone()
 
