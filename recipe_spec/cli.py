@@ -496,7 +496,40 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--model", metavar="SPEC", required=True, help="as for lint --model")
     pa.add_argument("-o", "--output", metavar="FILE", default="params.json")
     pa.set_defaults(run=_params, params=None)
+
+    cr = sub.add_parser(
+        "create",
+        help="write an automatic recipe (Sparsify Create / SparseML recipe_template)",
+        description="Write the recipe recipe_spec.create.initialize would run, without a model "
+        "and without training (params: __ALL_PRUNABLE__). See docs/create.md.",
+    )
+    cr.add_argument("--pruning", default="true", metavar="X",
+                    help="true, false, none, gmp, acdc, mfac, obs, movement, constant, transfer, sparse-transfer")
+    cr.add_argument("--quantization", action=argparse.BooleanOptionalAction, default=True,
+                    help="quantization-aware training after pruning (default: on)")
+    cr.add_argument("--lr", default="linear", metavar="F", help="linear, cosine or cyclic_linear")
+    cr.add_argument("--distillation", action="store_true", help="add a DistillationModifier")
+    cr.add_argument("--var", action="append", metavar="NAME=VALUE", help="set a recipe variable (docs/create.md)")
+    cr.add_argument("-o", "--output", metavar="FILE", default="-", help="where to write (default: stdout)")
+    cr.set_defaults(run=_create)
     return parser
+
+
+def _create(args: argparse.Namespace) -> int:
+    """``recipe-spec create``: the generated recipe to a file or stdout."""
+    from .create import recipe_text
+
+    pruning: Any = {"true": True, "false": False, "none": None}.get(args.pruning.lower(), args.pruning)
+    variables = dict(_parse_var(v) for v in args.var or [])
+    try:
+        text = recipe_text(pruning, args.quantization, args.lr, args.distillation, variables)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        Path(args.output).write_text(text, encoding="utf-8")
+    return 0
 
 
 

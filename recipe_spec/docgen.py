@@ -7,6 +7,7 @@ of them as ``{path relative to the repository root: text}``:
 - ``docs/modifiers/<Name>.md``, one page per modifier, and ``docs/modifiers/index.md``;
 - ``docs/rules/<CODE>.md``, one page per diagnostic code, and ``docs/rules/index.md``;
 - ``docs/editors.md``, the editor set-up with the list of modifier tags;
+- ``docs/create.md``, automatic recipes, with the ``RecipeVariables`` table;
 - ``schemas/modifiers/<Name>.schema.json``, the JSON Schema of each modifier declaration
   (:func:`recipe_spec.modifiers.schema.schema_text`), shipped for editors and other tools.
 
@@ -50,6 +51,7 @@ __all__ = [
     "rule_page",
     "rule_index",
     "editors_page",
+    "create_page",
     "custom_tags",
     "check",
     "write",
@@ -734,6 +736,85 @@ def editors_page() -> str:
     return _page(lines)
 
 
+def create_page() -> str:
+    """``docs/create.md``: automatic recipes (``recipe_spec.create``), with the variables table
+    generated from :meth:`recipe_spec.create.RecipeVariables.schema`."""
+    from .create import LR_FUNCTIONS, RecipeVariables
+    from .create.variables import GROUPS
+
+    props = RecipeVariables.schema()["properties"]
+    group_of = {name: group for group, names in GROUPS.items() for name in names}
+    rows = [(f"`{name}`", _type_of(prop), _code(json.dumps(prop["default"])), group_of.get(name, ""),
+             _cell(prop["description"])) for name, prop in props.items()]
+    lines = [
+        "# Automatic recipes: `recipe_spec.create`",
+        "",
+        _GENERATED_NOTE.format(source="`recipe_spec/create/` (`RecipeVariables.schema()`)"),
+        "",
+        "`create.initialize` is Sparsify Create's `initialize` (Sparsify 1.6): it writes a recipe "
+        "for your model (SparseML 1.8 `recipe_template`'s structure and schedule) and attaches it. "
+        "Call it after the model, optimizer and data loader exist, before training:",
+        "",
+        "```python",
+        "from recipe_spec import create",
+        "manager, optimizer = create.initialize(model, optimizer, steps_per_epoch=len(loader))",
+        "end_epoch = manager.max_epochs  # train this many epochs; remove your own LR scheduler",
+        "```",
+        "",
+        "For PyTorch the second value is the optimizer whose `step()` drives the schedule. For a "
+        "Keras model it is what the Keras backend's `modify` returns: `(model, optimizer, callbacks)`. "
+        "QAT starts at `min(m.args['start_epoch'] for m in manager.quantization_modifiers)`.",
+        "",
+        "## Options",
+        "",
+        *_table(["argument", "values"], [
+            ("`pruning`", "`True` or `\"gmp\"` (magnitude: GlobalMagnitudePruningModifier, or "
+             "MagnitudePruningModifier with `global_sparsity: false`), `False` / `None` (none; `False` with "
+             "quantization holds the model's zeros), `\"acdc\"`, `\"mfac\"`, `\"obs\"`, `\"movement\"` "
+             "(needs `global_sparsity: false`), `\"constant\"` / `\"transfer\"` / `\"sparse-transfer\"` "
+             "(ConstantPruningModifier)"),
+            ("`quantization`", "`True` (default): QuantizationModifier after pruning"),
+            ("`lr`", ", ".join(f"`{f}`" for f in LR_FUNCTIONS) + ": LearningRateFunctionModifier from "
+             "`init_lr` to `final_lr` over `num_epochs`, set on every step"),
+            ("`distillation`", "`True` adds a DistillationModifier; `distillation_teacher` a model, "
+             "or None for self-distillation; call `manager.runtime.loss_update(loss, student_outputs=out, "
+             "student_inputs=x)` before `backward()`"),
+            ("`scaler`", "not supported yet (`NotImplementedError`)"),
+            ("`recipe_variables`", "a dict merged over the defaults below (checked: an unknown name or "
+             "a wrong type is a `ValueError`), or a `RecipeVariables`"),
+            ("`grad_sampler`", "`{\"data_loader_builder\": f, \"loss_function\": loss}`: needed by "
+             "`\"mfac\"` and `\"obs\"` (refused before training without it)"),
+        ]),
+        "",
+        "Options whose modifier the model's backend does not run yet are still generated, but "
+        "`initialize` refuses them before training with a located B001 (or M001) error naming it.",
+        "",
+        "## Schedule",
+        "",
+        "With `num_epochs` E: QAT takes Q = 5 epochs if E >= 15, else 2 (none without quantization); "
+        "pruning runs from epoch 0 to (E - Q) / 2 (cubic, once per epoch, 0.05 to `sparsity`), "
+        "fine-tuning to E - Q, then QAT with observers and batch-norm statistics frozen Q / 2 "
+        "later. The defaults (E = 20) prune over 0 to 7.5 and start QAT at 15.",
+        "",
+        "## Variables",
+        "",
+        *_table(["variable", "type", "default", "group", "help"], rows),
+        "",
+        "Unlike Sparsify, every variable changes the recipe: `sparsity` is the final sparsity, "
+        "`target` (`vnni`, `tensorrt`) needs its `mask_type` (`block4`, `2:4`) and sets the "
+        "QuantizationModifier's `tensorrt`.",
+        "",
+        "## Without a model",
+        "",
+        "```sh",
+        "recipe-spec create --pruning gmp --no-quantization --lr cosine --var sparsity=0.9 -o recipe.yaml",
+        "```",
+        "",
+        "writes the same recipe (`params: __ALL_PRUNABLE__`); `create.recipe_text(...)` returns it in Python.",
+    ]
+    return _page(lines)
+
+
 # -- all files, checking and writing ---------------------------------------------------------
 def schema_files() -> dict[str, str]:
     """The schema file of every modifier declaration: ``{path: JSON text}``.
@@ -773,6 +854,7 @@ def generate() -> dict[str, str]:
         pages[f"docs/rules/{code_id}.md"] = rule_page(code_id)
     pages["docs/rules/index.md"] = rule_index()
     pages["docs/editors.md"] = editors_page()
+    pages["docs/create.md"] = create_page()
     return dict(sorted(pages.items()))
 
 

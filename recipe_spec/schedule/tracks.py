@@ -282,9 +282,10 @@ class TrackBuilder:
         return self.points(i, m, steps)
 
     def acdc(self, i: int, m: Modifier) -> Track:
-        """AC/DC: alternating compressed (at ``compression_sparsity``) and decompressed (dense)
-        phases of ``update_frequency`` epochs, from ``start_epoch``; the last phase before
-        ``end_epoch`` is compressed and stays so."""
+        """AC/DC: alternating decompressed (dense) and compressed (at ``compression_sparsity``)
+        phases of ``update_frequency`` epochs from ``start_epoch``, dense first (a warm-up, as
+        SparseML's runs show: sparsify-create case 06 is dense in epoch 0, compressed from
+        epoch 1); the last phase before ``end_epoch`` is compressed and stays so."""
         start, end, first, last = self.window(m)
         if last is None:
             raise PlanError(f"{m.type} (line {m.span.line}) needs an `end_epoch`; received -1")
@@ -294,7 +295,7 @@ class TrackBuilder:
         steps = []
         for n in range(n_phases):
             k = first_step_at(max(start, 0) + n * phase, self.S)
-            compressed = n % 2 == 0 or n == n_phases - 1
+            compressed = n % 2 == 1 or n == n_phases - 1
             steps.append((k, "start" if n == 0 else "update", "sparsity", sparsity if compressed else 0.0, m.args.get("params")))
         return self.points(i, m, steps)
 

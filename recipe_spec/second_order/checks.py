@@ -156,7 +156,8 @@ def _enough_gradients(m: Modifier, index: int, s: SecondOrderSettings, plan: Pla
                 codes.M012,
                 f"M-FAC needs num_grads={need} gradients at its pruning step {step} (epoch {epoch:g}), "
                 f"but only {have} training steps come before it (including its own)",
-                f"Lower num_grads to at most {have}, or start pruning later.",
+                f"Lower num_grads to at most {have}, start pruning later, or pass "
+                "grad_sampler={'data_loader_builder': ..., 'loss_function': ...} to sample them.",
                 m, _key(m, "num_grads"),
             )
             return

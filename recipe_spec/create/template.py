@@ -1,0 +1,256 @@
+"""The automatic recipe: SparseML 1.8 ``recipe_template``'s structure and schedule.
+
+The text has the recipe variables first, then the modifier groups ``training_modifiers``,
+``pruning_modifiers``, ``quantization_modifiers`` and ``distillation_modifiers`` (only those
+that apply). The schedule for ``num_epochs`` E (defaults: E = 20, QAT):
+
+======================  ==========================================================
+QAT epochs Q            5 if E >= 15 else 2 (0 without quantization)
+pruning                 epoch 0 to (E - Q) / 2, cubic, once per epoch, 0.05 -> sparsity
+fine-tuning             to E - Q
+QAT                     from E - Q (0 without pruning); observers and BN frozen Q/2 later
+LR                      ``lr`` from init_lr at epoch 0 to final_lr at E, every step
+======================  ==========================================================
+
+Where SparseML's template had a literal that ignored its own variable (``final_sparsity: 0.8``,
+``init_sparsity: 0.05``, ``update_frequency: 1.0``), the modifier here refers to the variable,
+and the variable holds what SparseML ran (``pruning_update_frequency: 1.0``), so the defaults
+give SparseML's schedule and ``sparsity`` changes the final sparsity.
+
+>>> print(recipe_text(pruning=None, quantization=False))
+lr_func: linear
+init_lr: 0.001
+final_lr: 1.0e-07
+num_epochs: 20.0
+<BLANKLINE>
+training_modifiers:
+  - !EpochRangeModifier
+    start_epoch: 0.0
+    end_epoch: eval(num_epochs)
+<BLANKLINE>
+  - !LearningRateFunctionModifier
+    start_epoch: 0.0
+    end_epoch: eval(num_epochs)
+    lr_func: eval(lr_func)
+    init_lr: eval(init_lr)
+    final_lr: eval(final_lr)
+<BLANKLINE>
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..variables import did_you_mean
+from .variables import RecipeVariables
+
+__all__ = ["LR_FUNCTIONS", "PRUNING_OPTIONS", "normalize_pruning", "recipe_text", "modifier_types"]
+
+#: ``lr`` values: LearningRateFunctionModifier's functions (SparseML's ``recipe_template``
+#: passed ``lr`` straight to ``lr_func``, and that modifier knows these three)
+LR_FUNCTIONS = ("linear", "cosine", "cyclic_linear")
+
+#: ``pruning`` option -> the pruning algorithm it selects ("" = no pruning modifier)
+PRUNING_OPTIONS = {
+    "true": "magnitude", "magnitude": "magnitude", "gmp": "magnitude",
+    "acdc": "acdc", "mfac": "mfac", "obs": "obs", "movement": "movement",
+    "constant": "constant", "transfer": "constant", "sparse-transfer": "constant",
+    "false": "", "none": "", "": "",
+}
+
+#: what M-FAC and OBS add to the variables (SparseML's template values)
+_SECOND_ORDER = {"mfac": {"num_grads": 64, "fisher_block_size": 10000},
+                 "obs": {"num_grads": 1024, "fisher_block_size": 50}}
+
+_MODIFIER = {"acdc": "ACDCPruningModifier", "mfac": "MFACPruningModifier", "obs": "OBSPruningModifier",
+             "movement": "MovementPruningModifier", "constant": "ConstantPruningModifier"}
+
+
+def normalize_pruning(pruning: str | bool | None, quantization: bool) -> str:
+    """The pruning algorithm an option selects: ``magnitude``, ``acdc``, ``mfac``, ``obs``,
+    ``movement``, ``constant`` or ``""`` (none). ``False`` with quantization holds the zeros
+    the model has (``constant``), as SparseML did.
+
+    >>> normalize_pruning(True, True), normalize_pruning("Sparse-Transfer", False), normalize_pruning(False, True)
+    ('magnitude', 'constant', 'constant')
+    """
+    key = str(pruning).lower().replace("/", "").replace("_", "-") if pruning is not None else ""
+    if key not in PRUNING_OPTIONS:
+        hint = did_you_mean(key, [k for k in PRUNING_OPTIONS if k])
+        raise ValueError(f"Argument `pruning` must be one of True, False, None, "
+                         f"{', '.join(repr(k) for k in PRUNING_OPTIONS if k not in ('true', 'false', 'none', ''))}. "
+                         f"Received: pruning={pruning!r}." + (f" {hint}" if hint else ""))
+    algo = PRUNING_OPTIONS[key]
+    if key == "false" and quantization:
+        return "constant"
+    return algo
+
+
+def _check_lr(lr: str) -> str:
+    if lr not in LR_FUNCTIONS:
+        hint = did_you_mean(str(lr), LR_FUNCTIONS)
+        raise ValueError(f"Argument `lr` must be one of {', '.join(LR_FUNCTIONS)}. Received: lr={lr!r}."
+                         + (f" {hint}" if hint else ""))
+    return lr
+
+
+def _nm(mask_type: str) -> tuple[int, int] | None:
+    if mask_type == "tensorrt":
+        return (2, 4)
+    match = re.fullmatch(r"([1-9][0-9]*):([1-9][0-9]*)", mask_type)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def _scalar(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        text = repr(value)
+        if "e" in text and "." not in text.split("e")[0]:  # 1e-07 reads as text in YAML 1.1
+            mantissa, exp = text.split("e")
+            text = f"{mantissa}.0e{exp}"
+        return text
+    if isinstance(value, int):
+        return str(value)
+    text = str(value)
+    if text.startswith("eval(") or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
+        return text
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _modifier(name: str, args: Mapping[str, Any]) -> list[str]:
+    lines = [f"  - !{name}"]
+    for key, value in args.items():
+        if isinstance(value, (list, tuple)):
+            lines.append(f"    {key}:")
+            lines.extend(f"      - {_scalar(v)}" for v in value)
+        else:
+            lines.append(f"    {key}: {_scalar(value)}")
+    return lines
+
+
+def recipe_text(
+    pruning: str | bool | None = True,
+    quantization: bool = True,
+    lr: str = "linear",
+    distillation: bool = False,
+    variables: Mapping[str, Any] | RecipeVariables | None = None,
+    params: str | Sequence[str] = "__ALL_PRUNABLE__",
+) -> str:
+    """The automatic recipe (YAML text) for these options.
+
+    ``pruning``: True / ``"gmp"`` / ``"magnitude"`` (magnitude; global or layer-wise by the
+    ``global_sparsity`` variable), False or None (none; False with quantization holds the
+    model's zeros), ``"acdc"``, ``"mfac"``, ``"obs"``, ``"movement"``, ``"constant"`` /
+    ``"transfer"`` / ``"sparse-transfer"`` (ConstantPruningModifier: hold today's zeros).
+    ``quantization``: QAT after pruning. ``lr``: one of :data:`LR_FUNCTIONS`.
+    ``distillation``: add a DistillationModifier. ``variables``: :class:`RecipeVariables` or a
+    dict merged over its defaults. ``params``: the weights to prune.
+    """
+    if not isinstance(quantization, bool):
+        raise ValueError(f"Argument `quantization` must be a bool. Received: quantization={quantization!r}")
+    if not isinstance(distillation, bool):
+        raise ValueError(f"Argument `distillation` must be a bool. Received: distillation={distillation!r}")
+    v = RecipeVariables.merged(variables)
+    algo = normalize_pruning(pruning, quantization)
+    _check_lr(lr)
+    if algo == "movement" and v.global_sparsity:
+        raise ValueError("Movement pruning is layer-wise: pass recipe_variables={'global_sparsity': False}.")
+    gradual = algo not in ("", "constant")
+
+    # -- variables -------------------------------------------------------------------------
+    var: dict[str, Any] = {"lr_func": lr, "init_lr": v.init_lr, "final_lr": v.final_lr, "num_epochs": v.num_epochs}
+    qat_epochs = 0.0
+    if quantization:
+        qat_epochs = 5.0 if v.num_epochs >= 15.0 else 2.0
+        if qat_epochs >= v.num_epochs:
+            qat_epochs = v.num_epochs / 2.0  # short runs: half of them (SparseML's 2.0 would not fit)
+        # SparseML wrote ``quantization_submodules: null`` and ``submodules: eval(...)``: null is
+        # not a list of names (M004); leaving ``submodules`` out quantizes the whole model, as null did
+        var.update(num_qat_epochs=qat_epochs, num_qat_finetuning_epochs=qat_epochs / 2.0,
+                   quantization_tensorrt=v.target == "tensorrt")
+    nm = _nm(v.mask_type)
+    if gradual:
+        active = (v.num_epochs - qat_epochs) / 2.0
+        if algo == "acdc":  # AC/DC phases are whole epochs: its end_epoch is an integer
+            active = float(int(active)) or 1.0
+        final = v.sparsity
+        init = min(0.05, final)
+        if nm is not None:  # an N:M mask has one sparsity, 1 - N/M, from the start
+            final = init = 1.0 - nm[0] / nm[1]
+        var.update(num_pruning_active_epochs=active,
+                   num_pruning_finetuning_epochs=v.num_epochs - qat_epochs - active,
+                   pruning_init_sparsity=init, pruning_final_sparsity=final,
+                   pruning_update_frequency=min(1.0, active),
+                   mask_type=v.mask_type, global_sparsity=v.global_sparsity,
+                   _num_pruning_epochs="eval(num_pruning_active_epochs + num_pruning_finetuning_epochs)")
+        var.update(_SECOND_ORDER.get(algo, {}))
+    if distillation:
+        var.update(distillation_hardness=v.hardness, distillation_temperature=v.temperature)
+
+    lines = [f"{k}: {_scalar(val)}" for k, val in var.items()]
+
+    # -- modifier groups ----------------------------------------------------------------------
+    training = [("EpochRangeModifier", {"start_epoch": 0.0, "end_epoch": "eval(num_epochs)"}),
+                ("LearningRateFunctionModifier", {"start_epoch": 0.0, "end_epoch": "eval(num_epochs)",
+                                                  "lr_func": "eval(lr_func)", "init_lr": "eval(init_lr)",
+                                                  "final_lr": "eval(final_lr)"})]
+    groups: list[tuple[str, list[tuple[str, dict[str, Any]]]]] = [("training_modifiers", training)]
+    if algo == "constant":
+        groups.append(("pruning_modifiers", [("ConstantPruningModifier",
+                                              {"start_epoch": 0.0, "params": "__ALL_PRUNABLE__"})]))
+    elif gradual:
+        args: dict[str, Any] = {"start_epoch": 0.0, "params": params if isinstance(params, str) else list(params)}
+        if algo == "acdc":
+            args.update(end_epoch="eval(num_pruning_active_epochs)", update_frequency="eval(pruning_update_frequency)",
+                        mask_type="eval(mask_type)", global_sparsity="eval(global_sparsity)", leave_enabled=True,
+                        compression_sparsity="eval(pruning_final_sparsity)")
+        else:
+            args.update(init_sparsity="eval(pruning_init_sparsity)", final_sparsity="eval(pruning_final_sparsity)",
+                        end_epoch="eval(num_pruning_active_epochs)",
+                        update_frequency="eval(pruning_update_frequency)", mask_type="eval(mask_type)")
+            if algo in ("mfac", "obs"):
+                args["global_sparsity"] = "eval(global_sparsity)"
+            args.update(leave_enabled=True, inter_func="cubic")
+            if algo in ("mfac", "obs"):
+                args.update(num_grads="eval(num_grads)", fisher_block_size="eval(fisher_block_size)")
+        if algo == "magnitude":
+            name = "GlobalMagnitudePruningModifier" if v.global_sparsity else "MagnitudePruningModifier"
+        else:
+            name = _MODIFIER[algo]
+        groups.append(("pruning_modifiers", [(name, args)]))
+    if quantization:
+        freeze = ("eval(_num_pruning_epochs + num_qat_epochs - num_qat_finetuning_epochs)" if gradual
+                  else "eval(num_qat_epochs - num_qat_finetuning_epochs)")
+        groups.append(("quantization_modifiers", [("QuantizationModifier", {
+            "start_epoch": "eval(_num_pruning_epochs)" if gradual else 0.0,
+            "disable_quantization_observer_epoch": freeze,
+            "freeze_bn_stats_epoch": freeze,
+            "tensorrt": "eval(quantization_tensorrt)",
+            "quantize_linear_activations": False,
+            "quantize_conv_activations": False,
+            "quantize_embedding_activations": False,
+            "exclude_module_types": ["LayerNorm", "Tanh"],
+        })]))
+    if distillation:
+        groups.append(("distillation_modifiers", [("DistillationModifier", {
+            "start_epoch": 0.0, "end_epoch": "eval(num_epochs)",
+            "hardness": "eval(distillation_hardness)", "temperature": "eval(distillation_temperature)",
+        })]))
+    for group, modifiers in groups:
+        lines.append("")
+        lines.append(f"{group}:")
+        for i, (name, args) in enumerate(modifiers):
+            if i:
+                lines.append("")
+            lines.extend(_modifier(name, args))
+    return "\n".join(lines) + "\n"
+
+
+def modifier_types(text: str) -> list[str]:
+    """The ``!Modifier`` tags of a generated recipe, in order."""
+    return re.findall(r"^  - !(\w+)", text, flags=re.M)
