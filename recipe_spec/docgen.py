@@ -777,7 +777,7 @@ def create_page() -> str:
             ("`lr`", ", ".join(f"`{f}`" for f in LR_FUNCTIONS) + ": LearningRateFunctionModifier from "
              "`init_lr` to `final_lr` over `num_epochs`, set on every step"),
             ("`distillation`", "`True` adds a DistillationModifier; `distillation_teacher` a model, "
-             "or None for self-distillation; call `manager.runtime.loss_update(loss, student_outputs=out, "
+             "or None for self-distillation; call `manager.loss_update(loss, student_outputs=out, "
              "student_inputs=x)` before `backward()`"),
             ("`scaler`", "not supported yet (`NotImplementedError`)"),
             ("`recipe_variables`", "a dict merged over the defaults below (checked: an unknown name or "

@@ -65,7 +65,7 @@ def initialize(
       ``init_lr`` to the ``final_lr`` variable over ``num_epochs``; it replaces the
       optimizer's LR from the first step (remove the script's own LR scheduler).
     - ``distillation``: add a DistillationModifier; ``distillation_teacher``: its teacher (a
-      model), or None for self-distillation. The loop calls ``manager.runtime.loss_update``.
+      model), or None for self-distillation. The loop calls ``manager.loss_update``.
     - ``scaler``: a ``GradScaler`` for mixed precision is not supported yet
       (``NotImplementedError``).
     - ``recipe_variables``: a dict merged over :class:`RecipeVariables`' defaults, or a
