@@ -64,13 +64,15 @@ def check_recipe_fits(recipe: Recipe, records: Sequence[ParamRecord], framework:
 
 
 def check_backend_runs(recipe: Recipe, backend: str, capabilities: frozenset[str], runtime: Any) -> None:
-    """Refuse, before training, a recipe the backend cannot run as written: a modifier (or an
-    argument) that needs a capability the backend lacks is a located B001 error; an event
+    """Refuse, before training, a recipe the backend cannot run as written: an unknown modifier
+    (M001) or a one-shot one of the core dialect (S007), a modifier (or an argument) that
+    needs a capability the backend lacks (B001), each a located error; an event
     target with no handler on ``runtime`` (``_on_<target>``) is a backend defect, never
     dropped silently."""
-    from .validation import backend_findings, positioned
+    from .validation import _modifier_findings, backend_findings, positioned
 
-    problems = [positioned(f, recipe) for f in backend_findings(recipe, backend, capabilities)]
+    problems = [positioned(f, recipe) for f in _modifier_findings(recipe, None) if f.code.id in ("M001", "S007")]
+    problems += [positioned(f, recipe) for f in backend_findings(recipe, backend, capabilities)]
     if problems:
         raise RecipeError(problems)
     for m in recipe.modifiers:

@@ -153,3 +153,14 @@ def test_keras_set_learning_rate_really_sets_it() -> None:
     x, y = np.ones((16, 4), "float32"), np.zeros((16, 2), "float32")
     model.fit(x, y, batch_size=4, epochs=1, steps_per_epoch=4, verbose=0, callbacks=[*callbacks, Record()])
     assert lrs == pytest.approx([0.1, 0.1, 0.01, 0.01])
+
+
+def test_unknown_modifier_refused_at_modify() -> None:
+    """A modifier no declaration knows never runs silently as nothing: M001 at modify()."""
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Linear(4, 2)
+    manager = _recipe("  - !FooPruningModifier {params: [weight], start_epoch: 0}\n").compile("torch")
+    with pytest.raises(RecipeError) as info:
+        manager.modify(model, torch.optim.SGD(model.parameters(), lr=0.1), steps_per_epoch=2)
+    (d,) = info.value.diagnostics
+    assert (d.code, d.line) == ("M001", 3) and "FooPruningModifier" in d.message
