@@ -201,12 +201,18 @@ class RecipeRuntime:
     def apply_events(self) -> None:
         """Apply the plan's events of the current step, in SparseML's manager order."""
         assert self.plan is not None
-        events = self.plan.events_at(self.step_count)
+        self.apply_step_events(self.plan.events_at(self.step_count))
+
+    def apply_step_events(self, events: Sequence[Event], collect: bool = True) -> None:
+        """Apply ``events`` of the current step in order; a second-order modifier's sparsity
+        events of the step make one pruning step. ``collect``: second-order pruners first take
+        the step's gradients (a backend that hands them over later applies those events then)."""
         if self.second_order is None:
             for event in events:
                 self.apply(event)
             return
-        self.second_order.collect(self.step_count)  # this step's gradients, before any mask changes
+        if collect:
+            self.second_order.collect(self.step_count)  # this step's gradients, before any mask changes
         done: set[int] = set()
         for event in events:
             if event.target == "sparsity" and self.second_order.owns(event.modifier):

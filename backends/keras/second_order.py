@@ -164,14 +164,14 @@ class KerasHost:
 
     def gradients(self, names: Sequence[str]) -> list[np.ndarray] | None:
         grads = [None if self.step_grads is None else self.step_grads.get(n) for n in names]
-        return None if any(g is None for g in grads) else [g for g in grads if g is not None]
+        if any(g is None for g in grads):
+            return None
+        return [np.ascontiguousarray(to_torch_layout(g, self._entry(n)[1])) for n, g in zip(names, grads, strict=True)]
 
     def take_step_gradients(self, names: Sequence[str], grads: Sequence[np.ndarray | None]) -> None:
-        """The gradients of ``names`` (Keras layout; None: none this step) for :meth:`gradients`."""
-        self.step_grads = {
-            n: None if g is None else np.ascontiguousarray(to_torch_layout(g, self._entry(n)[1]))
-            for n, g in zip(names, grads, strict=True)
-        }
+        """The gradients of ``names`` (Keras layout; None: none this step) for :meth:`gradients`,
+        which puts them in canonical layout only when a pruner takes them."""
+        self.step_grads = dict(zip(names, grads, strict=True))
 
     def sample(self, names: Sequence[str], count: int, kwargs: Any) -> Iterator[list[np.ndarray]]:
         assert self.sampler is not None
@@ -258,7 +258,7 @@ class SecondOrderSteps:
         events = list(m.plan.events_at(m.step_count))
         self.due = [e for e in events if self._owned(e)]
         self._drawn = self.host.samplings
-        self._apply([e for e in events if not self._owned(e)], collect=not self.in_step)
+        m.apply_step_events([e for e in events if not self._owned(e)], collect=not self.in_step)
 
     def after_begin(self) -> None:
         """Keep the variables when a grad sampler ran at this step (its update is dropped)."""
@@ -284,7 +284,7 @@ class SecondOrderSteps:
                 )
             self.handed = m.step_count
             self.host.take_step_gradients(self.names, grads)
-            self._apply(self.due, collect=True)
+            m.apply_step_events(self.due, collect=True)
             self.due = []
         except Exception as exc:  # noqa: BLE001 - raised again by end()
             self.error = exc
@@ -314,22 +314,6 @@ class SecondOrderSteps:
     def _written(self, variable: Any, value: np.ndarray) -> None:
         if self.kept is not None and id(variable) in self.kept:
             self.kept[id(variable)] = (variable, value)
-
-    def _apply(self, events: list[Any], collect: bool) -> None:
-        """:meth:`RecipeRuntime.apply_events` over some of the current step's events."""
-        m = self.manager
-        so = m.second_order
-        if collect:
-            so.collect(m.step_count)
-        done: set[int] = set()
-        for event in events:
-            if event.target == "sparsity" and so.owns(event.modifier):
-                if event.modifier not in done:
-                    done.add(event.modifier)
-                    mine = [e for e in events if e.modifier == event.modifier and e.target == "sparsity"]
-                    so.prune(event.modifier, m._unreleased(mine), m.names_for)
-            else:
-                m.apply(event)
 
     # -- fit --------------------------------------------------------------------------------------
     def prepare_fit(self, model: Any) -> None:

@@ -43,6 +43,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..mask_types import nm_of
+from ..serialize import dump_value
 from ..variables import did_you_mean
 from .variables import RecipeVariables
 
@@ -96,30 +98,11 @@ def _check_lr(lr: str) -> str:
     return lr
 
 
-def _nm(mask_type: str) -> tuple[int, int] | None:
-    if mask_type == "tensorrt":
-        return (2, 4)
-    match = re.fullmatch(r"([1-9][0-9]*):([1-9][0-9]*)", mask_type)
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
 def _scalar(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        text = repr(value)
-        if "e" in text and "." not in text.split("e")[0]:  # 1e-07 reads as text in YAML 1.1
-            mantissa, exp = text.split("e")
-            text = f"{mantissa}.0e{exp}"
-        return text
-    if isinstance(value, int):
-        return str(value)
-    text = str(value)
-    if text.startswith("eval(") or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
-        return text
-    return "'" + text.replace("'", "''") + "'"
+    """One YAML scalar, as recipe-spec writes recipes (:func:`recipe_spec.serialize.dump_value`:
+    floats with a dot and a signed exponent, strings quoted where a YAML 1.1 reader would
+    misread them)."""
+    return dump_value(value).removesuffix("...\n").strip()
 
 
 def _modifier(name: str, args: Mapping[str, Any]) -> list[str]:
@@ -173,7 +156,7 @@ def recipe_text(
         # not a list of names (M004); leaving ``submodules`` out quantizes the whole model, as null did
         var.update(num_qat_epochs=qat_epochs, num_qat_finetuning_epochs=qat_epochs / 2.0,
                    quantization_tensorrt=v.target == "tensorrt")
-    nm = _nm(v.mask_type)
+    nm = nm_of(v.mask_type)
     if gradual:
         active = (v.num_epochs - qat_epochs) / 2.0
         if algo == "acdc":  # AC/DC phases are whole epochs: its end_epoch is an integer

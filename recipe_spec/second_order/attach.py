@@ -68,8 +68,7 @@ class SecondOrderSet:
             problems.extend(positioned(f, runtime.recipe) for f in findings)
             s = settings_for(m)
             where = f"{runtime.recipe.path or '<recipe>'}:{m.span.line}: {m.type}"
-            sampled = s.samples(grad_sampler is not None) or (oneshot and grad_sampler is not None)
-            pruner = SecondOrderPruner(host, s, names, where, sampled, i)
+            pruner = SecondOrderPruner(host, s, names, where, s.samples(grad_sampler is not None, oneshot), i)
             prune_steps = sorted({e.step for e in runtime.plan.iter_events(runtime.step_count)
                                   if e.modifier == i and e.target == "sparsity"}) if not oneshot else []
             if prune_steps:

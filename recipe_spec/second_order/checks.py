@@ -71,7 +71,7 @@ def second_order_findings(
     yield from static
     if any(f.code is codes.M009 for f in static):
         return
-    sampled = s.samples(has_sampler) or (oneshot and has_sampler)
+    sampled = s.samples(has_sampler, oneshot)
     if oneshot and not sampled and not (has_gradients and s.grads_for(0.0) <= 1):
         yield Finding(codes.M012, f"M-FAC applied one-shot needs num_grads={s.grads_for(0.0)} gradients, but no grad sampler was "
                       "given" + (" (the parameters' current gradients count as one)" if has_gradients else ""),

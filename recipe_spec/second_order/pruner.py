@@ -74,7 +74,6 @@ class SecondOrderPruner:
         self.window: GradientWindow | None = None
         self.last_sparsity = 0.0  # the masks' sparsity after the previous step
         self.last_targets: list[float] | None = None  # the previous step's targets
-        self.steps = 0
         self.collect_from = 0  # the first step whose gradients can matter (training-time M-FAC)
         self.collect_until: int | None = None  # the last pruning step
         self.collect_start = 0  # the step the run (or the window) started at
@@ -111,14 +110,12 @@ class SecondOrderPruner:
             rows = [r for r in self.window.slots if r is not None]
             window = {"capacity": self.window.capacity, "next": self.window.next, "count": self.window.count,
                       "rows": self.host.ops.stack(rows, 0) if rows else None}
-        return {"last_sparsity": self.last_sparsity, "last_targets": self.last_targets, "steps": self.steps,
-                "window": window}
+        return {"last_sparsity": self.last_sparsity, "last_targets": self.last_targets, "window": window}
 
     def load(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state` (after the masks are restored)."""
         self.last_sparsity = float(state["last_sparsity"])
         self.last_targets = None if state["last_targets"] is None else [float(t) for t in state["last_targets"]]
-        self.steps = int(state.get("steps", 0))
         saved = state.get("window")
         self.window = None
         if saved is None:
@@ -137,12 +134,7 @@ class SecondOrderPruner:
     # -- pruning ------------------------------------------------------------------------------
     def prune(self, targets: Sequence[float]) -> StepResult:
         """Prune to ``targets`` (one per parameter) and correct the remaining weights."""
-        if self.settings.kind == "obs":
-            result = self._obs(targets)
-        else:
-            result = self._mfac(targets)
-        self.steps += 1
-        return result
+        return self._obs(targets) if self.settings.kind == "obs" else self._mfac(targets)
 
     def _mfac(self, targets: Sequence[float]) -> StepResult:
         ops, s = self.host.ops, self.settings
@@ -151,7 +143,7 @@ class SecondOrderPruner:
         keep = ops.flat_nonzero(flat_mask)
         m = self.capacity
         if self.sampled:
-            grads = self._sampled_rows(m, weights, masks, keep)
+            grads = self._sampled_rows(m, weights, keep)
         else:
             have = self.window.count if self.window is not None else 0
             if have < m:
@@ -172,7 +164,7 @@ class SecondOrderPruner:
             self.window.restrict(ops.take(new_flat, keep), self.capacity, ops.flat_nonzero(new_flat))
         return result
 
-    def _sampled_rows(self, m: int, weights: Sequence[Array], masks: Sequence[Array], keep: Array) -> Array:
+    def _sampled_rows(self, m: int, weights: Sequence[Array], keep: Array) -> Array:
         ops = self.host.ops
         like = self.host.buffer_like(self.settings, weights)
         per_rank = self._per_rank(m)

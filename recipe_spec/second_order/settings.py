@@ -93,9 +93,10 @@ class SecondOrderSettings:
         """The most gradients any sparsity asks for."""
         return self.num_grads if isinstance(self.num_grads, int) else max(c for _, c in self.num_grads)
 
-    def samples(self, has_sampler: bool) -> bool:
-        """Whether gradients come from a grad sampler (else: the training steps' own)."""
-        if self.kind == "obs":
+    def samples(self, has_sampler: bool, oneshot: bool = False) -> bool:
+        """Whether gradients come from a grad sampler (else: the training steps' own, or
+        one-shot, the gradients the model holds). One-shot uses a given sampler always."""
+        if self.kind == "obs" or (oneshot and has_sampler):
             return True
         if self.use_gradient_buffering is True:
             return False

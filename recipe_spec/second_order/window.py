@@ -42,7 +42,6 @@ class GradientWindow:
         self.slots: list[Array | None] = [None] * self.capacity
         self.next = 0  # the slot the next gradient goes to
         self.count = 0  # filled slots
-        self.seen = 0  # gradients added since the window was made
 
     def add(self, flat_grad: Array) -> None:
         """Add one gradient (the concatenation of the parameters' flat gradients)."""
@@ -50,7 +49,6 @@ class GradientWindow:
         self.slots[self.next] = row
         self.next = (self.next + 1) % self.capacity
         self.count = min(self.count + 1, self.capacity)
-        self.seen += 1
 
     def matrix(self) -> Array:
         """The rows in slot order (``count x kept``)."""
