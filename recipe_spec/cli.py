@@ -507,7 +507,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="true, false, none, gmp, acdc, mfac, obs, movement, constant, transfer, sparse-transfer")
     cr.add_argument("--quantization", action=argparse.BooleanOptionalAction, default=True,
                     help="quantization-aware training after pruning (default: on)")
-    cr.add_argument("--lr", default="linear", metavar="F", help="linear, cosine or cyclic_linear")
+    cr.add_argument("--lr", default="linear", metavar="F", help="linear, cosine, cyclic_linear, step, multistep or exponential")
     cr.add_argument("--distillation", action="store_true", help="add a DistillationModifier")
     cr.add_argument("--var", action="append", metavar="NAME=VALUE", help="set a recipe variable (docs/create.md)")
     cr.add_argument("-o", "--output", metavar="FILE", default="-", help="where to write (default: stdout)")

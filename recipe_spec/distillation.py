@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DistillationTerm", "terms_of", "teacher_mode", "mix", "output_pairs", "mean_loss",
-    "teacher_inputs_of", "check_loss_update_args", "warn_disabled",
+    "teacher_inputs_of", "check_loss_update_args", "warn_disabled", "saved_teacher_error",
 ]
 
 
@@ -48,6 +48,15 @@ class DistillationTerm:
     def active(self, step: int) -> bool:
         """Whether the modifier changes the loss at optimizer step ``step``: ``[first, last)``."""
         return self.first <= step and (self.last is None or step < self.last)
+
+    def ended(self, step: int) -> bool:
+        """Whether the modifier's window is over at step ``step`` (it never acts again)."""
+        return self.last is not None and step >= self.last
+
+    def hardness_at(self, step: int) -> float:
+        """The hardness mixed into the loss of step ``step``: ``hardness`` while active, else
+        0.0 (``mix`` with 0 gives the loss itself); what a compiled step reads from a variable."""
+        return self.hardness if self.active(step) else 0.0
 
 
 def terms_of(plan: Plan) -> list[DistillationTerm]:
@@ -121,6 +130,15 @@ def output_pairs(student: Any, teacher: Any, keys: Sequence[Any] | None,
     raise TypeError(f"cannot distill model outputs of type {type(student).__name__}")
 
 
+def saved_teacher_error(terms: Sequence[DistillationTerm], key: Any, detail: Any) -> ValueError:
+    """The error for a saved self-distillation teacher that does not fit the model."""
+    term = next((t for t in terms if t.modifier == int(key)), None)
+    return ValueError(
+        f"{term.type if term else 'DistillationModifier'} (line {term.line if term else '?'}): "
+        f"the saved self-distillation teacher does not fit the model's structure: {detail}"
+    )
+
+
 def mean_loss(losses: Sequence[Any]) -> Any:
     """The mean of the per-output losses (0.0 when there are none, as SparseML)."""
     return sum(losses) / len(losses) if losses else 0.0
@@ -139,16 +157,21 @@ def teacher_inputs_of(student_inputs: Any, teacher_inputs: Any, keys: Sequence[A
 
 
 def check_loss_update_args(term: DistillationTerm, step: int, student_outputs: Any,
-                           student_inputs: Any, teacher_inputs: Any) -> None:
-    """An active distillation modifier needs the student's outputs and inputs."""
+                           student_inputs: Any, teacher_inputs: Any, traced: bool = False) -> None:
+    """An active distillation modifier needs the student's outputs and inputs. ``traced``: a
+    backend whose train step is traced once and reused (Keras) needs them at every step until
+    the modifier's end, since the traced step keeps the terms it saw."""
     missing = [
         name for name, value in (("student_outputs", student_outputs),
                                  ("student_inputs", student_inputs if teacher_inputs is None else 0))
         if value is None
     ]
     if missing:
+        when = (f"distils on steps {term.first} to {'the end' if term.last is None else term.last - 1}, "
+                "and a traced train step keeps the terms it was traced with"
+                if traced and not term.active(step) else f"is active at step {step}")
         raise ValueError(
-            f"{term.type} (line {term.line}) is active at step {step}: loss_update() needs "
+            f"{term.type} (line {term.line}) {when}: loss_update() needs "
             f"{' and '.join(missing)}: call loss = manager.loss_update(loss, "
             "student_outputs=outputs, student_inputs=inputs) with outputs = model(inputs) "
             "(teacher_inputs= gives the teacher other inputs)"

@@ -739,7 +739,7 @@ def editors_page() -> str:
 def create_page() -> str:
     """``docs/create.md``: automatic recipes (``recipe_spec.create``), with the variables table
     generated from :meth:`recipe_spec.create.RecipeVariables.schema`."""
-    from .create import LR_FUNCTIONS, RecipeVariables
+    from .create import LR_FUNCTIONS, LR_STEPS, RecipeVariables
     from .create.variables import GROUPS
 
     props = RecipeVariables.schema()["properties"]
@@ -771,15 +771,22 @@ def create_page() -> str:
             ("`pruning`", "`True` or `\"gmp\"` (magnitude: GlobalMagnitudePruningModifier, or "
              "MagnitudePruningModifier with `global_sparsity: false`), `False` / `None` (none; `False` with "
              "quantization holds the model's zeros), `\"acdc\"`, `\"mfac\"`, `\"obs\"`, `\"movement\"` "
-             "(needs `global_sparsity: false`), `\"constant\"` / `\"transfer\"` / `\"sparse-transfer\"` "
+             "(MovementPruningModifier, always layer-wise), `\"constant\"` / `\"transfer\"` / `\"sparse-transfer\"` "
              "(ConstantPruningModifier)"),
             ("`quantization`", "`True` (default): QuantizationModifier after pruning"),
             ("`lr`", ", ".join(f"`{f}`" for f in LR_FUNCTIONS) + ": LearningRateFunctionModifier from "
-             "`init_lr` to `final_lr` over `num_epochs`, set on every step"),
+             "`init_lr` to `final_lr` over `num_epochs`, set on every step; "
+             + ", ".join(f"`{f}`" for f in LR_STEPS) + ": LearningRateModifier (StepLR, MultiStepLR, "
+             "ExponentialLR) from `init_lr` down to `final_lr` by a constant factor `lr_gamma`: three "
+             "drops every `num_epochs / 4` epochs, two drops at 1/2 and 3/4 of `num_epochs`, or one per "
+             "epoch"),
             ("`distillation`", "`True` adds a DistillationModifier; `distillation_teacher` a model, "
              "or None for self-distillation; call `manager.loss_update(loss, student_outputs=out, "
              "student_inputs=x)` before `backward()`"),
-            ("`scaler`", "not supported yet (`NotImplementedError`)"),
+            ("`scaler`", "PyTorch: a `torch.amp.GradScaler`; `initialize` then returns it wrapped: "
+             "`scaler.step(optimizer)` or `scaler.step()` drives the schedule, a skipped (inf/NaN) step "
+             "does not advance it, and the scaler is switched off when quantization starts (autocast: "
+             "`enabled=manager.autocast_enabled()`); see [PyTorch](pytorch.md#mixed-precision)"),
             ("`recipe_variables`", "a dict merged over the defaults below (checked: an unknown name or "
              "a wrong type is a `ValueError`), or a `RecipeVariables`"),
             ("`grad_sampler`", "`{\"data_loader_builder\": f, \"loss_function\": loss}`: needed by "

@@ -152,6 +152,30 @@ class ScheduledModifierManager:
             teacher_inputs=teacher_inputs,
         )
 
+    def autocast_enabled(self, epoch: float | None = None) -> bool:
+        """Whether mixed precision may run: True until a quantization modifier is active at
+        ``epoch`` (None: at the current step; before :meth:`modify`, epoch 0). Quantization-
+        aware training runs in float32, so a PyTorch loop writes
+        ``with torch.autocast(device, enabled=manager.autocast_enabled()):``; the step where
+        it turns False warns once (see :mod:`recipe_spec.precision`)."""
+        from .precision import autocast_enabled
+
+        return autocast_enabled(self.recipe, self.runtime, epoch)
+
+    def wrap_scaler(self, scaler: Any) -> Any:
+        """PyTorch: ``scaler = manager.wrap_scaler(scaler)`` after :meth:`modify` wraps a
+        ``torch.amp.GradScaler`` so that ``scaler.step()`` drives the schedule and the scaler is
+        switched off when quantization starts (``recipe_spec_torch.precision.RecipeScaler``).
+        Keras wraps its optimizer in a ``LossScaleOptimizer`` itself: nothing to wrap there."""
+        runtime = self._need_runtime()
+        wrap = getattr(runtime, "wrap_scaler", None)
+        if wrap is None:
+            raise TypeError(
+                f"wrap_scaler() is for PyTorch's GradScaler; the {runtime.framework} backend has no "
+                "scaler to wrap (Keras: set the 'mixed_float16' dtype policy before building the model)"
+            )
+        return wrap(scaler)
+
     def _need_runtime(self) -> Any:
         if self.runtime is None:
             raise RuntimeError("call modify(model, optimizer, steps_per_epoch) first")

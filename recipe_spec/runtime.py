@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RecipeRuntime", "ModelParams", "check_recipe_fits", "check_backend_runs", "check_saved_state",
-    "non_finite_message", "global_mask_type_message",
+    "non_finite_message", "global_mask_type_message", "global_sparsity_of",
 ]
 
 #: Lint codes that stop ``modify()``: the recipe cannot run on this model as written.
@@ -96,6 +96,18 @@ def check_saved_state(state: Mapping[str, Any], version: int, steps_per_epoch: i
             f"the saved schedule ran at steps_per_epoch={state['steps_per_epoch']}, but modify() "
             f"was given {steps_per_epoch}; resume with the same steps_per_epoch"
         )
+
+
+def global_sparsity_of(m: Modifier) -> bool:
+    """Whether modifier ``m`` ranks its parameters together: always for a global modifier,
+    else its ``global_sparsity`` argument or that argument's declared default (AC/DC: true)."""
+    declared = spec(m.type)
+    if declared is None:
+        return bool(m.args.get("global_sparsity", False))
+    if declared.global_sparsity:
+        return True
+    arg = declared.arg("global_sparsity")
+    return bool(m.args.get("global_sparsity", arg.default if arg is not None else False))
 
 
 def non_finite_message(name: str, step: int, sparsity: float) -> str:
@@ -285,10 +297,19 @@ class RecipeRuntime:
             for name in self.names_for(event.modifier, event.params)
             if (event.modifier, name) not in self._released_at_end  # leave_enabled: false ended it
         ]
-        if entries:
-            global_sparsity = declared.global_sparsity or bool(m.args.get("global_sparsity", False))
-            self.masks.update(entries, float(event.value), m.args.get("mask_type", "unstructured"),
-                              global_sparsity, event.step)
+        if not entries:
+            return
+        if declared.schedule == "acdc" and float(event.value) == 0.0 and self._acdc_reset_due(event, entries, m):
+            self._reset_momentum()
+        self.masks.update(entries, float(event.value), m.args.get("mask_type", "unstructured"),
+                          global_sparsity_of(m), event.step)
+
+    def _acdc_reset_due(self, event: Event, entries: list[Any], m: Modifier) -> bool:
+        """Whether AC/DC's dense phase starting now follows a compressed one and the recipe
+        asks for the optimizer's momentum to be zeroed (``momentum_buffer_reset``)."""
+        if m.args.get("momentum_buffer_reset", True) is False:
+            return False
+        return any(e.applied_sparsity for e in entries)
 
     def _on_masks(self, event: Event, m: Modifier) -> None:
         names = self.names_for(event.modifier, event.params)
@@ -393,6 +414,11 @@ class RecipeRuntime:
 
     def _mask_state(self, entry: Any) -> Any:
         raise NotImplementedError
+
+    def _reset_momentum(self) -> None:
+        """Zero the optimizer's first-moment buffers (SGD momentum, Adam's first moment) of
+        every parameter: AC/DC's ``momentum_buffer_reset`` at the start of a dense phase."""
+        raise NotImplementedError(f"the {self.framework} backend cannot reset optimizer momentum")
 
     def _second_order_host(self, grad_sampler: Any) -> Any:
         """The :class:`recipe_spec.second_order.pruner.Host` of this backend."""

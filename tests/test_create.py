@@ -23,7 +23,7 @@ import pytest
 
 from recipe_spec import RecipeError, loads
 from recipe_spec.cli import main
-from recipe_spec.create import LR_FUNCTIONS, RecipeVariables, recipe_text
+from recipe_spec.create import LR_OPTIONS, RecipeVariables, recipe_text
 from recipe_spec.create.template import modifier_types
 from recipe_spec.lint import lint
 from recipe_spec.registry import supported_modifiers
@@ -150,7 +150,7 @@ def _net():
 
 @pytest.mark.parametrize("pruning", PRUNING, ids=str)
 @pytest.mark.parametrize("quantization", [True, False])
-@pytest.mark.parametrize("lr", LR_FUNCTIONS)
+@pytest.mark.parametrize("lr", LR_OPTIONS)
 @pytest.mark.parametrize("distillation", [False, True])
 def test_every_option_validates_and_lints_clean(pruning, quantization, lr, distillation) -> None:
     from recipe_spec import get_backend
@@ -161,10 +161,7 @@ def test_every_option_validates_and_lints_clean(pruning, quantization, lr, disti
             continue
         text = recipe_text(pruning, quantization, lr, distillation, {"global_sparsity": global_sparsity})
         diagnostics = validate(text) + lint(text, records, "torch")
-        if pruning == "movement":  # not declared in recipe_spec/modifiers yet: only that is reported
-            assert {d.code for d in diagnostics} == {"M001"}, diagnostics
-        else:
-            assert diagnostics == [], "\n".join(str(d) for d in diagnostics)
+        assert diagnostics == [], "\n".join(str(d) for d in diagnostics)
 
 
 def test_sparsity_variable_sets_the_final_sparsity() -> None:
@@ -239,19 +236,45 @@ def test_schema_matches_the_dataclass() -> None:
         assert prop["default"] == getattr(RecipeVariables(), name) and prop["description"]
 
 
+@pytest.mark.parametrize("lr,changes", [
+    # init 1e-3 to final 1e-7 over 20 epochs, one step per epoch, by hand
+    ("step", {0: 1e-3, 5: 1e-3 * 1e-4 ** (1 / 3), 10: 1e-3 * 1e-4 ** (2 / 3), 15: 1e-7}),
+    ("multistep", {0: 1e-3, 10: 1e-5, 15: 1e-7}),
+    ("exponential", {k: 1e-3 * 1e-4 ** (k / 20) for k in range(20)}),
+])
+def test_step_style_lr(lr: str, changes: dict[int, float]) -> None:
+    plan = compile_plan(loads(recipe_text(pruning=None, quantization=False, lr=lr)), 1)
+    got = {e.step: e.value for e in plan.iter_events(0) if e.target == "lr"}
+    assert list(got) == list(changes)
+    for k, want in changes.items():
+        assert got[k] == pytest.approx(want, rel=1e-9)
+    with pytest.raises(ValueError, match="final_lr must be > 0"):
+        recipe_text(lr=lr, variables={"final_lr": 0.0})
+
+
 def test_bad_options() -> None:
     with pytest.raises(ValueError, match="Did you mean 'cosine'"):
         recipe_text(lr="cosin")
     with pytest.raises(ValueError, match="Did you mean 'mfac'"):
         recipe_text(pruning="mfca")
-    with pytest.raises(ValueError, match="global_sparsity': False"):
-        recipe_text(pruning="movement")
+    with pytest.raises(ValueError, match="cannot be global"):
+        recipe_text(pruning="movement", variables={"global_sparsity": True})
+    assert "MovementPruningModifier" in recipe_text(pruning="movement")  # layer-wise by default
 
 
 # -- refusals before training ------------------------------------------------------------------
-def test_scaler_not_yet() -> None:
+def test_scaler_is_returned_wrapped() -> None:
+    """scaler=: the second value is the scaler wrapped (Sparsify's contract); the training loop
+    with it is in test_torch_precision.py. What is not a GradScaler is refused."""
+    from recipe_spec_torch.precision import RecipeScaler
+
     model = _net()
-    with pytest.raises(NotImplementedError, match="mixed precision with create.initialize comes with"):
+    manager, scaler = create.initialize(model, torch.optim.SGD(model.parameters(), lr=0.1), 4,
+                                        scaler=torch.amp.GradScaler("cpu"))
+    assert isinstance(scaler, RecipeScaler) and scaler.is_enabled()
+    assert manager.autocast_enabled() and not manager.autocast_enabled(epoch=manager.max_epochs)
+    model = _net()
+    with pytest.raises(TypeError, match="needs a torch.amp.GradScaler"):
         create.initialize(model, torch.optim.SGD(model.parameters(), lr=0.1), 4, scaler=object())
 
 
@@ -280,11 +303,12 @@ def test_mfac_with_sampler_runs() -> None:
     assert float((model.fc1.weight == 0).float().mean()) > 0.0
 
 
-def test_movement_refused_before_training() -> None:
+def test_movement_with_the_default_global_sparsity_runs() -> None:
+    """Sparsify raised on movement with the default global_sparsity=True; here it is layer-wise
+    (tests/test_movement.py trains it)."""
     model = _net()
-    with pytest.raises(RecipeError, match="MovementPruningModifier"):
-        create.initialize(model, torch.optim.SGD(model.parameters(), lr=0.1), 4, pruning="movement",
-                          recipe_variables={"global_sparsity": False})
+    manager, _ = create.initialize(model, torch.optim.SGD(model.parameters(), lr=0.1), 4, pruning="movement")
+    assert "MovementPruningModifier" in [m.type for m in manager.modifiers]
 
 
 # -- CLI -------------------------------------------------------------------------------------

@@ -48,6 +48,12 @@ modifiers:
                                      start_epoch: 0, end_epoch: 3, update_frequency: 1}
   - !LearningRateModifier {lr_class: MultiStepLR, lr_kwargs: {milestones: [1, 2.5], gamma: 0.1}, init_lr: 0.05, start_epoch: 0, end_epoch: 4}
 """,
+    "acdc_global": """
+modifiers:
+  - !ACDCPruningModifier {compression_sparsity: 0.7, start_epoch: 0, end_epoch: 4, update_frequency: 1,
+                          params: __ALL_PRUNABLE__}
+  - !LearningRateFunctionModifier {lr_func: linear, init_lr: 0.05, final_lr: 0.001, start_epoch: 0, end_epoch: 4}
+""",
     "block4_cosine": """
 modifiers:
   - !GMPruningModifier {params: [fc1.weight, conv2.weight], init_sparsity: 0.05, final_sparsity: 0.5,

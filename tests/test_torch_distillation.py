@@ -15,9 +15,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-import recipe_spec  # noqa: E402
 from recipe_spec import ScheduledModifierManager  # noqa: E402
-from recipe_spec.diagnostics import RecipeError  # noqa: E402
 
 
 def _recipe(hardness: float = 0.5, temperature: float = 2.0, start: float = 0, end: float = -1,
@@ -249,16 +247,6 @@ def test_errors() -> None:
     x = torch.randn(2, 6)
     with pytest.raises(ValueError, match="same shape"):
         manager2.loss_update(loss, student_outputs=m2(x), student_inputs=x)
-
-
-def test_keras_still_refuses_distillation() -> None:
-    keras = pytest.importorskip("keras")
-    inputs = keras.Input((4,))
-    model = keras.Model(inputs, keras.layers.Dense(2, name="fc")(inputs))
-    manager = recipe_spec.loads(_recipe()).compile("keras")
-    with pytest.raises(RecipeError) as info:
-        manager.modify(model, keras.optimizers.SGD(0.1), steps_per_epoch=2)
-    assert "B001" in str(info.value)
 
 
 def test_a_small_network_trains_end_to_end_with_distillation() -> None:

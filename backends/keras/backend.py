@@ -16,7 +16,7 @@ __all__ = ["backend", "KerasBackend", "CAPABILITIES", "canonical_axes"]
 #: What the Keras runtime really does (words of :mod:`recipe_spec.modifiers.spec`).
 CAPABILITIES = frozenset({
     "masks", "scores:magnitude", "scores:mfac", "scores:obs", "gradients", "lr", "weight_decay",
-    "trainable", "layers", "quantization",
+    "trainable", "layers", "quantization", "acdc", "scores:movement", "loss", "teacher",
 })
 
 _CONV = re.compile(r"^Conv(?:olution)?([123])D(Transpose)?$")

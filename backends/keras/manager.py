@@ -21,8 +21,11 @@ import numpy as np
 import keras
 from recipe_spec.runtime import RecipeRuntime
 
-from .optim import set_value, take_over_learning_rate, take_over_weight_decay
+from .checkpoint import RecipeCheckpoint, load_recipe_state, recipe_state_path, save_recipe_state
+from .distillation import KerasDistillation
+from .optim import reset_momentum, set_value, take_over_learning_rate, take_over_weight_decay
 from .params import named_variables, numpy_value, param_records
+from .precision import MixedPrecisionSteps
 from .pruning import MaskedVariable, MaskSet
 
 if TYPE_CHECKING:
@@ -78,16 +81,20 @@ class KerasManager(RecipeRuntime):
         self._unfreeze_after_step: list[str] = []
         #: what second-order pruning adds to a training step (None: the recipe has none)
         self.second_order_steps: SecondOrderSteps | None = None
+        self.mixed_precision = MixedPrecisionSteps(self)  # steps a LossScaleOptimizer skipped
+        self.distillation = KerasDistillation([], "disable")  # modify() attaches the recipe's
 
     # -- setting up -----------------------------------------------------------------------
     def modify(self, model: Any, optimizer: Any, steps_per_epoch: int, epoch: float = 0.0,
-               grad_sampler: Any = None) -> tuple[Any, Any, list[Any]]:
+               grad_sampler: Any = None, distillation_teacher: Any = "disable") -> tuple[Any, Any, list[Any]]:
         """Attach the recipe; returns ``(model, optimizer, callbacks)`` for ``model.fit``.
 
         ``grad_sampler``: SparseML's ``{"data_loader_builder": f, "loss_function": loss}`` for
         M-FAC and OBS pruning (:class:`recipe_spec_keras.second_order.GradSampler`). A recipe
         with a training-time M-FAC modifier wraps ``optimizer.apply`` so that each step hands
-        its gradients over before the update (:mod:`recipe_spec_keras.second_order`)."""
+        its gradients over before the update (:mod:`recipe_spec_keras.second_order`).
+        ``distillation_teacher``: as on PyTorch (a model, ``"self"`` or ``"disable"``); ``fit``
+        then mixes the distillation term into the loss (:mod:`recipe_spec_keras.distillation`)."""
         self._check_model(model, "modify")
         targets = self.emitted_targets()
         if "lr" in targets:
@@ -95,6 +102,7 @@ class KerasManager(RecipeRuntime):
         if "weight_decay" in targets:
             take_over_weight_decay(optimizer)
         self._attach(model, optimizer, steps_per_epoch, epoch, grad_sampler)
+        self.distillation = KerasDistillation.attach(self, distillation_teacher)
         if self.second_order_steps is not None:  # modify() again: stop watching the old optimizer
             self.second_order_steps.stop()
         self.second_order_steps = None
@@ -127,9 +135,19 @@ class KerasManager(RecipeRuntime):
         check_keras_backend("M-FAC and OBS pruning")
         return KerasHost(self, grad_sampler)
 
+    def loss_update(self, loss: Any, student_outputs: Any = None, student_inputs: Any = None,
+                    teacher_inputs: Any = None) -> Any:
+        """A custom loop's loss with the DistillationModifiers' terms mixed in (as PyTorch's;
+        traced once, it stays right at every step: :mod:`recipe_spec_keras.distillation`)."""
+        if self.model is None:
+            raise RuntimeError("call modify(model, optimizer, steps_per_epoch) before loss_update()")
+        return self.distillation.loss_update(loss, self.step_count, student_outputs, student_inputs, teacher_inputs)
+
     def finalize(self, model: Any = None) -> None:
-        """Apply the masks a last time, stop enforcing them and stop watching gradients."""
+        """Apply the masks a last time, stop enforcing them, drop the teachers (the model's
+        own ``compute_loss`` back) and stop watching gradients."""
         super().finalize(model)
+        self.distillation.close(self.model)
         if self.second_order_steps is not None:
             self.second_order_steps.stop()
 
@@ -144,6 +162,9 @@ class KerasManager(RecipeRuntime):
         """Apply the events of the current step and enforce changed masks before the forward
         (a training-time M-FAC pruning waits for the step's gradients, see
         :class:`~recipe_spec_keras.second_order.SecondOrderSteps`)."""
+        if not self.mixed_precision.begin():  # retrying a skipped step: its events are in force
+            return
+        self.distillation.begin(self.step_count, self.model)  # the step's hardness, "self" copies
         if self.second_order_steps is None:
             self.apply_events()
         else:
@@ -155,6 +176,8 @@ class KerasManager(RecipeRuntime):
     def step_end(self) -> None:
         """Unfreeze what this step's events unfroze, re-apply the masks after the optimizer
         step and advance the step counter."""
+        if not self.mixed_precision.end():  # the loss scale skipped the step: the schedule stays
+            return
         if self.second_order_steps is not None:
             self.second_order_steps.end()
         if self._unfreeze_after_step:
@@ -201,6 +224,9 @@ class KerasManager(RecipeRuntime):
     def _set_optimizer_value(self, key: str, value: float, groups: Any) -> None:
         set_value(self.optimizer, key, value, groups)
 
+    def _reset_momentum(self) -> None:
+        reset_momentum(self.optimizer)
+
     def _retrace(self) -> None:
         """Trainable flags are read when the train function is traced: trace it again."""
         model = self.model
@@ -230,6 +256,7 @@ class KerasManager(RecipeRuntime):
     def _on_quantization(self, event: Event, m: Modifier) -> None:
         from .quantization import QuantizationState
 
+        self.mixed_precision.quantization_starts()  # float32 from QAT on (retraced below)
         self.quantization = QuantizationState.start(self.model, m, event.modifier)
         self._refresh()  # the observer variables are new model variables
         self._retrace_all()
@@ -243,6 +270,9 @@ class KerasManager(RecipeRuntime):
             self.quantization.freeze_bn_stats()
             self._retrace_all()  # Keras reads BatchNormalization.momentum when tracing
 
+    def _on_distillation(self, event: Event, m: Modifier) -> None:
+        self.distillation.on_event(event, self)
+
     # -- saving, resuming (the layout is RecipeRuntime.state_dict's) ---------------------
     def _mask_state(self, entry: MaskedVariable) -> np.ndarray:
         return entry.mask.copy()
@@ -250,7 +280,8 @@ class KerasManager(RecipeRuntime):
     def _extra_state(self) -> dict[str, Any]:
         # a learning rate taken over from a LearningRateSchedule is the recipe's own variable,
         # which model.save() does not store: the recipe state carries it
-        return {"optimizer": _optimizer_values(self.optimizer)}
+        return {"optimizer": _optimizer_values(self.optimizer),
+                "distillation": self.distillation.state()}
 
     def _load_structure(self, state: Mapping[str, Any]) -> None:
         if state.get("layers_removed"):
@@ -271,6 +302,7 @@ class KerasManager(RecipeRuntime):
         for key, value in state.get("optimizer", {}).items():
             if value is not None and _optimizer_values(self.optimizer).get(key) is not None:
                 set_value(self.optimizer, key, float(value))
+        self.distillation.load(state.get("distillation", {}), self)
 
     def checkpoint_callback(self, filepath: Any, save_freq: Any = "epoch") -> RecipeCheckpoint:
         """A :class:`RecipeCheckpoint` for this run (add it to ``fit``'s callbacks after the
@@ -284,7 +316,6 @@ class KerasManager(RecipeRuntime):
         return self.epoch
 
 
-# -- checkpoints with Keras' own saving -----------------------------------------------------
 def _optimizer_values(optimizer: Any) -> dict[str, float | None]:
     """The learning rate and weight decay in force when they are variables (else None)."""
     out: dict[str, float | None] = {}
@@ -292,117 +323,3 @@ def _optimizer_values(optimizer: Any) -> dict[str, float | None]:
         variable = getattr(optimizer, attr, None) if optimizer is not None else None
         out[key] = float(numpy_value(variable)) if isinstance(variable, keras.Variable) else None
     return out
-
-
-def recipe_state_path(filepath: Any) -> str:
-    """Where the recipe state of the model saved at ``filepath`` lies: ``filepath + ".recipe.npz"``."""
-    return f"{filepath}.recipe.npz"
-
-
-def save_recipe_state(state: Mapping[str, Any], path: Any) -> None:
-    """Write a :meth:`KerasManager.state_dict` to an ``.npz`` (masks as arrays, the rest as JSON)."""
-    import json
-
-    masks = state.get("masks", {})
-    meta = {k: v for k, v in state.items() if k != "masks"}
-    meta["released"] = [list(x) for x in meta.get("released", [])]
-    meta["trainable_saved"] = {str(k): v for k, v in meta.get("trainable_saved", {}).items()}
-    meta["masks"] = [[name, int(owner), applied] for name, (_, owner, applied) in masks.items()]
-    arrays = {f"mask_{i}": np.asarray(mask, dtype=bool) for i, (mask, _, _) in enumerate(masks.values())}
-    meta = _arrays_out(meta, arrays)  # e.g. the second-order gradient windows
-    path = str(path)
-    tmp = path + ".tmp.npz"  # written then renamed, so a crash never leaves half a state
-    np.savez(tmp, meta=np.array(json.dumps(meta)), **arrays)
-    import os
-
-    os.replace(tmp, path)
-
-
-def load_recipe_state(filepath: Any) -> dict[str, Any]:
-    """The recipe state saved next to ``filepath`` (a ``.keras`` file or the ``.recipe.npz``
-    itself), ready for :meth:`KerasManager.load_state_dict`."""
-    import json
-
-    path = str(filepath)
-    if not path.endswith(".recipe.npz"):
-        path = recipe_state_path(path)
-    with np.load(path, allow_pickle=False) as data:
-        meta = json.loads(str(data["meta"]))
-        masks = {
-            name: (data[f"mask_{i}"].copy(), owner, applied)
-            for i, (name, owner, applied) in enumerate(meta.pop("masks"))
-        }
-        meta = _arrays_in(meta, data)
-    meta["masks"] = masks
-    meta["released"] = [tuple(x) for x in meta.get("released", [])]
-    meta["trainable_saved"] = {int(k): v for k, v in meta.get("trainable_saved", {}).items()}
-    return meta
-
-
-_ARRAY_KEY = "__npz_array__"
-
-
-def _arrays_out(value: Any, arrays: dict[str, np.ndarray]) -> Any:
-    """``value`` with every NumPy array moved into ``arrays`` (a reference left in its place)."""
-    if isinstance(value, np.ndarray):
-        key = f"array_{len(arrays)}"
-        arrays[key] = value
-        return {_ARRAY_KEY: key}
-    if isinstance(value, Mapping):
-        return {str(k): _arrays_out(v, arrays) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_arrays_out(v, arrays) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
-def _arrays_in(value: Any, data: Any) -> Any:
-    """The inverse of :func:`_arrays_out`."""
-    if isinstance(value, dict):
-        if set(value) == {_ARRAY_KEY}:
-            return data[value[_ARRAY_KEY]].copy()
-        return {k: _arrays_in(v, data) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_arrays_in(v, data) for v in value]
-    return value
-
-
-class RecipeCheckpoint(keras.callbacks.Callback):
-    """Saves the model with ``model.save(filepath)`` (a ``.keras`` file: weights, compile
-    config and optimizer state) and the recipe state next to it (``filepath + ".recipe.npz"``)
-    at the end of every ``save_freq``-th epoch. ``filepath`` may hold ``{epoch}`` (1-based, as
-    in ``keras.callbacks.ModelCheckpoint``). Put it after the recipe's callback.
-
-    Resume, in a fresh process::
-
-        model = keras.saving.load_model(path)
-        manager = ScheduledModifierManager.from_yaml(recipe)
-        model, optimizer, callbacks = manager.modify(model, model.optimizer, steps_per_epoch)
-        manager.load_state_dict(load_recipe_state(path))
-        model.fit(data, epochs=manager.max_epochs, initial_epoch=manager.runtime.epoch,
-                  callbacks=callbacks)
-
-    (``runtime.restore(path)`` does the ``load_state_dict`` line.) The model was compiled when
-    saved, so it comes back compiled with its optimizer; do not compile it again, which would
-    build a fresh optimizer without the saved momentum and iterations.
-    """
-
-    def __init__(self, runtime: KerasManager, filepath: Any, save_freq: Any = "epoch"):
-        super().__init__()
-        if save_freq == "epoch":
-            save_freq = 1
-        if not isinstance(save_freq, int) or isinstance(save_freq, bool) or save_freq < 1:
-            raise ValueError(f"save_freq must be 'epoch' or a positive number of epochs, not {save_freq!r}")
-        if not str(filepath).endswith(".keras"):
-            raise ValueError(f"the checkpoint path must end with .keras (model.save format), not {filepath!r}")
-        self.runtime, self.filepath, self.save_freq = runtime, str(filepath), save_freq
-        self.saved: list[str] = []
-
-    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-        if (epoch + 1) % self.save_freq:
-            return
-        path = self.filepath.format(epoch=epoch + 1)
-        self.model.save(path)
-        save_recipe_state(self.runtime.state_dict(), recipe_state_path(path))
-        self.saved.append(path)

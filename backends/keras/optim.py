@@ -19,7 +19,7 @@ from .params import numpy_value
 
 __all__ = [
     "take_over_learning_rate", "take_over_weight_decay", "set_value", "current_value",
-    "watch_gradients", "unwatch_gradients",
+    "watch_gradients", "unwatch_gradients", "reset_momentum",
 ]
 
 
@@ -61,6 +61,19 @@ def current_value(optimizer: Any, key: str) -> float:
     """The value in force (for tests and checkpoints)."""
     variable = optimizer._learning_rate if key == "lr" else optimizer.weight_decay
     return float(numpy_value(variable))
+
+
+def reset_momentum(optimizer: Any) -> int:
+    """Zero every first-moment slot of ``optimizer`` (the ``*_momentum`` variables of SGD,
+    RMSprop, Adam and AdamW: the same state as PyTorch's ``momentum_buffer`` / ``exp_avg``);
+    returns how many were zeroed. AC/DC's ``momentum_buffer_reset``."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    count = 0
+    for variable in inner.variables:
+        if variable.name.endswith("_momentum"):
+            variable.assign(keras.ops.zeros_like(variable))
+            count += 1
+    return count
 
 
 # -- gradients handed to the recipe before the optimizer's update ------------------------------

@@ -15,7 +15,7 @@ __all__ = ["backend", "PyTorchBackend", "CAPABILITIES"]
 #: What the PyTorch runtime really does (words of :mod:`recipe_spec.modifiers.spec`).
 CAPABILITIES = frozenset({
     "masks", "scores:magnitude", "scores:mfac", "scores:obs", "gradients", "lr", "weight_decay",
-    "trainable", "layers", "quantization", "loss", "teacher",
+    "trainable", "layers", "quantization", "loss", "teacher", "acdc", "scores:movement",
 })
 
 

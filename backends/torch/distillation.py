@@ -27,6 +27,7 @@ from recipe_spec.distillation import (
     mean_loss,
     mix,
     output_pairs,
+    saved_teacher_error,
     teacher_inputs_of,
     teacher_mode,
     terms_of,
@@ -116,9 +117,6 @@ class TorchDistillation:
     def attach(cls, plan: Any, teacher: Any) -> TorchDistillation:
         return cls(terms_of(plan), teacher)
 
-    def _term(self, modifier: int) -> DistillationTerm | None:
-        return next((t for t in self.terms if t.modifier == modifier), None)
-
     def start(self, modifier: int, model: torch.nn.Module, hook_ids: set[int]) -> None:
         """The modifier's start step: a self-distillation teacher is copied now (once)."""
         if self.mode == "self" and modifier not in self.teachers:
@@ -173,9 +171,5 @@ class TorchDistillation:
             try:
                 teacher.load_state_dict(weights)
             except RuntimeError as exc:
-                term = self._term(int(key))
-                raise ValueError(
-                    f"{term.type if term else 'DistillationModifier'} (line {term.line if term else '?'}): "
-                    f"the saved self-distillation teacher does not fit the model's structure: {exc}"
-                ) from None
+                raise saved_teacher_error(self.terms, key, exc) from None
             self.teachers[int(key)] = teacher

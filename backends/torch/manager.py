@@ -24,7 +24,7 @@ import torch
 from recipe_spec.runtime import RecipeRuntime
 
 from .layers import LayerSwap
-from .optim import RecipeOptimizer, set_group_value
+from .optim import RecipeOptimizer, reset_momentum, set_group_value
 from .params import param_records, unwrap
 from .pruning import MaskedParam, MaskSet
 
@@ -101,6 +101,13 @@ class TorchManager(RecipeRuntime):
     def _mask_hook_ids(self) -> set[int]:
         return {handle.id for handle in self.masks._module_hooks.values()}
 
+    def wrap_scaler(self, scaler: Any) -> Any:
+        """A ``GradScaler`` that drives the schedule and is switched off when quantization
+        starts (:class:`recipe_spec_torch.precision.RecipeScaler`); after :meth:`modify`."""
+        from .precision import wrap_scaler
+
+        return wrap_scaler(self, scaler)
+
     def apply(self, model: torch.nn.Module, grad_sampler: Any = None) -> None:  # type: ignore[override]
         """One-shot: prune ``model`` to every pruning modifier's final target now (SparseML's
         ``manager.apply``) and finalize; ``grad_sampler`` as in :meth:`modify`. With no event
@@ -154,6 +161,10 @@ class TorchManager(RecipeRuntime):
     def _set_optimizer_value(self, key: str, value: float, groups: Any) -> None:
         assert self.optimizer is not None
         set_group_value(self.optimizer, key, value, groups)
+
+    def _reset_momentum(self) -> None:
+        if self.optimizer is not None:
+            reset_momentum(self.optimizer)
 
     def _on_layers(self, event: Event, m: Modifier) -> None:
         assert self.model is not None

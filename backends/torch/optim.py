@@ -17,7 +17,11 @@ import torch
 if TYPE_CHECKING:
     from .manager import TorchManager
 
-__all__ = ["RecipeOptimizer", "set_group_value"]
+__all__ = ["RecipeOptimizer", "set_group_value", "reset_momentum", "FIRST_MOMENTS"]
+
+#: Optimizer state entries holding a first moment: SGD's (and RMSprop's) momentum, Adam's and
+#: AdamW's running mean of gradients.
+FIRST_MOMENTS = ("momentum_buffer", "exp_avg")
 
 
 def set_group_value(optimizer: torch.optim.Optimizer, key: str, value: float, groups: Sequence[int] | None) -> None:
@@ -29,6 +33,20 @@ def set_group_value(optimizer: torch.optim.Optimizer, key: str, value: float, gr
                 f"param_groups lists group {i}, but the optimizer has {len(optimizer.param_groups)} group(s)"
             )
         optimizer.param_groups[int(i)][key] = value
+
+
+@torch.no_grad()
+def reset_momentum(optimizer: torch.optim.Optimizer) -> int:
+    """Zero every parameter's first-moment state (:data:`FIRST_MOMENTS`) in ``optimizer``;
+    returns how many tensors were zeroed. AC/DC's ``momentum_buffer_reset``."""
+    count = 0
+    for state in optimizer.state.values():
+        for key in FIRST_MOMENTS:
+            value = state.get(key)
+            if isinstance(value, torch.Tensor):
+                value.zero_()
+                count += 1
+    return count
 
 
 class RecipeOptimizer:

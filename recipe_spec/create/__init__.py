@@ -22,10 +22,18 @@ from ..diagnostics import RecipeError, Severity
 from ..manager import ScheduledModifierManager
 from ..registry import backend_for
 from ..validation import validate
-from .template import LR_FUNCTIONS, PRUNING_OPTIONS, normalize_pruning, recipe_text
+from .template import (
+    LR_FUNCTIONS,
+    LR_OPTIONS,
+    LR_STEPS,
+    PRUNING_OPTIONS,
+    normalize_pruning,
+    recipe_text,
+)
 from .variables import RecipeVariables
 
-__all__ = ["initialize", "recipe_text", "RecipeVariables", "LR_FUNCTIONS", "PRUNING_OPTIONS", "normalize_pruning"]
+__all__ = ["initialize", "recipe_text", "RecipeVariables", "LR_FUNCTIONS", "LR_STEPS", "LR_OPTIONS", "PRUNING_OPTIONS",
+           "normalize_pruning"]
 
 
 def _prunable_params(model: Any) -> list[str] | str:
@@ -57,17 +65,24 @@ def initialize(
 
     - ``pruning``: True (magnitude pruning, global or layer-wise by the ``global_sparsity``
       variable; also ``"gmp"``), False / None (no pruning; False with quantization holds the
-      model's zeros), ``"acdc"``, ``"mfac"``, ``"obs"``, ``"movement"`` (needs
-      ``global_sparsity: False``), ``"constant"`` / ``"transfer"`` / ``"sparse-transfer"``
-      (ConstantPruningModifier: the zeros the model has stay zero).
+      model's zeros), ``"acdc"``, ``"mfac"``, ``"obs"``, ``"movement"`` (always layer-wise:
+      an explicit ``global_sparsity: True`` is refused), ``"constant"`` / ``"transfer"`` /
+      ``"sparse-transfer"`` (ConstantPruningModifier: the zeros the model has stay zero).
     - ``quantization``: quantization-aware training after pruning.
     - ``lr``: the LR function, ``"linear"``, ``"cosine"`` or ``"cyclic_linear"``, from the
-      ``init_lr`` to the ``final_lr`` variable over ``num_epochs``; it replaces the
-      optimizer's LR from the first step (remove the script's own LR scheduler).
+      ``init_lr`` to the ``final_lr`` variable over ``num_epochs``, or a step-style schedule,
+      ``"step"``, ``"multistep"`` or ``"exponential"`` (:data:`LR_STEPS`), from ``init_lr``
+      down to ``final_lr`` by a constant factor; it replaces the optimizer's LR from the first
+      step (remove the script's own LR scheduler).
     - ``distillation``: add a DistillationModifier; ``distillation_teacher``: its teacher (a
       model), or None for self-distillation. The loop calls ``manager.loss_update``.
-    - ``scaler``: a ``GradScaler`` for mixed precision is not supported yet
-      (``NotImplementedError``).
+    - ``scaler``: PyTorch's ``torch.amp.GradScaler`` for mixed precision; the second value
+      returned is then that scaler wrapped (Sparsify's "scaler if provided otherwise
+      optimizer"): ``scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()``
+      drives the schedule (``scaler.step()`` without an argument too), a step the scaler skips
+      (inf/NaN gradients) does not advance it, and when quantization starts the scaler is
+      switched off (a warning says so once); autocast follows
+      ``manager.autocast_enabled()``. See docs/pytorch.md, "Mixed precision".
     - ``recipe_variables``: a dict merged over :class:`RecipeVariables`' defaults, or a
       RecipeVariables; an unknown name or a mistyped value is a ``ValueError``.
     - ``grad_sampler``: ``{"data_loader_builder": f, "loss_function": loss}`` for M-FAC and
@@ -75,23 +90,16 @@ def initialize(
 
     Returns ``(manager, optimizer)``: the :class:`~recipe_spec.ScheduledModifierManager`
     (``max_epochs``, ``quantization_modifiers``, ``finalize``...) and, for PyTorch, the
-    optimizer whose ``step()`` drives the schedule. For a Keras model the second value is
-    what the Keras backend's ``modify`` returns: ``(model, optimizer, callbacks)``.
+    optimizer whose ``step()`` drives the schedule, or with ``scaler`` the wrapped scaler. For
+    a Keras model the second value is what the Keras backend's ``modify`` returns:
+    ``(model, optimizer, callbacks)``.
 
-    A modifier the backend does not run yet (AC/DC, movement, distillation where missing) is
-    refused here, before training, with a located :class:`~recipe_spec.RecipeError` (B001 or
-    M001) naming it.
+    A modifier the backend does not run is refused here, before training, with a located
+    :class:`~recipe_spec.RecipeError` (B001 or M001) naming it.
     """
-    if scaler is not None:
-        raise NotImplementedError(
-            "mixed precision with create.initialize comes with a later release: call initialize "
-            "without scaler= (and without autocast), or build the recipe with create.recipe_text() "
-            "and drive ScheduledModifierManager.modify() with your own GradScaler, switching "
-            "autocast off when quantization starts."
-        )
     if not isinstance(steps_per_epoch, int) or isinstance(steps_per_epoch, bool) or steps_per_epoch < 1:
         raise ValueError(f"Argument `steps_per_epoch` must be an int >= 1. Received: steps_per_epoch={steps_per_epoch!r}")
-    variables = RecipeVariables.merged(recipe_variables)
+    RecipeVariables.merged(recipe_variables)  # an unknown or mistyped variable fails here, first
     algo = normalize_pruning(pruning, quantization)
     if algo == "mfac" and grad_sampler is None:
         # the template prunes from epoch 0 with num_grads=64: SparseML crashed at the first
@@ -103,7 +111,7 @@ def initialize(
             "(build(kwargs) yields batches (args, kwargs, target)); see docs/second-order.md."
         )
     params = _prunable_params(model) if algo not in ("", "constant") else "__ALL_PRUNABLE__"
-    text = recipe_text(pruning, quantization, lr, distillation, variables, params=params)
+    text = recipe_text(pruning, quantization, lr, distillation, recipe_variables, params=params)
     # refuse, before training, what the model's backend cannot run: a modifier it lacks (B001)
     # or one recipe-spec does not declare yet (M001: modify() alone would skip it silently)
     backend = backend_for(model).name
@@ -121,4 +129,6 @@ def initialize(
     if distillation:
         options["distillation_teacher"] = distillation_teacher if distillation_teacher is not None else "self"
     wrapped = manager.modify(model, optimizer, steps_per_epoch, **options)
+    if scaler is not None:
+        wrapped = manager.wrap_scaler(scaler)
     return manager, wrapped

@@ -39,6 +39,7 @@ training_modifiers:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -48,11 +49,31 @@ from ..serialize import dump_value
 from ..variables import did_you_mean
 from .variables import RecipeVariables
 
-__all__ = ["LR_FUNCTIONS", "PRUNING_OPTIONS", "normalize_pruning", "recipe_text", "modifier_types"]
+__all__ = ["LR_FUNCTIONS", "LR_STEPS", "LR_OPTIONS", "PRUNING_OPTIONS", "normalize_pruning", "recipe_text",
+           "modifier_types"]
 
-#: ``lr`` values: LearningRateFunctionModifier's functions (SparseML's ``recipe_template``
-#: passed ``lr`` straight to ``lr_func``, and that modifier knows these three)
+#: ``lr`` values for LearningRateFunctionModifier's functions (SparseML's ``recipe_template``
+#: passed ``lr`` straight to ``lr_func``, and that modifier knows these three): from init_lr
+#: at epoch 0 to final_lr at num_epochs, every step.
 LR_FUNCTIONS = ("linear", "cosine", "cyclic_linear")
+
+#: ``lr`` values for LearningRateModifier's step-style classes, from init_lr down to final_lr
+#: by a constant factor ``lr_gamma``: ``step`` (StepLR, 3 drops, every num_epochs / 4 epochs),
+#: ``multistep`` (MultiStepLR, 2 drops, at 1/2 and 3/4 of num_epochs) and ``exponential``
+#: (ExponentialLR, every epoch, reaching final_lr at num_epochs).
+LR_STEPS = {"step": "StepLR", "multistep": "MultiStepLR", "exponential": "ExponentialLR"}
+
+#: Every ``lr`` value.
+LR_OPTIONS = (*LR_FUNCTIONS, *LR_STEPS)
+
+# per step-style class: the variables written (name -> value as text) and its lr_kwargs
+_LR_STEP_VARS = {
+    "step": ({"lr_step_epochs": "eval(num_epochs / 4)", "lr_gamma": "eval((final_lr / init_lr) ** (1 / 3))"},
+             {"step_size": "eval(lr_step_epochs)", "gamma": "eval(lr_gamma)"}),
+    "multistep": ({"lr_gamma": "eval((final_lr / init_lr) ** (1 / 2))"},
+                  {"milestones": ["eval(num_epochs / 2)", "eval(num_epochs * 3 / 4)"], "gamma": "eval(lr_gamma)"}),
+    "exponential": ({"lr_gamma": "eval((final_lr / init_lr) ** (1 / num_epochs))"}, {"gamma": "eval(lr_gamma)"}),
+}
 
 #: ``pruning`` option -> the pruning algorithm it selects ("" = no pruning modifier)
 PRUNING_OPTIONS = {
@@ -91,9 +112,9 @@ def normalize_pruning(pruning: str | bool | None, quantization: bool) -> str:
 
 
 def _check_lr(lr: str) -> str:
-    if lr not in LR_FUNCTIONS:
-        hint = did_you_mean(str(lr), LR_FUNCTIONS)
-        raise ValueError(f"Argument `lr` must be one of {', '.join(LR_FUNCTIONS)}. Received: lr={lr!r}."
+    if lr not in LR_OPTIONS:
+        hint = did_you_mean(str(lr), LR_OPTIONS)
+        raise ValueError(f"Argument `lr` must be one of {', '.join(LR_OPTIONS)}. Received: lr={lr!r}."
                          + (f" {hint}" if hint else ""))
     return lr
 
@@ -108,7 +129,11 @@ def _scalar(value: Any) -> str:
 def _modifier(name: str, args: Mapping[str, Any]) -> list[str]:
     lines = [f"  - !{name}"]
     for key, value in args.items():
-        if isinstance(value, (list, tuple)):
+        if isinstance(value, Mapping):
+            lines.append(f"    {key}:")
+            lines.extend(f"      {k}: [{', '.join(_scalar(x) for x in v)}]" if isinstance(v, list)
+                         else f"      {k}: {_scalar(v)}" for k, v in value.items())
+        elif isinstance(value, (list, tuple)):
             lines.append(f"    {key}:")
             lines.extend(f"      - {_scalar(v)}" for v in value)
         else:
@@ -130,7 +155,8 @@ def recipe_text(
     ``global_sparsity`` variable), False or None (none; False with quantization holds the
     model's zeros), ``"acdc"``, ``"mfac"``, ``"obs"``, ``"movement"``, ``"constant"`` /
     ``"transfer"`` / ``"sparse-transfer"`` (ConstantPruningModifier: hold today's zeros).
-    ``quantization``: QAT after pruning. ``lr``: one of :data:`LR_FUNCTIONS`.
+    ``quantization``: QAT after pruning. ``lr``: one of :data:`LR_FUNCTIONS` or
+    :data:`LR_STEPS`.
     ``distillation``: add a DistillationModifier. ``variables``: :class:`RecipeVariables` or a
     dict merged over its defaults. ``params``: the weights to prune.
     """
@@ -141,12 +167,23 @@ def recipe_text(
     v = RecipeVariables.merged(variables)
     algo = normalize_pruning(pruning, quantization)
     _check_lr(lr)
-    if algo == "movement" and v.global_sparsity:
-        raise ValueError("Movement pruning is layer-wise: pass recipe_variables={'global_sparsity': False}.")
+    if algo == "movement":
+        # movement scores of different layers are not comparable: always layer-wise (Sparsify
+        # raised on the default global_sparsity=True); only an explicit request is refused
+        if isinstance(variables, Mapping) and variables.get("global_sparsity") is True:
+            raise ValueError("Movement pruning ranks each layer on its own and cannot be global: "
+                             "remove 'global_sparsity' from recipe_variables (or set it to False).")
+        v = dataclasses.replace(v, global_sparsity=False)
     gradual = algo not in ("", "constant")
 
     # -- variables -------------------------------------------------------------------------
-    var: dict[str, Any] = {"lr_func": lr, "init_lr": v.init_lr, "final_lr": v.final_lr, "num_epochs": v.num_epochs}
+    var: dict[str, Any] = {"lr_func": lr} if lr in LR_FUNCTIONS else {"lr_class": LR_STEPS[lr]}
+    var.update(init_lr=v.init_lr, final_lr=v.final_lr, num_epochs=v.num_epochs)
+    if lr in LR_STEPS:
+        if not v.final_lr > 0:
+            raise ValueError(f"lr={lr!r} multiplies init_lr by a constant factor down to final_lr, so final_lr must "
+                             f"be > 0. Received: final_lr={v.final_lr!r} (use lr='linear' to reach 0)")
+        var.update(_LR_STEP_VARS[lr][0])
     qat_epochs = 0.0
     if quantization:
         qat_epochs = 5.0 if v.num_epochs >= 15.0 else 2.0
@@ -178,10 +215,15 @@ def recipe_text(
     lines = [f"{k}: {_scalar(val)}" for k, val in var.items()]
 
     # -- modifier groups ----------------------------------------------------------------------
-    training = [("EpochRangeModifier", {"start_epoch": 0.0, "end_epoch": "eval(num_epochs)"}),
-                ("LearningRateFunctionModifier", {"start_epoch": 0.0, "end_epoch": "eval(num_epochs)",
-                                                  "lr_func": "eval(lr_func)", "init_lr": "eval(init_lr)",
-                                                  "final_lr": "eval(final_lr)"})]
+    if lr in LR_FUNCTIONS:
+        schedule = ("LearningRateFunctionModifier", {"start_epoch": 0.0, "end_epoch": "eval(num_epochs)",
+                                                     "lr_func": "eval(lr_func)", "init_lr": "eval(init_lr)",
+                                                     "final_lr": "eval(final_lr)"})
+    else:
+        schedule = ("LearningRateModifier", {"start_epoch": 0.0, "end_epoch": "eval(num_epochs)",
+                                             "lr_class": "eval(lr_class)", "lr_kwargs": _LR_STEP_VARS[lr][1],
+                                             "init_lr": "eval(init_lr)"})
+    training = [("EpochRangeModifier", {"start_epoch": 0.0, "end_epoch": "eval(num_epochs)"}), schedule]
     groups: list[tuple[str, list[tuple[str, dict[str, Any]]]]] = [("training_modifiers", training)]
     if algo == "constant":
         groups.append(("pruning_modifiers", [("ConstantPruningModifier",

@@ -1,5 +1,5 @@
-"""Pruning modifiers: gradual magnitude pruning (layer-wise and global), AC/DC, holding the
-current masks, and removing whole layers.
+"""Pruning modifiers: gradual magnitude pruning (layer-wise and global), AC/DC, movement
+pruning, holding the current masks, and removing whole layers.
 
 The second-order pruners (M-FAC, OBS) are in :mod:`recipe_spec.modifiers.second_order`.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import rules
 from .common import (
     GLOBAL_SPARSITY,
     GRADUAL_ARGS,
@@ -27,6 +28,7 @@ from .common import (
     PRUNING_PARAMS,
     SPARSITY_MAP_DEF,
     SPARSITY_MAP_NEEDS_EMPTY_PARAMS,
+    gradual_pruning,
 )
 from .spec import Arg, Look, ModifierSpec
 
@@ -265,6 +267,37 @@ ACDC_PRUNING = ModifierSpec(
     scores="magnitude",
 )
 
+MOVEMENT_PRUNING = ModifierSpec(
+    name="MovementPruningModifier",
+    description=(
+        "Movement pruning (Sanh et al., 2020): the gradual schedule of GMPruningModifier, but "
+        "weights are ranked by how training moves them away from zero, the score "
+        "S -= 0.01 * grad * w accumulated before every optimizer step from the first step; each "
+        "selected parameter keeps its highest-scoring weights (layer by layer: movement scores "
+        "are not comparable across layers)."
+    ),
+    category="pruning",
+    args=(
+        *GRADUAL_ARGS,
+        MASK_TYPE,
+    ),
+    schema_extra=_MAGNITUDE_SCHEMA_EXTRA,
+    example={
+        "params": ["re:.*weight"],
+        "init_sparsity": 0.05,
+        "final_sparsity": 0.8,
+        "start_epoch": 0.0,
+        "end_epoch": 10.0,
+        "update_frequency": 1.0,
+        "inter_func": "cubic",
+        "mask_type": "unstructured",
+        "leave_enabled": True,
+    },
+    look=Look("Movement pruning"),
+    rules=(rules.movement_mask_type,),
+    **gradual_pruning("movement", "gradients"),
+)
+
 CONSTANT_PRUNING = ModifierSpec(
     name="ConstantPruningModifier",
     description=(
@@ -390,6 +423,7 @@ SPECS: tuple[ModifierSpec, ...] = (
     MAGNITUDE_PRUNING,
     GLOBAL_MAGNITUDE_PRUNING,
     ACDC_PRUNING,
+    MOVEMENT_PRUNING,
     CONSTANT_PRUNING,
     LAYER_PRUNING,
 )

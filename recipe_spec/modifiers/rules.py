@@ -13,7 +13,9 @@ from ..findings import Finding
 if TYPE_CHECKING:
     from ..recipe import Modifier
 
-__all__ = ["function_range", "milestones", "no_end", "num_grads_from_zero", "second_order_static"]
+__all__ = [
+    "function_range", "milestones", "no_end", "num_grads_from_zero", "second_order_static", "movement_mask_type",
+]
 
 
 def number(value: Any) -> float | None:
@@ -101,3 +103,19 @@ def second_order_static(m: Modifier) -> Iterator[Finding]:
     except (TypeError, ValueError, KeyError):
         return  # malformed arguments: the schema reports them
     yield from found
+
+
+def movement_mask_type(m: Modifier) -> Iterator[Finding]:
+    """M006: movement scores are signed, so only mask types that rank single scores or block
+    means of them apply (not channel/filter norms or N:M magnitudes)."""
+    from ..movement import MOVEMENT_MASK_TYPES, movement_mask_type_ok
+
+    mask_type = m.args.get("mask_type", "unstructured")
+    if not movement_mask_type_ok(mask_type):
+        yield Finding(
+            codes.M006,
+            f"{m.type} cannot rank mask_type {mask_type!r}: movement scores are signed, and that "
+            "mask type ranks magnitudes",
+            f"Use one of {', '.join(MOVEMENT_MASK_TYPES[:2])} or a block shape [a, b].",
+            m, ("mask_type",),
+        )

@@ -282,21 +282,32 @@ class TrackBuilder:
         return self.points(i, m, steps)
 
     def acdc(self, i: int, m: Modifier) -> Track:
-        """AC/DC: alternating decompressed (dense) and compressed (at ``compression_sparsity``)
-        phases of ``update_frequency`` epochs from ``start_epoch``, dense first (a warm-up, as
-        SparseML's runs show: sparsify-create case 06 is dense in epoch 0, compressed from
-        epoch 1); the last phase before ``end_epoch`` is compressed and stays so."""
+        """AC/DC as SparseML runs it (``ACDCPruningModifier.get_applied_sparsity_for_epoch``):
+        an update every ``update_frequency`` epochs from ``start_epoch`` (phase ``n``); phase
+        ``n`` is dense (sparsity 0) when ``n`` is even and ``end_epoch - update_frequency >``
+        its epoch, else compressed at ``compression_sparsity``: dense first, so the last phase
+        before ``end_epoch`` is always compressed. At ``end_epoch`` the compressed masks are
+        taken once more (and released when ``leave_enabled`` is false)."""
         start, end, first, last = self.window(m)
         if last is None:
             raise PlanError(f"{m.type} (line {m.span.line}) needs an `end_epoch`; received -1")
         sparsity = _num(m, "compression_sparsity", 0.9)
         phase = _num(m, "update_frequency", 5)
-        n_phases = max(int(round((end - max(start, 0)) / phase)), 1)
-        steps = []
-        for n in range(n_phases):
-            k = first_step_at(max(start, 0) + n * phase, self.S)
-            compressed = n % 2 == 1 or n == n_phases - 1
-            steps.append((k, "start" if n == 0 else "update", "sparsity", sparsity if compressed else 0.0, m.args.get("params")))
+        if phase <= 0:
+            raise PlanError(f"{m.type} (line {m.span.line}): `update_frequency` must be >= 1")
+        origin = max(start, 0)
+        steps: list[tuple[int, str, str, Any, Any]] = []
+        n = 0
+        while origin + n * phase < end or n == 0:
+            epoch = origin + n * phase
+            dense = n % 2 == 0 and end - phase > epoch
+            steps.append((first_step_at(epoch, self.S), "start" if n == 0 else "update", "sparsity",
+                          0.0 if dense else sparsity, m.args.get("params")))
+            n += 1
+        if last > steps[-1][0]:
+            steps.append((last, "end", "sparsity", sparsity, m.args.get("params")))
+        if m.args.get("leave_enabled", True) is False:
+            steps.append((last, "end", "masks", "release", m.args.get("params")))
         return self.points(i, m, steps)
 
 
