@@ -793,8 +793,9 @@ def create_page() -> str:
              "`\"mfac\"` and `\"obs\"` (refused before training without it)"),
         ]),
         "",
-        "Options whose modifier the model's backend does not run yet are still generated, but "
-        "`initialize` refuses them before training with a located B001 (or M001) error naming it.",
+        "Every option runs on PyTorch and on Keras (`tests/test_create_training.py` trains each on "
+        "both); a modifier a backend does not run is refused by `initialize` before training with a "
+        "located B001 (or M001) error naming it.",
         "",
         "## Schedule",
         "",
