@@ -322,7 +322,7 @@ def _schedule(args: argparse.Namespace) -> int:
     from . import schedule_report as report
     from .loader import load
     from .schedule import compile_plan
-    from .schedule.plan import PlanError
+    from .schedule.plan import MAX_EVENTS, PlanError
 
     variables = dict(_parse_var(v) for v in args.var or [])
     path = args.recipe
@@ -354,7 +354,16 @@ def _schedule(args: argparse.Namespace) -> int:
     try:
         plan = compile_plan(recipe, args.steps_per_epoch)
     except PlanError as exc:
-        print(f"recipe-spec: error: {path}: {_plan_error_text(recipe, args.steps_per_epoch, exc)}", file=sys.stderr)
+        text = _plan_error_text(recipe, args.steps_per_epoch, exc)
+        print(f"{path}:{_plan_error_position(recipe, text)}: error: {text}", file=sys.stderr)
+        return 1
+    stop = None if args.epochs is None else report.horizon(plan, args.epochs)
+    if plan.events_bound(stop) > MAX_EVENTS:
+        print(
+            f"{path}:1:1: error: the preview would list up to {plan.events_bound(stop):.3g} events "
+            f"(the limit is {MAX_EVENTS:,}); pass --epochs N to preview the first N epochs",
+            file=sys.stderr,
+        )
         return 1
     rows = report.schedule_rows(plan, args.epochs)
     if args.format == "json":
@@ -363,6 +372,7 @@ def _schedule(args: argparse.Namespace) -> int:
             "steps_per_epoch": plan.steps_per_epoch,
             "epochs": args.epochs,
             "max_epochs": plan.max_epochs,
+            "min_epochs": plan.min_epochs,
         }
         sys.stdout.write(report.render_json(rows, meta))
     elif args.format == "csv":
@@ -384,6 +394,20 @@ def _schedule(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot write {args.plot}: {exc.strerror or exc}") from None
         print(f"wrote {args.plot}", file=sys.stderr)
     return 0
+
+
+def _plan_error_position(recipe: Any, text: str) -> str:
+    """``line:column`` of the modifier a PlanError message names (``TYPE (line N)``)."""
+    import re
+
+    match = re.search(r"\(line (\d+)\)", text)
+    if match is None:
+        return "1:1"
+    line = int(match.group(1))
+    for m in recipe.modifiers:
+        if m.span.line == line:
+            return f"{line}:{m.span.column}"
+    return f"{line}:1"
 
 
 def _plan_error_text(recipe: Any, steps_per_epoch: int, exc: Exception) -> str:

@@ -90,7 +90,7 @@ Y005 = _code(
 Y006 = _code(
     "Y006", "error", "no YAML front matter",
     "A Markdown recipe card keeps its recipe in a front-matter block between two lines "
-    "`---`; none was found.",
+    "`---` (or `+++`, which SparseML's loader also accepted); none was found.",
     "# My recipe\nmodifiers: ...", "Put the recipe between a line `---` and a second line `---`.",
 )
 Y007 = _code(
@@ -266,6 +266,16 @@ M012 = _code(
     "Lower num_grads (or fisher_block_size for memory), start pruning later, or pass "
     "grad_sampler={'data_loader_builder': ..., 'loss_function': ...}.",
 )
+M013 = _code(
+    "M013", "warning", "argument left to a default SparseML did not have",
+    "The SparseML recipe guide documents the argument as optional and shows examples without "
+    "it (`- !TrainableParamsModifier {params: __ALL__}`), so recipe-spec runs them with the "
+    "default the guide implies (`trainable: true`); SparseML's own code required it and "
+    "stopped with a TypeError, so the recipe does not load there.",
+    "- !TrainableParamsModifier\n  params: __ALL__",
+    "Write the value (`trainable: true` or `trainable: false`) so the recipe means the same "
+    "everywhere.",
+)
 
 # --- E: epochs and schedules ---------------------------------------------------------------
 E001 = _code(
@@ -342,9 +352,11 @@ P004 = _code(
 )
 P005 = _code(
     "P005", "error", "bad regex",
-    "A `re:` pattern that does not compile cannot select anything; one that nests unbounded "
-    "repetition (like `(a+)+`) can take exponential time on a long name.",
-    "params: ['re:conv[0-9']", "Fix the regex (Python `re` syntax); avoid nested repetition.",
+    "A `re:` pattern that does not compile cannot select anything. Patterns run on a "
+    "linear-time matcher (no backtracking, so `(a+)+` is as fast as `a+`); a backreference, "
+    "lookaround, conditional or atomic group, or a pattern that expands to more than 1,000 "
+    "states (`(a{1,100}){1,100}`) is outside it and refused.",
+    "params: ['re:conv[0-9']", "Fix the regex (Python `re` syntax); select without lookaround or backreferences.",
 )
 P006 = _code(
     "P006", "error", "QuantizationModifier names a layer that does not exist",

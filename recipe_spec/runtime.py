@@ -166,6 +166,7 @@ class RecipeRuntime:
         self.quantization: Any = None
         self._model_params: ModelParams | None = None
         self._released_at_end: set[tuple[int, str]] = set()
+        self._released_now: dict[int, set[tuple[int, str]]] = {}  # step -> released at that step
         self.second_order: Any = None  # recipe_spec.second_order.attach.SecondOrderSet
 
     # -- attaching --------------------------------------------------------------------------
@@ -292,9 +293,18 @@ class RecipeRuntime:
                 f"{declared.scores if declared else 'undeclared'} scores, which the "
                 f"{self.framework} backend does not implement"
             )
+        names = self.names_for(event.modifier, event.params)
+        ending = [n for n in names if (event.modifier, n) in self._released_now.get(event.step, ())]
+        if ending:
+            # leave_enabled: false, at the end step: SparseML prunes to the final target, then
+            # stops enforcing (its pruning_end), so the final mask zeroes the weights once
+            entries = [self._hold(n, event.modifier, False) for n in ending]
+            self.masks.update(entries, float(event.value), m.args.get("mask_type", "unstructured"),
+                              global_sparsity_of(m), event.step)
+            self.masks.release(ending)
         entries = [
             self._hold(name, event.modifier, False)
-            for name in self.names_for(event.modifier, event.params)
+            for name in names
             if (event.modifier, name) not in self._released_at_end  # leave_enabled: false ended it
         ]
         if not entries:
@@ -321,6 +331,9 @@ class RecipeRuntime:
             if schedule_of(m.type) == "gradual":
                 # a released gradual modifier does not prune at its own end step
                 self._released_at_end.update((event.modifier, name) for name in names)
+                # the step's own final target still prunes once (SparseML: update, then end)
+                self._released_now = {event.step: {(event.modifier, name) for name in names}
+                                      | self._released_now.get(event.step, set())}
 
     def _on_lr(self, event: Event, m: Modifier) -> None:
         self._set_optimizer_value("lr", float(event.value), event.params)
@@ -380,7 +393,7 @@ class RecipeRuntime:
         self.step_count = int(state["step"])
         self.trainable_saved = {int(k): dict(v) for k, v in state.get("trainable_saved", {}).items()}
         for modifier, saved in self.trainable_saved.items():
-            flag = bool(self.recipe.modifiers[modifier].args.get("trainable", False))
+            flag = bool(self.recipe.modifiers[modifier].args.get("trainable", True))  # default: M013
             for name in saved:
                 self._set_trainable(name, flag)
         self._released_at_end = {(int(m), str(n)) for m, n in state.get("released", [])}

@@ -317,9 +317,9 @@ def render_csv(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def render_json(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> str:
     """One document: ``{"version": 1, "recipe", "steps_per_epoch", "epochs", "max_epochs",
-    "events": rows}``; ``meta`` gives the middle keys."""
+    "min_epochs", "events": rows}``; ``meta`` gives the middle keys."""
     doc: dict[str, Any] = {"version": JSON_FORMAT_VERSION}
-    for key in ("recipe", "steps_per_epoch", "epochs", "max_epochs"):
+    for key in ("recipe", "steps_per_epoch", "epochs", "max_epochs", "min_epochs"):
         doc[key] = _jsonable(meta.get(key))
     doc["events"] = list(rows)
     return json.dumps(doc, indent=2) + "\n"

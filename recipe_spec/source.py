@@ -1,7 +1,8 @@
 """Getting the YAML text of a recipe: files, strings and Markdown recipe cards.
 
 A Markdown card (``.md``) keeps its recipe in YAML front matter: the block between the first
-line that is ``---`` and the next line that is ``---``. Text before it (a licence comment) is
+line that is ``---`` and the next line that is ``---`` (``+++`` lines count as delimiters too,
+as SparseML's loader accepted them). Text before it (a licence comment) is
 allowed; a ``---`` inside a value or later in the body does not end it early. The line of every
 YAML value is mapped back to its line in the card.
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 from . import codes
 from .diagnostics import RecipeError, Span
 
-__all__ = ["Source", "read_source", "from_text", "RECIPE_SUFFIXES", "MAX_BYTES"]
+__all__ = ["Source", "read_source", "from_text", "check_size", "RECIPE_SUFFIXES", "MAX_BYTES"]
 
 #: File name endings read as recipes.
 RECIPE_SUFFIXES = (".yaml", ".yml", ".json", ".md")
@@ -26,10 +27,13 @@ MAX_BYTES = 2 * 1024 * 1024
 
 
 def _boundary() -> re.Pattern[str]:
-    """python-frontmatter's own boundary rule (``^-{3,}\\s*$``, multiline), imported lazily."""
+    """python-frontmatter's own boundary rule (``^-{3,}\\s*$``, multiline, imported lazily),
+    widened to ``+++`` lines: SparseML's loader took ``(?:---|\\+\\+\\+)`` as the opening and
+    the closing delimiter (``sparseml/optim/helpers.py``, ``_load_yaml_str_from_file``), so
+    either kind opens the front matter and the next line of either kind closes it."""
     from frontmatter.default_handlers import YAMLHandler
 
-    return YAMLHandler.FM_BOUNDARY
+    return re.compile(rf"(?:{YAMLHandler.FM_BOUNDARY.pattern})|^\+{{3,}}\s*$", re.M)
 
 
 @dataclass(frozen=True)
@@ -57,8 +61,8 @@ def _front_matter(text: str, path: str | None, required: bool) -> tuple[str, int
             raise RecipeError(
                 [
                     codes.Y006(
-                        "no YAML front matter: the recipe must stand between a line '---' and "
-                        "a second line '---'",
+                        "no YAML front matter: the recipe must stand between a line '---' "
+                        "(or '+++') and a second such line",
                         "Put the recipe's YAML at the top of the card between two '---' lines.",
                         Span.point(1),
                     ).in_file(path)
@@ -70,6 +74,31 @@ def _front_matter(text: str, path: str | None, required: bool) -> tuple[str, int
     return text[start: second.start()], offset, text[second.end():]
 
 
+def text_size(text: str) -> int:
+    """The UTF-8 size of ``text`` in bytes, or a lower bound above MAX_BYTES when it is
+    larger (a long text is never encoded just to be refused)."""
+    if len(text) > MAX_BYTES or 4 * len(text) <= MAX_BYTES:
+        return len(text)  # every character is 1-4 bytes: decided without encoding
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def check_size(text: str, path: str | None = None) -> None:
+    """Refuse recipe text over MAX_BYTES, before anything reads it (the cap on files, for
+    text from ``loads()``, ``load(text)`` and ``--var`` values too)."""
+    size = text_size(text)
+    if size > MAX_BYTES:
+        raise RecipeError(
+            [
+                codes.Y007(
+                    f"the text is {size / 1024 / 1024:.1f} MiB or more; recipes are at most "
+                    f"{MAX_BYTES // 1024 // 1024} MiB",
+                    "Is this the right text? Real recipes are a few kilobytes.",
+                    Span.point(1),
+                ).in_file(path)
+            ]
+        )
+
+
 def from_text(text: str, path: str | None = None, kind: str | None = None) -> Source:
     """A :class:`Source` for recipe ``text``; ``kind`` is the file suffix, if any.
 
@@ -77,6 +106,7 @@ def from_text(text: str, path: str | None = None, kind: str | None = None) -> So
     is later closed by a second ``---`` line followed by more text is read as a recipe card
     too (a recipe pasted with its card); anything else is read whole as YAML.
     """
+    check_size(text, path)
     if "\x00" in text:
         raise RecipeError(
             [

@@ -19,6 +19,7 @@ from .findings import Finding
 from .loader import RecipeInput, check
 from .modifiers import emits_of, pruning_names, schedule_of, spec
 from .recipe import Modifier, Recipe
+from .schedule.events import MAX_EVENTS
 from .schema_check import fast_is_valid
 from .schema_store import modifier_names, modifier_schema
 from .variables import did_you_mean
@@ -153,9 +154,49 @@ def _schema_findings(m: Modifier) -> Iterator[Finding]:
             yield Finding(codes.M008, f"{where}: {leaf.message}", desc, m, path)
 
 
+# -- numbers -------------------------------------------------------------------------------
+#: Largest int accepted where a number is expected, in bits: the range of a float (about
+#: 1.8e308), which is what schedules compute with.
+FLOAT_INT_BITS = 1024
+
+
+def _bad_numbers(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], str]]:
+    """``(path, what is wrong)`` for each number inside ``value`` that no schedule can use:
+    ``.inf``, ``.nan``, or an integer beyond the range of a float."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        yield path, f"must be a finite number, not {value}"
+    elif isinstance(value, int) and value.bit_length() > FLOAT_INT_BITS:
+        digits = len(str(abs(value))) if value.bit_length() < 14_000 else int(value.bit_length() * math.log10(2))
+        yield path, f"is too large ({digits} digits; numbers must be below 1.8e308)"
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _bad_numbers(k, path + (k,))
+            yield from _bad_numbers(v, path + (k,))
+    elif isinstance(value, (tuple, list)):
+        for i, v in enumerate(value):
+            yield from _bad_numbers(v, path + (i,))
+
+
+def _number_findings(m: Modifier) -> list[Finding]:
+    """M005 for each non-finite or out-of-range number in ``m``'s arguments."""
+    out = []
+    for path, what in _bad_numbers(m.args):
+        where = "'" + ".".join(str(p) for p in path) + "'"
+        out.append(Finding(codes.M005, f"{where} {what}", "Write a finite number, or -1 for 'never'."
+                           if path and path[-1] == "end_epoch" else "Write a finite number.", m, path))
+    return out
+
+
 # -- rules beyond the schema ----------------------------------------------------------------
 def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    if isinstance(value, int) and value.bit_length() > FLOAT_INT_BITS:
+        return None  # reported by _number_findings
+    number = float(value)
+    return number if math.isfinite(number) else None
 
 
 def _range(m: Modifier) -> tuple[float, float] | None:
@@ -309,8 +350,42 @@ def rule_declared(recipe: Recipe) -> Iterator[Finding]:
             yield from rule(m)
 
 
+def rule_update_count(recipe: Recipe) -> Iterator[Finding]:
+    """M005 when a modifier's update grid (``update_frequency`` for gradual pruning and AC/DC,
+    ``lr_kwargs.step_size`` for StepLR) has more than :data:`MAX_EVENTS` points between its
+    start and end epochs: no run could make that many updates, and a schedule preview or a
+    plan that enumerated them would never finish."""
+    for m in recipe.modifiers:
+        window = _range(m)
+        if window is None or window[1] == math.inf:
+            continue
+        kind = schedule_of(m.type)
+        if kind in ("gradual", "acdc"):
+            key: tuple[Any, ...] = ("update_frequency",)
+            every = _num(m.args.get("update_frequency"))
+        elif kind == "lr_class" and m.args.get("lr_class") == "StepLR":
+            kwargs = m.args.get("lr_kwargs")
+            key = ("lr_kwargs", "step_size")
+            every = _num(kwargs.get("step_size")) if isinstance(kwargs, Mapping) else None
+        else:
+            continue
+        if every is None or every <= 0:
+            continue
+        updates = (window[1] - window[0]) / every
+        if updates > MAX_EVENTS:
+            yield Finding(
+                codes.M005,
+                f"'{'.'.join(key)}' {every:g} over epochs {window[0]:g} to {window[1]:g} makes "
+                f"{updates:.3g} updates; the limit is {MAX_EVENTS:,}",
+                f"Raise {key[-1]} or shorten the epoch range (at most {MAX_EVENTS:,} updates "
+                "per modifier).",
+                m, key,
+            )
+
+
 RULES: tuple[Callable[[Recipe], Iterable[Finding]], ...] = (
     rule_end_before_start,
+    rule_update_count,
     rule_declared,
     rule_nm_mask_gradual,
     rule_lr_overlap,
@@ -377,6 +452,11 @@ def _modifier_findings(recipe: Recipe, backend: str | None) -> Iterator[Finding]
             hint = did_you_mean(m.type, known) or "`recipe-spec schema` lists every modifier."
             yield Finding(codes.M001, f"unknown modifier '{m.type}'", hint, m)
             continue
+        numbers = _number_findings(m)
+        if numbers:
+            # The schema and the rules compute with the numbers: only these are reported.
+            yield from numbers
+            continue
         yield from _schema_findings(m)
     if backend is not None:
         caps = _backend_capabilities().get(backend)
@@ -399,6 +479,7 @@ def validate_recipe(recipe: Recipe, backend: str | None = None) -> list[Diagnost
     """Every finding about ``recipe`` (schemas and rules), positioned, in file order."""
     findings = list(_modifier_findings(recipe, backend))
     bad = {id(f.modifier) for f in findings if f.code.id in ("M001", "S007")}
+    bad |= {id(m) for m in recipe.modifiers if next(_bad_numbers(m.args), None) is not None}
     for rule in RULES:
         findings.extend(f for f in rule(recipe) if id(f.modifier) not in bad)
     out = [positioned(f, recipe) for f in findings]

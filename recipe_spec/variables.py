@@ -29,6 +29,7 @@ from .expressions import (
     eval_body,
     evaluate,
     referenced_names,
+    short_repr,
 )
 from .frozen import FrozenDict
 from .yaml_reader import Document
@@ -63,6 +64,13 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     """
     close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
     return f"Did you mean '{close[0]}'?" if close else ""
+
+
+def _shown_cycle(names: list[str], keep: int = 8) -> list[str]:
+    """A cycle's members for a message: all of a short one, the ends of a long one."""
+    if len(names) <= 2 * keep:
+        return names
+    return [*names[:keep], f"... ({len(names) - 2 * keep} more)", *names[-keep:]]
 
 
 def _is_identifier(text: str) -> bool:
@@ -109,15 +117,14 @@ class VariableEvaluator:
         outer value, as SparseML did.
         """
         values: dict[str, Any] = {}
-        stack: list[str] = []
 
         def lookup(name: str, current: str, path: Path, offset: int) -> Any:
             if outer is not None and name in outer:
                 if name in raw and name != current:
                     self.diagnostics.append(
                         codes.V006(
-                            f"'{name}' here is the top-level value {outer[name]!r}, not this "
-                            f"stage's own {name} ({raw[name][0]!r})",
+                            f"'{name}' here is the top-level value {short_repr(outer[name])}, "
+                            f"not this stage's own {name} ({short_repr(raw[name][0])})",
                             "SparseML resolved it this way; rename one of the two variables "
                             "to make the recipe unambiguous.",
                             self.expr_span(path, offset, len(name)),
@@ -125,38 +132,62 @@ class VariableEvaluator:
                     )
                 return outer[name]
             if name in raw and name != current:
-                return resolve(name)
+                # Dependencies are evaluated first (below); one that is not there is in a cycle.
+                return values.get(name, INVALID)
             raise UnknownNameError(name, offset)
 
-        def resolve(name: str) -> Any:
-            if name in values:
-                return values[name]
-            if name in stack:
-                cycle = stack[stack.index(name):]
-                first = min(cycle, key=lambda n: (self.span(raw[n][1]).line, n))
-                self.diagnostics.append(
-                    codes.V002(
-                        "variables form a cycle: " + " -> ".join([*cycle, name]),
-                        "Give one of them a number instead of an expression.",
-                        self.span(raw[first][1]),
-                    )
-                )
-                for member in cycle:
-                    values[member] = INVALID
-                return INVALID
-            value, path = raw[name]
-            stack.append(name)
+        def depends_on(name: str) -> list[str]:
+            """The variables of this scope that ``name``'s expression uses."""
+            body = eval_body(raw[name][0])
+            if body is None:
+                return []
             try:
-                result = self.evaluate_value(
-                    value, path, lambda n, off, _p=path, _c=name: lookup(n, _c, _p, off)
-                )
-            finally:
-                stack.pop()
-            values.setdefault(name, result)
-            return values[name]
+                used = referenced_names(body)
+            except ExpressionError:
+                return []  # reported when the expression itself is evaluated
+            return [n for n in used if n != name and n in raw and not (outer is not None and n in outer)]
 
-        for name in raw:
-            resolve(name)
+        def evaluate(name: str) -> None:
+            value, path = raw[name]
+            values[name] = self.evaluate_value(
+                value, path, lambda n, off, _p=path, _c=name: lookup(n, _c, _p, off)
+            )
+
+        # Depth-first over the dependencies with an explicit stack (no recursion, so a chain of
+        # any length resolves); a variable is evaluated once everything it uses has been.
+        for root in raw:
+            if root in values:
+                continue
+            chain: list[str] = [root]
+            on_chain = {root}
+            pending = [iter(depends_on(root))]
+            while chain:
+                dep = next(pending[-1], None)
+                if dep is None:
+                    done = chain.pop()
+                    on_chain.discard(done)
+                    pending.pop()
+                    if done not in values:
+                        evaluate(done)
+                    continue
+                if dep in values:
+                    continue
+                if dep in on_chain:
+                    cycle = chain[chain.index(dep):]
+                    first = min(cycle, key=lambda n: (self.span(raw[n][1]).line, n))
+                    self.diagnostics.append(
+                        codes.V002(
+                            "variables form a cycle: " + " -> ".join(_shown_cycle([*cycle, dep])),
+                            "Give one of them a number instead of an expression.",
+                            self.span(raw[first][1]),
+                        )
+                    )
+                    for member in cycle:
+                        values[member] = INVALID
+                    continue
+                chain.append(dep)
+                on_chain.add(dep)
+                pending.append(iter(depends_on(dep)))
         return values
 
     def evaluate_tree(self, value: Any, path: Path, visible: Mapping[str, Any]) -> Any:

@@ -28,6 +28,7 @@ from yaml.scanner import Scanner
 from . import codes
 from .diagnostics import Diagnostic, RecipeError, Span
 from .frozen import FrozenDict
+from .source import check_size
 
 __all__ = ["Tagged", "Loc", "Document", "read_yaml", "MAX_VALUES", "MAX_DEPTH", "Resolver12"]
 
@@ -120,16 +121,17 @@ class _Loader(Reader, Scanner, Parser, Composer, Resolver12):
         self._depth = 0
 
     def compose_node(self, parent: Node | None, index: Any) -> Any:  # type: ignore[override]
+        # Every node counts, aliases included, exactly as _scan_depth counts them.
+        if self._depth + 1 > MAX_DEPTH:
+            mark = self.peek_event().start_mark
+            raise yaml.composer.ComposerError(
+                None, None, f"nesting deeper than {MAX_DEPTH} levels", mark
+            )
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             node = super().compose_node(parent, index)
             return _Alias(node, event.start_mark, event.end_mark, event.anchor)
         self._depth += 1
-        if self._depth > MAX_DEPTH:
-            mark = self.peek_event().start_mark
-            raise yaml.composer.ComposerError(
-                None, None, f"nesting deeper than {MAX_DEPTH} levels", mark
-            )
         try:
             return super().compose_node(parent, index)
         finally:
@@ -393,30 +395,113 @@ except ImportError:  # pragma: no cover - pure-Python PyYAML
     _CLoader = None  # type: ignore[assignment, misc]
 
 _ANCHOR_OR_ALIAS = re.compile(r"[&*][^\s,\[\]{}]")
-_FLOW_TOKENS = re.compile(r"""[\[\]{}]|'[^'\n]*'|"(?:[^"\\\n]|\\.)*"|#[^\n]*""")
-_LINE_LEAD = re.compile(r"^( *)((?:- +)*)", re.M)
+#: What may precede, on its line, a token that starts a block collection: spaces and the
+#: indicators '- ', '? ', ': ' (``- - a``, ``- key: v``, ``? - a``).
+_BLOCK_LEAD = re.compile(r"^(?:[ ]|[-?:](?=[ \n]|$))*", re.M)
 
 
-def _fast_path_safe(text: str) -> bool:
-    """Whether the C parser may read ``text``: no anchors or aliases (whose use sites only
-    the pure-Python reader records) and a nesting depth provably within MAX_DEPTH (the C
-    composer has no depth limit of its own)."""
-    if _CLoader is None or _ANCHOR_OR_ALIAS.search(text):
+def _depth_bound(text: str) -> int:
+    """A cheap, sound upper bound on the node depth of ``text`` (often far above it).
+
+    Flow collections: no more than twice the number of '[' and '{' in the text (a flow
+    list and the single-pair mapping ``[a: b]`` inside it), whatever quotes, comments or
+    plain scalars hide. Block collections: along any chain of nested block
+    collections the starting column never decreases and stays the same for at most two
+    levels (a mapping and its indentless sequence), so the chain is at most twice the
+    largest column at which a block collection can start, plus one; the scalar at the
+    bottom adds one more.
+    """
+    flow = 2 * (text.count("[") + text.count("{"))  # '[a: b]' is a list and a mapping
+    column = max((m.end() - m.start() for m in _BLOCK_LEAD.finditer(text)), default=0)
+    return flow + 2 * (column + 1) + 1
+
+
+class _DepthScanner(Reader, Scanner):
+    """PyYAML's tokenizer alone (iterative, no parser, no composer)."""
+
+    def __init__(self, text: str):
+        Reader.__init__(self, text)
+        Scanner.__init__(self)
+
+
+_OPENS = {
+    yaml.BlockMappingStartToken: "bm",
+    yaml.BlockSequenceStartToken: "bs",
+    yaml.FlowMappingStartToken: "fm",
+    yaml.FlowSequenceStartToken: "fs",
+}
+_FLOW_ENDS = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken)
+_NODE_TOKENS = (yaml.ScalarToken, yaml.AliasToken)
+
+
+def _too_deep(mark: Any) -> yaml.composer.ComposerError:
+    return yaml.composer.ComposerError(None, None, f"nesting deeper than {MAX_DEPTH} levels", mark)
+
+
+def _scan_depth(text: str) -> bool:
+    """Measure the node depth of ``text`` from YAML's own token stream, before any parser.
+
+    Every node counts (the root is level 1; mappings, sequences, scalars, aliases and empty
+    values), the same count the composer makes, including the nodes no token opens: a
+    block mapping's indentless sequence (``key:`` then ``- item`` at the same column) and
+    the single-pair mapping of a flow sequence (``[a: b]``). Raises the composer's
+    "nesting deeper" error at the first token past MAX_DEPTH, so a hostile text is refused
+    after scanning only its first MAX_DEPTH levels. Returns False when the text is not
+    valid YAML (the caller then lets the pure-Python reader report it).
+    """
+    scanner = _DepthScanner(text)
+    stack: list[str] = []
+
+    def node(mark: Any, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            raise _too_deep(mark)
+
+    try:
+        while True:
+            token = scanner.get_token()
+            if token is None or isinstance(token, yaml.StreamEndToken):
+                return True
+            kind = type(token)
+            top = stack[-1] if stack else None
+            if top == "is" and kind in (yaml.KeyToken, yaml.ValueToken, yaml.BlockEndToken):
+                stack.pop()  # anything but '-' ends an indentless sequence
+                top = stack[-1] if stack else None
+            if kind in _OPENS:
+                stack.append(_OPENS[kind])
+                node(token.start_mark, len(stack))
+            elif kind is yaml.BlockEndToken:
+                if stack:
+                    stack.pop()
+            elif kind in _FLOW_ENDS or kind is yaml.FlowEntryToken:
+                if top == "pair":
+                    stack.pop()
+                if kind in _FLOW_ENDS and stack:
+                    stack.pop()
+            elif kind is yaml.BlockEntryToken:
+                if top == "bm":
+                    stack.append("is")
+                    node(token.start_mark, len(stack))
+                node(token.start_mark, len(stack) + 1)
+            elif kind in (yaml.KeyToken, yaml.ValueToken):
+                if top == "fs":
+                    stack.append("pair")
+                    node(token.start_mark, len(stack))
+                node(token.start_mark, len(stack) + 1)
+            elif kind in _NODE_TOKENS:
+                node(token.start_mark, len(stack) + 1)
+    except yaml.composer.ComposerError:
+        raise
+    except yaml.YAMLError:
         return False
-    depth = deepest = 0
-    for token in _FLOW_TOKENS.finditer(text):
-        ch = token.group()
-        if ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth = max(depth - 1, 0)
-    block = max((len(m.group(1)) + m.group(2).count("-") for m in _LINE_LEAD.finditer(text)), default=0)
-    return block + deepest + 2 <= MAX_DEPTH
 
 
 def _compose(text: str) -> Any:
-    if _fast_path_safe(text):
+    # The depth is settled before any parser reads the text: the C composer recurses without
+    # a limit (a crash at some 50,000 levels), and neither parser should work on a text
+    # that will be refused anyway.
+    valid = _scan_depth(text) if _depth_bound(text) > MAX_DEPTH else True
+    if valid and _CLoader is not None and not _ANCHOR_OR_ALIAS.search(text):
+        # No anchors or aliases: their use sites only the pure-Python reader records.
         try:
             fast = _CLoader(text)
         except yaml.YAMLError:
@@ -447,6 +532,7 @@ def read_yaml(text: str, line_offset: int = 0) -> Document:
     >>> doc.value["lr"], doc.value["flag"], doc.loc(("lr",)).span.line
     (8e-05, 'yes', 1)
     """
+    check_size(text)  # every entry point: files, loads(), --var values
     try:
         root = _compose(text)
     except RecursionError:

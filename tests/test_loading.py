@@ -402,6 +402,64 @@ def test_markdown_without_front_matter_is_y006(tmp_path: Path, text: str,
     assert where(diagnostics) == expected
 
 
+PLUS_CARD = """<!--
+Licence text.
+-->
+
++++
+version: 1.1.0
+modifiers:
+  - !EpochRangeModifier
+    start_epoch: 5
+    end_epoch: 2
++++
+
+# A recipe card
+
+Body text, with a --- and a +++ inside lines.
+"""
+
+
+@pytest.mark.parametrize("closing", ["+++", "---"], ids=["plus", "mixed"])
+def test_plus_front_matter_is_read_with_card_lines(tmp_path: Path, closing: str) -> None:
+    """Issue 16: SparseML's loader took ``(?:---|\\+\\+\\+)`` as the front-matter delimiters
+    (sparseml/optim/helpers.py, _load_yaml_str_from_file), and SparseML 1.8 ran a card written
+    with ``+++``. recipe-spec reads it too, and diagnostics keep the card's line numbers."""
+    text = PLUS_CARD.replace("\n+++\n\n# A", f"\n{closing}\n\n# A")
+    path = tmp_path / "card.md"
+    path.write_text(text)
+    line = text.splitlines().index("    end_epoch: 2") + 1
+    assert line == 10
+    from recipe_spec.validation import validate
+
+    assert where(check(path)[1]) == where(check_text(text)[1]) == []
+    assert where(validate(path)) == where(validate(text)) == [("E001", line, 16)]
+    fixed = text.replace("end_epoch: 2", "end_epoch: 9")
+    path.write_text(fixed)
+    recipe = load(path)
+    assert [m.type for m in recipe.modifiers] == ["EpochRangeModifier"]
+    assert recipe.modifiers[0].span.line == 8  # the line of '- !EpochRangeModifier' in the card
+    assert loads(fixed) == recipe
+
+
+def test_plus_front_matter_error_lines(tmp_path: Path) -> None:
+    """A YAML error and a rule finding inside ``+++`` front matter point at the card's lines."""
+    from recipe_spec.validation import validate
+
+    path = tmp_path / "card.md"
+    path.write_text(PLUS_CARD)
+    assert [(d.code, d.line) for d in validate(path)] == [("E001", 10)]
+    path.write_text(PLUS_CARD.replace("    start_epoch: 5\n", "    start_epoch: 5\n    start_epoch: 6\n"))
+    _, diagnostics = check(path)
+    assert [(d.code, d.line) for d in diagnostics] == [("Y002", 10)]
+
+
+def test_unclosed_plus_front_matter_is_y006(tmp_path: Path) -> None:
+    path = tmp_path / "card.md"
+    path.write_text("+++\nmodifiers: []\n")
+    assert where(check(path)[1]) == [("Y006", 1, 1)]
+
+
 def test_string_with_jekyll_front_matter_is_not_silently_truncated() -> None:
     """sparseml#2045: text starting with a `---\\nlayout: ...\\n---` block followed by the
     recipe. SparseML read only the first block and reported "Unable to find any modifiers";

@@ -106,7 +106,7 @@ def test_table_json_csv_hold_the_same_events(
     rc, out, _ = _run(base + ["--format", "json"], capsys)
     assert rc == 0
     doc = json.loads(out)
-    assert set(doc) == {"version", "recipe", "steps_per_epoch", "epochs", "max_epochs", "events"}
+    assert set(doc) == {"version", "recipe", "steps_per_epoch", "epochs", "max_epochs", "min_epochs", "events"}
     assert (doc["version"], doc["recipe"], doc["steps_per_epoch"], doc["epochs"]) == (
         1,
         str(recipe),
@@ -473,3 +473,25 @@ def test_docs_examples_are_real_output(
     rc, out, _ = _run([*argv, "--epochs", "0.6", "--format", fmt], capsys)
     assert rc == 0
     assert out == shown.group(1)
+
+
+@pytest.mark.parametrize(
+    ("starts", "expected"),
+    [((-1, -1), 0), ((2.5, 7), 2), ((-1, 3.9, 5), 3), ((0.5,), 0)],
+)
+def test_json_reports_min_epochs(
+    starts: tuple[float, ...], expected: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 16: ``min_epochs`` beside ``max_epochs``, as SparseML's manager reports it (the
+    floor of the smallest start that is not -1; 0 when every start is -1)."""
+    lines = ["modifiers:"] + [
+        f"  - !SetLearningRateModifier {{start_epoch: {s}, learning_rate: 0.1}}" for s in starts
+    ] + ["  - !EpochRangeModifier {start_epoch: -1, end_epoch: 9}"]
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("\n".join(lines) + "\n")
+    rc, out, _ = _run(["schedule", str(recipe), "--steps-per-epoch", "4", "--format", "json"], capsys)
+    assert rc == 0
+    doc = json.loads(out)
+    assert (doc["min_epochs"], doc["max_epochs"]) == (expected, 9)
+    assert doc["min_epochs"] == compile_plan(recipe_spec.load(recipe), 4).min_epochs
+    assert list(doc)[:7] == ["version", "recipe", "steps_per_epoch", "epochs", "max_epochs", "min_epochs", "events"]

@@ -54,6 +54,7 @@ class RecipeCallback(keras.callbacks.Callback):
         # weights may have been written since the last fit (set_weights, load_weights): mask
         # them again before the first step
         self.runtime.masks.invalidate()
+        self.runtime._sync_gradient_masks()
         if self.runtime.second_order_steps is not None:
             self.runtime.second_order_steps.prepare_fit(self.model)
 
@@ -83,6 +84,9 @@ class KerasManager(RecipeRuntime):
         self.second_order_steps: SecondOrderSteps | None = None
         self.mixed_precision = MixedPrecisionSteps(self)  # steps a LossScaleOptimizer skipped
         self.distillation = KerasDistillation([], "disable")  # modify() attaches the recipe's
+        #: bool variables the optimizer's gradients are selected by (:meth:`_mask_gradients`)
+        self._gradient_masks: dict[str, Any] = {}
+        self._gradient_generation = -1
 
     # -- setting up -----------------------------------------------------------------------
     def modify(self, model: Any, optimizer: Any, steps_per_epoch: int, epoch: float = 0.0,
@@ -110,7 +114,47 @@ class KerasManager(RecipeRuntime):
             from .second_order import SecondOrderSteps
 
             self.second_order_steps = SecondOrderSteps(self, optimizer)
+        self._mask_gradients(optimizer)
         return model, optimizer, [RecipeCallback(self)]
+
+    def _mask_gradients(self, optimizer: Any) -> None:
+        """Select the gradients of every variable a recipe's mask may hold by a bool variable
+        before each update, inside the compiled step (:func:`recipe_spec_keras.optim.mask_gradients`),
+        as SparseML's gradient hook does on PyTorch: a pruned weight's momentum decays instead
+        of accumulating its raw gradients. The variable holds the mask in force when the step's
+        gradient was computed on PyTorch (before the step's events: it follows the masks at
+        :meth:`step_end`), so a weight pruned at step k still gets step k's gradient into its
+        momentum and a weight released at step k first gets one at step k + 1, as on PyTorch."""
+        from .optim import mask_gradients, unmask_gradients
+
+        unmask_gradients(optimizer)
+        assert self.plan is not None
+        names: dict[str, None] = {}
+        for track in self.plan.tracks:
+            first = track.next_step(0)
+            for event in track.make(first) if first is not None else ():
+                if event.target in ("sparsity", "masks"):
+                    names.update(dict.fromkeys(n for n in self.names_for(event.modifier, event.params) if n in self._vars))
+        self._gradient_masks = {
+            n: keras.Variable(np.ones(tuple(self._vars[n][0].shape), dtype=bool), dtype="bool", trainable=False, name="gradient_mask")
+            for n in names
+        }
+        self._gradient_generation = -1
+        if optimizer is None or not self._gradient_masks:
+            return
+        mask_gradients(optimizer, [(self._vars[n][0], v) for n, v in self._gradient_masks.items()])
+        if getattr(self.model, "train_function", None) is not None:
+            self.model.train_function = None  # traced before the wrapper: trace it again
+
+    def _sync_gradient_masks(self, force: bool = False) -> None:
+        """Assign the held masks (all True where none is held) to the gradient masks, when a
+        mask changed since the last call: an assign per changed step, no retracing."""
+        if not self._gradient_masks or (not force and self.masks.generation == self._gradient_generation):
+            return
+        for name, variable in self._gradient_masks.items():
+            entry = self.masks.params.get(name)
+            variable.assign(entry.mask if entry is not None else np.ones(tuple(variable.shape), dtype=bool))
+        self._gradient_generation = self.masks.generation
 
     def apply(self, model: Any, grad_sampler: Any = None) -> None:  # type: ignore[override]
         """One-shot: prune ``model`` to every pruning modifier's final target now (SparseML's
@@ -147,6 +191,10 @@ class KerasManager(RecipeRuntime):
         """Apply the masks a last time, stop enforcing them, drop the teachers (the model's
         own ``compute_loss`` back) and stop watching gradients."""
         super().finalize(model)
+        from .optim import unmask_gradients
+
+        unmask_gradients(self.optimizer)
+        self._sync_gradient_masks(force=True)  # all True: a step traced with the wrapper keeps it
         self.distillation.close(self.model)
         if self.second_order_steps is not None:
             self.second_order_steps.stop()
@@ -186,7 +234,12 @@ class KerasManager(RecipeRuntime):
             self._unfreeze_after_step = []
             self._retrace()
         self.masks.apply()
+        self._sync_gradient_masks()
         self.step_count += 1
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._sync_gradient_masks(force=True)  # the masks in force when the next step's gradient is taken
 
     def _hold(self, name: str, modifier: int, from_zeros: bool, mask: Any = None) -> MaskedVariable:
         variable, layer_type = self._vars[name]

@@ -19,7 +19,7 @@ from .params import numpy_value
 
 __all__ = [
     "take_over_learning_rate", "take_over_weight_decay", "set_value", "current_value",
-    "watch_gradients", "unwatch_gradients", "reset_momentum",
+    "watch_gradients", "unwatch_gradients", "mask_gradients", "unmask_gradients", "reset_momentum",
 ]
 
 
@@ -76,9 +76,78 @@ def reset_momentum(optimizer: Any) -> int:
     return count
 
 
-# -- gradients handed to the recipe before the optimizer's update ------------------------------
-#: The optimizer attribute holding the original ``apply`` while a recipe watches its gradients.
-_ORIGINAL_APPLY = "_recipe_original_apply"
+# -- wrappers of the optimizer's apply (gradients masked, or handed to the recipe) -------------
+def _wrap_apply(optimizer: Any, key: str, transform: Callable[[list[Any], Any], list[Any]]) -> None:
+    """Wrap ``optimizer.apply`` (which ``apply_gradients`` calls) on the instance: every update
+    first runs ``grads = transform(grads, trainable_variables)``. Wrappers of different ``key``
+    stack (the latest runs first) and each comes off by itself (:func:`_unwrap_apply`);
+    installing a ``key`` again replaces it."""
+    _unwrap_apply(optimizer, key)
+
+    def apply(grads: Any, trainable_variables: Any = None) -> Any:
+        return apply.inner(transform(list(grads), trainable_variables), trainable_variables)  # type: ignore[attr-defined]
+
+    apply.inner = optimizer.apply  # type: ignore[attr-defined]
+    apply.recipe_key = key  # type: ignore[attr-defined]
+    object.__setattr__(optimizer, "apply", apply)
+
+
+def _unwrap_apply(optimizer: Any, key: str) -> None:
+    """Take the ``key`` wrapper off ``optimizer.apply`` (the others stay); a compiled step traced
+    before keeps it."""
+    if optimizer is None:
+        return
+    outer, current = None, optimizer.__dict__.get("apply")
+    while current is not None and hasattr(current, "recipe_key"):
+        if current.recipe_key == key:
+            inner = current.inner
+            if outer is not None:
+                outer.inner = inner
+            elif hasattr(inner, "recipe_key") or getattr(inner, "__func__", None) is not getattr(type(optimizer), "apply", None):
+                object.__setattr__(optimizer, "apply", inner)  # a wrapper someone else installed
+            else:
+                optimizer.__dict__.pop("apply", None)  # the class's own apply again
+            return
+        outer, current = current, current.inner
+
+
+def _present(optimizer: Any, trainable_variables: Any) -> list[Any]:
+    if trainable_variables is not None:
+        return list(trainable_variables)
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    return list(getattr(optimizer, "_trainable_variables", None) or inner._trainable_variables)
+
+
+def mask_gradients(optimizer: Any, masks: Sequence[tuple[Any, Any]]) -> None:
+    """Select the gradients of masked variables before every update, in the compiled step:
+    ``grad = where(mask, grad, 0)`` for each ``(variable, mask)`` of ``masks``, ``mask`` a bool
+    ``keras.Variable`` of the variable's shape that the caller assigns between steps (no
+    retracing; nothing leaves the device). A pruned weight's gradient is exactly 0 even where
+    it is NaN or infinite, so its optimizer state (momentum) only decays, as under SparseML's
+    gradient hook on PyTorch. Installing it again replaces the masks; :func:`unmask_gradients`
+    undoes it. Keras on JAX does not call ``apply`` inside ``fit``: there it has no effect."""
+    by_id = {id(variable): mask for variable, mask in masks}
+
+    def select(grads: list[Any], trainable_variables: Any) -> list[Any]:
+        present = _present(optimizer, trainable_variables)
+        out = []
+        for g, variable in zip(grads, present, strict=False):
+            mask = by_id.get(id(variable))
+            if g is not None and mask is not None:
+                if hasattr(g, "indices") and hasattr(g, "dense_shape"):  # tf.IndexedSlices
+                    import tensorflow as tf
+
+                    g = tf.convert_to_tensor(g)
+                g = keras.ops.where(mask.value, g, keras.ops.zeros((), dtype=g.dtype))
+            out.append(g)
+        return out + grads[len(out):]
+
+    _wrap_apply(optimizer, "mask", select)
+
+
+def unmask_gradients(optimizer: Any) -> None:
+    """Stop masking ``optimizer``'s gradients (:func:`mask_gradients`)."""
+    _unwrap_apply(optimizer, "mask")
 
 
 def watch_gradients(optimizer: Any, variables: Sequence[Any], on_gradients: Callable[[list[Any]], None]) -> None:
@@ -99,15 +168,13 @@ def watch_gradients(optimizer: Any, variables: Sequence[Any], on_gradients: Call
       by the caller.
 
     Installing it twice replaces the previous callback; :func:`unwatch_gradients` undoes it.
+    Gradients masked by :func:`mask_gradients` installed after it are handed over masked.
     """
-    unwatch_gradients(optimizer)
-    original = optimizer.apply
     watched = list(variables)
     backend = keras.backend.backend()
 
-    def apply(grads: Any, trainable_variables: Any = None) -> Any:
-        grads = list(grads)
-        present = list(trainable_variables) if trainable_variables is not None else list(optimizer._trainable_variables)
+    def hand_over(grads: list[Any], trainable_variables: Any) -> list[Any]:
+        present = _present(optimizer, trainable_variables)
         scale = getattr(optimizer, "loss_scale_factor", None)
         by_id = {id(v): g for v, g in zip(present, grads, strict=False)}
         picked = [by_id.get(id(v)) for v in watched]
@@ -115,17 +182,15 @@ def watch_gradients(optimizer: Any, variables: Sequence[Any], on_gradients: Call
             _tf_hand_over(picked, watched, on_gradients, scale)
         else:
             on_gradients([None if g is None else _unscale(numpy_value(g), scale) for g in picked])
-        return original(grads, trainable_variables)
+        return grads
 
-    object.__setattr__(optimizer, "apply", apply)
-    optimizer.__dict__[_ORIGINAL_APPLY] = original
+    _wrap_apply(optimizer, "watch", hand_over)
 
 
 def unwatch_gradients(optimizer: Any) -> None:
-    """Give ``optimizer`` its own ``apply`` back (a compiled step traced before keeps the hook)."""
-    if optimizer is not None and _ORIGINAL_APPLY in optimizer.__dict__:
-        del optimizer.__dict__[_ORIGINAL_APPLY]
-        optimizer.__dict__.pop("apply", None)
+    """Stop handing ``optimizer``'s gradients over (:func:`watch_gradients`); a compiled step
+    traced before keeps the hook."""
+    _unwrap_apply(optimizer, "watch")
 
 
 def _unscale(value: Any, scale: Any) -> Any:

@@ -106,6 +106,9 @@ class MaskSet:
         self.params: dict[str, MaskedVariable] = {}
         self._changed = True  # a mask was held or changed since the last apply()
         self._batch: tuple[tuple[MaskedVariable, ...], Any] | None = None  # (entries, _batched(entries))
+        #: bumped by every change of which masks are held or of a mask's values (the gradient
+        #: masks follow it: :meth:`KerasManager._sync_gradient_masks`)
+        self.generation = 0
 
     def hold(self, name: str, variable: Any, layer_type: str, owner: int, mask: np.ndarray | None = None) -> MaskedVariable:
         entry = self.params.get(name)
@@ -114,22 +117,26 @@ class MaskSet:
             entry = MaskedVariable(name, variable, layer_type, initial.copy(), owner)
             self.params[name] = entry
             self._changed = True
+            self.generation += 1
         else:
             entry.owner = owner
             if mask is not None:
                 entry.mask[...] = mask
                 entry.invalidate()
                 self._changed = True
+                self.generation += 1
         return entry
 
     def release(self, names: Any) -> None:
         for name in list(names):
             self.params.pop(name, None)
         self._batch = None
+        self.generation += 1
 
     def release_all(self) -> None:
         self.params.clear()
         self._batch = None
+        self.generation += 1
 
     def invalidate(self) -> None:
         """Masks were changed in place, or weights written, by code outside this class: copy
@@ -138,6 +145,7 @@ class MaskSet:
         for entry in self.params.values():
             entry.invalidate()
         self._changed = True
+        self.generation += 1
 
     def apply(self, changed_only: bool = False) -> None:
         """``variable = where(mask, variable, 0)`` for every held mask (masked entries exactly 0.0).
@@ -175,3 +183,4 @@ class MaskSet:
             entry.invalidate()
             entry.applied_sparsity = sparsity
             entry.variable.assign(np.where(mask, value, np.zeros((), value.dtype)))
+        self.generation += 1

@@ -1,6 +1,10 @@
 """Masks on PyTorch parameters: bool buffers, enforced on gradients, on every forward pass and
 after every optimizer step while a pruning modifier holds them.
 
+Enforcement selects, it does not multiply: a pruned entry becomes exactly +0.0 even where the
+weight or its gradient is NaN or infinite (NaN * 0 is NaN). Each entry keeps the inverted mask
+(``pruned``) next to the mask, so enforcing is one in-place ``masked_fill_`` per weight.
+
 All mutation of the model happens here: :class:`MaskSet` registers its hooks once, updates
 masks in place, and removes every hook it added when it is released or the manager finalizes.
 """
@@ -35,6 +39,23 @@ class MaskedParam:
     handles: list[Any] = field(default_factory=list)
     applied_sparsity: float | None = None
     version: int = -1  # param._version right after it was last masked
+    pruned: torch.Tensor = field(default=None, repr=False)  # type: ignore[assignment]  # ~mask, kept in step
+
+    def __post_init__(self) -> None:
+        if self.pruned is None:
+            self.pruned = torch.logical_not(self.mask)
+
+    @torch.no_grad()
+    def set_mask(self, mask: torch.Tensor) -> None:
+        """Change the mask in place (the gradient hook reads the same tensors)."""
+        self.mask.copy_(mask)
+        torch.logical_not(self.mask, out=self.pruned)
+
+    @torch.no_grad()
+    def enforce(self) -> None:
+        """Pruned entries of the weight become exactly 0 (``where``, in place)."""
+        self.param.masked_fill_(self.pruned, 0)
+        self.version = self.param._version
 
 
 class MaskSet:
@@ -54,14 +75,15 @@ class MaskSet:
             initial = mask if mask is not None else torch.ones_like(param, dtype=torch.bool)
             entry = MaskedParam(name, param, module, initial.to(device=param.device, dtype=torch.bool).clone(), owner)
             self.params[name] = entry
-            mask_ref = entry.mask
-            entry.handles.append(param.register_hook(lambda grad, m=mask_ref: grad * m))
+            pruned_ref = entry.pruned
+            # select, not multiply: a NaN or infinite gradient of a pruned weight becomes 0
+            entry.handles.append(param.register_hook(lambda grad, p=pruned_ref: grad.masked_fill(p, 0)))
             self._by_module.setdefault(id(module), []).append(entry)
             self._ensure_forward_hook(module)
         else:
             entry.owner = owner
             if mask is not None:
-                entry.mask.copy_(mask)
+                entry.set_mask(mask)
         return entry
 
     def _ensure_forward_hook(self, module: torch.nn.Module) -> None:
@@ -103,10 +125,10 @@ class MaskSet:
     # -- masks --------------------------------------------------------------------------
     @torch.no_grad()
     def apply(self, entries: Iterable[MaskedParam] | None = None) -> None:
-        """``weight *= mask`` for ``entries`` (default: every masked parameter)."""
+        """``weight = where(mask, weight, 0)`` in place for ``entries`` (default: every masked
+        parameter): pruned entries exactly 0, even NaN or infinite ones."""
         for entry in self.params.values() if entries is None else entries:
-            entry.param.mul_(entry.mask)
-            entry.version = entry.param._version
+            entry.enforce()
 
     @torch.no_grad()
     def update(self, entries: list[MaskedParam], sparsity: float, mask_type: Any, global_sparsity: bool,
@@ -122,7 +144,6 @@ class MaskSet:
         else:
             masks = [compute_mask(e.param.detach(), sparsity, mask_type) for e in entries]
         for entry, mask in zip(entries, masks, strict=True):
-            entry.mask.copy_(mask)
+            entry.set_mask(mask)
             entry.applied_sparsity = sparsity
-            entry.param.mul_(entry.mask)
-            entry.version = entry.param._version
+            entry.enforce()

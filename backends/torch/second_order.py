@@ -98,10 +98,9 @@ class TorchHost:
     def write(self, names: Sequence[str], weights: Sequence[torch.Tensor], masks: Sequence[torch.Tensor], owner: int) -> None:
         for n, w, m in zip(names, weights, masks, strict=True):
             entry = self.manager._hold(n, owner, False)
-            entry.mask.copy_(m)
+            entry.set_mask(m)
             entry.param.copy_(w)
-            entry.param.mul_(entry.mask)
-            entry.version = entry.param._version
+            entry.enforce()
 
     def gradients(self, names: Sequence[str]) -> list[torch.Tensor] | None:
         grads = [self._param(n).grad for n in names]

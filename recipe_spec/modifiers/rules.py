@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "function_range", "milestones", "no_end", "num_grads_from_zero", "second_order_static", "movement_mask_type",
+    "trainable_default",
 ]
 
 
@@ -103,6 +104,19 @@ def second_order_static(m: Modifier) -> Iterator[Finding]:
     except (TypeError, ValueError, KeyError):
         return  # malformed arguments: the schema reports them
     yield from found
+
+
+def trainable_default(m: Modifier) -> Iterator[Finding]:
+    """M013: ``trainable`` omitted; it defaults to true, as the seed guide's example implies,
+    but SparseML required it."""
+    if "trainable" not in m.args:
+        yield Finding(
+            codes.M013,
+            f"{m.type} without 'trainable' makes the selected parameters trainable (default "
+            "true); SparseML required the argument and refused the recipe",
+            "Write 'trainable: true' (or 'trainable: false' to freeze).",
+            m, (),
+        )
 
 
 def movement_mask_type(m: Modifier) -> Iterator[Finding]:

@@ -3,6 +3,7 @@ parameters."""
 
 from __future__ import annotations
 
+from . import rules
 from .common import (
     CONSTANT_LOGGING,
     LOG_TYPES,
@@ -112,8 +113,13 @@ TRAINABLE_PARAMS = ModifierSpec(
             "minItems": 1,
         }),
         Arg("trainable", {
-            "description": "true makes the selected parameters trainable, false freezes them.",
+            "description": (
+                "true makes the selected parameters trainable, false freezes them. Optional, as "
+                "the SparseML recipe guide documents it (default true, with warning M013: "
+                "SparseML's code required it)."
+            ),
             "type": "boolean",
+            "default": True,
         }),
         Arg("params_strict", {
             "description": (
@@ -144,7 +150,7 @@ TRAINABLE_PARAMS = ModifierSpec(
         LOG_TYPES,
     ),
     schema_extra={
-        "required": ["params", "trainable"],
+        "required": ["params"],
         "additionalProperties": False,
         "$defs": {"param_name": PARAM_NAME_DEF, "params": PARAMS_DEF},
     },
@@ -159,6 +165,7 @@ TRAINABLE_PARAMS = ModifierSpec(
     schedule="trainable",
     emits=frozenset({"trainable"}),
     needs=frozenset({"trainable"}),
+    rules=(rules.trainable_default,),
 )
 
 SPECS: tuple[ModifierSpec, ...] = (EPOCH_RANGE, SET_WEIGHT_DECAY, TRAINABLE_PARAMS)

@@ -97,10 +97,25 @@ def decays(value: float, gamma: float, times: int) -> float:
 
     >>> decays(0.1, 0.9, 2)
     0.08100000000000002
+
+    Beyond :data:`CHAINED_DECAYS` decays (a StepLR of tiny ``step_size`` far into a run) the
+    closed form ``value * gamma ** times`` is used, so the cost is bounded whatever ``times``
+    is; the result may then differ from the chained product in its last bits.
     """
+    if times > CHAINED_DECAYS:
+        if value == 0:
+            return value
+        try:
+            return value * gamma ** times
+        except OverflowError:
+            return value * math.inf
     for _ in range(times):
         value *= gamma
     return value
+
+
+#: The most decays :func:`decays` computes one multiplication at a time.
+CHAINED_DECAYS = 100_000
 
 
 def step_lr(init_lr: float, gamma: float, step_size: float, start: float) -> Curve:
@@ -179,6 +194,8 @@ def cosine_warm_restarts_lr(
 
     def curve(epoch: float) -> float:
         t_cur, t_i = max(epoch - origin, 0.0), float(cycle_epochs)
+        if t_mult == 1 and t_cur / t_i > CHAINED_DECAYS:
+            t_cur %= t_i  # the cycles all have one length: skip them at once (bounded cost)
         while t_cur >= t_i:
             t_cur -= t_i
             t_i *= t_mult

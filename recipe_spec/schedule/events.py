@@ -3,6 +3,7 @@ optimizer step) and :class:`Track` (the events of one modifier, asked for step b
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -10,7 +11,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..recipe import Modifier
 
-__all__ = ["Event", "Track", "PlanError"]
+__all__ = ["Event", "Track", "PlanError", "MAX_EVENTS"]
+
+#: The most event steps one modifier may have in a plan (and the most update points its
+#: epoch grid may have, checked by validation): ten million, far beyond any training run
+#: (a million steps at one event per step is a long one), small enough that enumerating a
+#: whole plan (``recipe-spec schedule``, one-shot apply) always finishes. A modifier over it
+#: is a PlanError (M005 in validation) that says what to change.
+MAX_EVENTS = 10_000_000
 
 
 class PlanError(ValueError):
@@ -52,7 +60,9 @@ class Track:
     """The events of one modifier.
 
     ``steps(k)`` gives the first event step at or after ``k`` (None: no more), and
-    ``make(k)`` the events at an event step.
+    ``make(k)`` the events at an event step. ``fixed``: the number of event steps of a track
+    that lists them; otherwise ``spacing``: the fewest epochs between two events (0: one at
+    every step), from which :meth:`count_bound` bounds the events without enumerating them.
     """
 
     index: int
@@ -62,3 +72,21 @@ class Track:
     next_step: Callable[[int], int | None]
     make: Callable[[int], list[Event]]
     order: tuple[Any, ...] = ()
+    spacing: float = 0.0
+    fixed: int | None = None
+
+    def count_bound(self, steps_per_epoch: int, stop: int | None = None) -> float:
+        """An upper bound of the number of this track's event steps before ``stop`` (None: all
+        of them; ``inf`` for a track that never ends), in constant time."""
+        if self.fixed is not None:
+            return self.fixed
+        end: float = self.last + 1 if self.last is not None else math.inf
+        if stop is not None:
+            end = min(end, stop)
+        steps = end - self.first
+        if steps <= 0:
+            return 0
+        if self.spacing > 0:
+            # Grid points spacing*S steps apart, plus the start and end events.
+            return min(steps, steps / (self.spacing * steps_per_epoch) + 2)
+        return steps

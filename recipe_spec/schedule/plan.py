@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .epochs import max_epochs, min_epochs
-from .events import Event, PlanError, Track
+from .events import MAX_EVENTS, Event, PlanError, Track
 from .tracks import TRACKS, TrackBuilder, end_ignored
 
 if TYPE_CHECKING:
     from ..recipe import Modifier, Recipe
 
-__all__ = ["Event", "Track", "Plan", "compile_plan", "GRADUAL_PRUNING", "PlanError"]
+__all__ = ["Event", "Track", "Plan", "compile_plan", "GRADUAL_PRUNING", "PlanError", "MAX_EVENTS"]
 
 #: Modifiers whose target sparsity follows the gradual schedule (declared ``schedule:
 #: gradual``); computed from the catalogue on first use.
@@ -133,6 +133,14 @@ class Plan:
                 if nxt is not None:
                     heapq.heappush(heap, (nxt, t.order, id(t)))
 
+    def events_bound(self, stop: int | None = None) -> float:
+        """An upper bound of the event steps ``iter_events(0, stop)`` visits, in O(modifiers):
+        what a caller checks before enumerating a range it did not choose."""
+        if stop is None:
+            last = self.last_event_step
+            stop = (last + 1) if last is not None else max(self.total_steps, 1)
+        return sum(t.count_bound(self.steps_per_epoch, stop) for t in self.tracks)
+
     @property
     def _by_id(self) -> dict[int, Track]:
         cached = self.__dict__.get("_by_id_cache")
@@ -150,20 +158,74 @@ def compile_plan(recipe: Recipe, steps_per_epoch: int) -> Plan:
     modifiers without a schedule compile to nothing.
 
     Raises :class:`PlanError` naming the modifier and its line when its arguments cannot
-    make a schedule (an end before its start, a MultiStepLR milestone not after the start).
+    make a schedule: an end before its start, a MultiStepLR milestone not after the start, a
+    number that is not finite, an argument of the wrong type (whatever the recipe holds: the
+    plan compiler never fails with another exception), or more than
+    :data:`~.events.MAX_EVENTS` event steps.
     """
     from ..modifiers import spec
 
     builder = TrackBuilder(steps_per_epoch)
     tracks = []
     for i, m in enumerate(recipe.modifiers):
-        declared = spec(m.type)
-        if declared is None or declared.schedule is None:
+        try:
+            track = _compile_one(builder, i, m, spec(m.type))
+        except PlanError:
+            raise
+        except (ArithmeticError, ValueError, TypeError, AttributeError, LookupError, RecursionError) as exc:
+            raise PlanError(f"{_where(m)}: cannot make a schedule: {type(exc).__name__}: {exc}") from None
+        if track is None:
             continue
-        track = TRACKS[declared.schedule](builder, i, m)
-        track.order = _manager_order(m, i)
+        if track.last is not None and track.count_bound(steps_per_epoch) > MAX_EVENTS:
+            raise PlanError(_too_many(m, track.count_bound(steps_per_epoch), steps_per_epoch))
         tracks.append(track)
-    return Plan(recipe, steps_per_epoch, tracks, max_epochs(recipe.modifiers), min_epochs(recipe.modifiers))
+    most, least = max_epochs(recipe.modifiers), min_epochs(recipe.modifiers)
+    horizon = most * steps_per_epoch
+    for track in tracks:
+        # A track that never ends is enumerated up to the end of the run (``iter_events``).
+        if track.last is None and track.count_bound(steps_per_epoch, max(horizon, 1)) > MAX_EVENTS:
+            raise PlanError(
+                _too_many(track.modifier, track.count_bound(steps_per_epoch, max(horizon, 1)),
+                          steps_per_epoch, f" by the end of the run (epoch {most})")
+            )
+    return Plan(recipe, steps_per_epoch, tracks, most, least)
+
+
+def _where(m: Modifier) -> str:
+    return f"{getattr(m, 'type', '?')} (line {m.span.line if getattr(m, 'span', None) else '?'})"
+
+
+def _too_many(m: Modifier, count: float, steps_per_epoch: int, until: str = "") -> str:
+    return (
+        f"{_where(m)}: makes about {count:.3g} schedule events{until} at {steps_per_epoch} steps "
+        f"per epoch; the limit is {MAX_EVENTS:,} per modifier. Raise `update_frequency` (or "
+        "the LR step size), shorten the epoch range, or use fewer steps per epoch"
+    )
+
+
+def _compile_one(builder: TrackBuilder, i: int, m: Modifier, declared: Any) -> Track | None:
+    """The track of modifier ``m`` (None: it has no schedule). Its epochs are checked first,
+    and its first and last events are made once, so a bad argument fails here and not in
+    the middle of a run."""
+    for key in ("start_epoch", "end_epoch"):
+        value = m.args.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            finite = not isinstance(value, float) or math.isfinite(value)
+            if not finite or (isinstance(value, int) and value.bit_length() > 1024):
+                shown = value if isinstance(value, float) else f"an integer of {value.bit_length()} bits"
+                raise PlanError(
+                    f"{_where(m)}: argument `{key}` must be a finite number. Received: {key}={shown}"
+                )
+    max_epochs([m]), min_epochs([m])
+    if declared is None or declared.schedule is None:
+        return None
+    track = TRACKS[declared.schedule](builder, i, m)
+    track.order = _manager_order(m, i)
+    for k in {track.first, track.last if track.last is not None else track.first}:
+        nxt = track.next_step(k)
+        if nxt is not None:
+            track.make(nxt)
+    return track
 
 
 def __getattr__(name: str) -> Any:

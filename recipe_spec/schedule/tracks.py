@@ -21,13 +21,14 @@ A modifier's declaration names its kind (``ModifierSpec.schedule``, e.g. ``"grad
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from . import curves
 from .clock import epoch_of_step, first_step_at, next_grid_step
-from .events import Event, PlanError, Track
+from .events import MAX_EVENTS, Event, PlanError, Track
 
 if TYPE_CHECKING:
     from ..recipe import Modifier
@@ -54,7 +55,28 @@ def _num(m: Modifier, key: str, default: float) -> float:
         raise PlanError(
             f"{m.type} (line {m.span.line}): argument `{key}` must be a number. Received: {key}={value!r}"
         )
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise PlanError(
+            f"{m.type} (line {m.span.line}): argument `{key}` must be a finite number. "
+            f"Received: {key}={value if isinstance(value, float) else f'an integer of {value.bit_length()} bits'}"
+        )
+    return number
+
+
+def _sparsity(m: Modifier, key: str, value: Any) -> float:
+    """A sparsity of ``m`` as a float; PlanError naming ``key`` when it is not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PlanError(
+            f"{m.type} (line {m.span.line}): argument `{key}` must be a number. Received: {key}={value!r}"
+        )
+    number = float(value) if not isinstance(value, int) or value.bit_length() <= 1024 else math.inf
+    if not math.isfinite(number):
+        raise PlanError(f"{m.type} (line {m.span.line}): argument `{key}` must be a finite number")
+    return number
 
 
 class TrackBuilder:
@@ -96,7 +118,7 @@ class TrackBuilder:
             return None
 
         return Track(i, m, ordered[0] if ordered else 0, ordered[-1] if ordered else 0, next_step,
-                     lambda k: list(by_step.get(k, [])))
+                     lambda k: list(by_step.get(k, [])), fixed=len(ordered))
 
     def gradual(self, i: int, m: Modifier) -> Track:
         start, end, first, last = self.window(m)
@@ -112,10 +134,11 @@ class TrackBuilder:
             raise PlanError(f"{m.type} (line {m.span.line}): `update_frequency` must not be 0")
         groups: list[tuple[Any, float]]
         if isinstance(final, Mapping):
-            groups = [(tuple(v) if isinstance(v, (list, tuple)) else v, float(s)) for s, v in final.items()]
+            groups = [(tuple(v) if isinstance(v, (list, tuple)) else v, _sparsity(m, "final_sparsity", s))
+                      for s, v in final.items()]
         else:
-            groups = [(args.get("params"), float(final if final is not None else 0.0))]
-        init_f = float(init) if isinstance(init, (int, float)) else 0.0
+            groups = [(args.get("params"), _sparsity(m, "final_sparsity", final if final is not None else 0.0))]
+        init_f = _sparsity(m, "init_sparsity", init) if isinstance(init, (int, float)) else 0.0
         funcs = [(params, curves.gradual(init_f, target, start, end, inter)) for params, target in groups]
         leave = args.get("leave_enabled", True) is not False
         S = self.S
@@ -137,7 +160,7 @@ class TrackBuilder:
                 out.insert(0, self.event(m, i, k, "end", "masks", "release", args.get("params")))
             return out
 
-        return Track(i, m, first, last, next_step, make)
+        return Track(i, m, first, last, next_step, make, spacing=max(uf, 0.0))
 
     def lr_class(self, i: int, m: Modifier) -> Track:
         start, end, first, last = self.window(m)
@@ -148,8 +171,15 @@ class TrackBuilder:
         gamma = float(kwargs.get("gamma", 0.1))
         S = self.S
         change: Callable[[int], int | None]
+        spacing, fixed = 0.0, None
         if lr_class in ("StepLR", "ExponentialLR"):
             size = float(kwargs.get("step_size", 1)) if lr_class == "StepLR" else 1.0
+            if not size > 0 or not math.isfinite(size):
+                raise PlanError(
+                    f"{m.type} (line {m.span.line}): `step_size` must be a positive number. "
+                    f"Received: step_size={size}"
+                )
+            spacing = size
             curve = curves.step_lr(init_lr, gamma, size, start)
 
             def change(k: int) -> int | None:
@@ -167,6 +197,7 @@ class TrackBuilder:
                     f"`end_epoch`. Received: milestones={milestones}, end_epoch={end}"
                 )
             marks = sorted({first_step_at(x, S) for x in milestones})
+            fixed = len(marks) + 1
 
             def change(k: int) -> int | None:
                 return next((s for s in marks if s >= max(k, first + 1)), None)
@@ -201,7 +232,7 @@ class TrackBuilder:
             value = curve(at)
             return [self.event(m, i, k, "start" if k == first else "update", "lr", value, args.get("param_groups"))]
 
-        return Track(i, m, first, last, next_step, make)
+        return Track(i, m, first, last, next_step, make, spacing=spacing, fixed=fixed)
 
     def lr_function(self, i: int, m: Modifier) -> Track:
         start, end, first, last = self.window(m)
@@ -252,7 +283,7 @@ class TrackBuilder:
         return self.points(i, m, steps)
 
     def trainable(self, i: int, m: Modifier) -> Track:
-        return self._span(i, m, "trainable", bool(m.args.get("trainable", False)), "restore", m.args.get("params"))
+        return self._span(i, m, "trainable", bool(m.args.get("trainable", True)), "restore", m.args.get("params"))
 
     def hold_masks(self, i: int, m: Modifier) -> Track:
         return self._span(i, m, "masks", "hold", "release", m.args.get("params"))
@@ -296,6 +327,12 @@ class TrackBuilder:
         if phase <= 0:
             raise PlanError(f"{m.type} (line {m.span.line}): `update_frequency` must be >= 1")
         origin = max(start, 0)
+        if (end - origin) / phase > MAX_EVENTS:
+            raise PlanError(
+                f"{m.type} (line {m.span.line}): `update_frequency` {phase:g} over epochs "
+                f"{origin:g} to {end:g} makes more than {MAX_EVENTS:,} phases; raise it or "
+                "shorten the epoch range"
+            )
         steps: list[tuple[int, str, str, Any, Any]] = []
         n = 0
         while origin + n * phase < end or n == 0:
