@@ -189,7 +189,9 @@ class ScheduledModifierManager:
         """The schedule's state (step, masks, structure, recipe) for a checkpoint."""
         return self._need_runtime().state_dict()
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any], allow_recipe_change: bool = False) -> None:
         """Restore a state from :meth:`state_dict`: after :meth:`modify`, before the model's and
-        the optimizer's own ``load_state_dict``."""
-        self._need_runtime().load_state_dict(state)
+        the optimizer's own ``load_state_dict``. A state saved with another recipe is refused
+        with what changed (``RecipeChangedError``, a ``ValueError``) unless
+        ``allow_recipe_change=True``."""
+        self._need_runtime().load_state_dict(state, allow_recipe_change)

@@ -16,6 +16,7 @@ from .diagnostics import RecipeError, Severity
 from .modifiers import emits_of, schedule_of, spec
 from .params import ParamIndex, ParamRecord, resolve
 from .recipe import Recipe
+from .resume import check_same_recipe, identity, recipe_hash
 from .schedule.plan import Event, Plan
 
 if TYPE_CHECKING:
@@ -373,6 +374,8 @@ class RecipeRuntime:
         return {
             "version": self.state_version,
             "recipe": self.recipe.to_yaml(),
+            "modifier_ids": identity(self.recipe),
+            "recipe_hash": recipe_hash(identity(self.recipe)),
             "steps_per_epoch": self.steps_per_epoch,
             "step": self.step_count,
             "masks": {n: (self._mask_state(e), e.owner, e.applied_sparsity) for n, e in self.masks.params.items()},
@@ -384,10 +387,13 @@ class RecipeRuntime:
             **self._extra_state(),
         }
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any], allow_recipe_change: bool = False) -> None:
         """Restore a state saved by :meth:`state_dict` (after ``modify()``, before the model's
-        own weights are loaded where the backend says so)."""
+        own weights are loaded where the backend says so). A state saved with another recipe is
+        refused, naming what changed (:class:`recipe_spec.resume.RecipeChangedError`), unless
+        ``allow_recipe_change``."""
         check_saved_state(state, self.state_version, self.steps_per_epoch, self.model is not None)
+        check_same_recipe(state, self.recipe, allow_recipe_change)
         self._load_structure(state)
         self._refresh()
         self.step_count = int(state["step"])

@@ -237,8 +237,8 @@ class KerasManager(RecipeRuntime):
         self._sync_gradient_masks()
         self.step_count += 1
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        super().load_state_dict(state)
+    def load_state_dict(self, state: Mapping[str, Any], allow_recipe_change: bool = False) -> None:
+        super().load_state_dict(state, allow_recipe_change)
         self._sync_gradient_masks(force=True)  # the masks in force when the next step's gradient is taken
 
     def _hold(self, name: str, modifier: int, from_zeros: bool, mask: Any = None) -> MaskedVariable:
@@ -362,10 +362,11 @@ class KerasManager(RecipeRuntime):
         recipe's own)."""
         return RecipeCheckpoint(self, filepath, save_freq)
 
-    def restore(self, filepath: Any) -> int:
+    def restore(self, filepath: Any, allow_recipe_change: bool = False) -> int:
         """Load the recipe state saved next to ``filepath`` (after :meth:`modify` on the model
-        loaded from it); returns the epoch to give ``fit(initial_epoch=...)``."""
-        self.load_state_dict(load_recipe_state(filepath))
+        loaded from it); returns the epoch to give ``fit(initial_epoch=...)``. A state saved
+        with another recipe is refused unless ``allow_recipe_change``."""
+        self.load_state_dict(load_recipe_state(filepath), allow_recipe_change)
         return self.epoch
 
 
