@@ -310,12 +310,12 @@ class RecipeRuntime:
         ]
         if not entries:
             return
-        if declared.schedule == "acdc" and float(event.value) == 0.0 and self._acdc_reset_due(event, entries, m):
+        if declared.schedule == "acdc" and float(event.value) == 0.0 and self._acdc_reset_due(entries, m):
             self._reset_momentum()
         self.masks.update(entries, float(event.value), m.args.get("mask_type", "unstructured"),
                           global_sparsity_of(m), event.step)
 
-    def _acdc_reset_due(self, event: Event, entries: list[Any], m: Modifier) -> bool:
+    def _acdc_reset_due(self, entries: list[Any], m: Modifier) -> bool:
         """Whether AC/DC's dense phase starting now follows a compressed one and the recipe
         asks for the optimizer's momentum to be zeroed (``momentum_buffer_reset``)."""
         if m.args.get("momentum_buffer_reset", True) is False:

@@ -193,18 +193,23 @@ def test_hostile_patterns_answer_right() -> None:
     assert compile_pattern(r"re:(.|.)*weight").match(BERT)
 
 
-@pytest.mark.parametrize("pattern", HOSTILE)
-def test_hostile_patterns_lint_fast_and_located(pattern: str) -> None:
-    records = [ParamRecord(BERT, (768, 768), "Linear", True)] + [
-        ParamRecord(n, (4, 4), "Linear", True) for n in LONG_NAMES
-    ]
-    text = (
+def _gmp_with(pattern: str) -> str:
+    """A GMP recipe selecting ``re:<pattern>`` on line 3."""
+    return (
         "modifiers:\n"
         "  - !GMPruningModifier\n"
         f"    params: ['re:{pattern}']\n"
         "    init_sparsity: 0.05\n    final_sparsity: 0.8\n"
         "    start_epoch: 0\n    end_epoch: 10\n    update_frequency: 1\n"
     )
+
+
+@pytest.mark.parametrize("pattern", HOSTILE)
+def test_hostile_patterns_lint_fast_and_located(pattern: str) -> None:
+    records = [ParamRecord(BERT, (768, 768), "Linear", True)] + [
+        ParamRecord(n, (4, 4), "Linear", True) for n in LONG_NAMES
+    ]
+    text = _gmp_with(pattern)
     diagnostics = _timed(lint, text, records, "torch")
     for d in diagnostics:
         assert d.line == 3 and d.column > 1  # located at the selector
@@ -216,13 +221,7 @@ def test_hostile_patterns_lint_fast_and_located(pattern: str) -> None:
     [(r"(a)\1", "backreference"), (r"fc(?!2)", "lookahead"), (r"(?<=x)y", "lookahead or lookbehind")],
 )
 def test_backtracking_only_constructs_are_a_located_p005(pattern: str, what: str) -> None:
-    text = (
-        "modifiers:\n"
-        "  - !GMPruningModifier\n"
-        f"    params: ['re:{pattern}']\n"
-        "    init_sparsity: 0.05\n    final_sparsity: 0.8\n"
-        "    start_epoch: 0\n    end_epoch: 10\n    update_frequency: 1\n"
-    )
+    text = _gmp_with(pattern)
     from recipe_spec.validation import validate
 
     found = [d for d in validate(text) if d.code == "P005"]

@@ -207,12 +207,9 @@ def test_fit_trains_on_the_plain_loss_outside_the_window_without_retracing() -> 
     assert len(functions) == 1
 
 
-def test_a_custom_loop_traced_once_follows_the_window() -> None:
-    teacher = _mlp(1)
-    model = _mlp(0)
-    manager = ScheduledModifierManager.from_yaml(_recipe(hardness=1.0, start=1, end=2))
-    model, opt, _ = manager.modify(model, keras.optimizers.SGD(0.1), 2, distillation_teacher=teacher)
-    x, y = _data(1)
+def _custom_step(model, manager, opt):
+    """A custom TensorFlow training step with the recipe's ``loss_update`` (MSE task loss);
+    it returns the plain loss, the mixed loss and the outputs."""
 
     @tf.function
     def train_step(x, y):
@@ -222,6 +219,18 @@ def test_a_custom_loop_traced_once_follows_the_window() -> None:
             loss = manager.loss_update(plain, student_outputs=out, student_inputs=x)
         opt.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
         return plain, loss, out
+
+    return train_step
+
+
+def test_a_custom_loop_traced_once_follows_the_window() -> None:
+    teacher = _mlp(1)
+    model = _mlp(0)
+    manager = ScheduledModifierManager.from_yaml(_recipe(hardness=1.0, start=1, end=2))
+    model, opt, _ = manager.modify(model, keras.optimizers.SGD(0.1), 2, distillation_teacher=teacher)
+    x, y = _data(1)
+
+    train_step = _custom_step(model, manager, opt)
 
     active = []
     for _ in range(6):
@@ -243,14 +252,7 @@ def test_self_distillation_in_a_custom_loop_takes_the_copy_at_the_start_step() -
     model, opt, _ = manager.modify(model, keras.optimizers.SGD(0.1), 2, distillation_teacher="self")
     x, y = _data(1)
 
-    @tf.function
-    def train_step(x, y):
-        with tf.GradientTape() as tape:
-            out = model(x, training=True)
-            plain = tf.reduce_mean(tf.square(out - y))
-            loss = manager.loss_update(plain, student_outputs=out, student_inputs=x)
-        opt.apply(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
-        return plain, loss, out
+    train_step = _custom_step(model, manager, opt)
 
     dist = manager.runtime.distillation
     losses = []

@@ -92,11 +92,6 @@ class SecondOrderSet:
             raise RecipeError(problems)
         return cls(pruners)
 
-    @property
-    def in_training(self) -> bool:
-        """Whether a pruner takes the training steps' own gradients (not a grad sampler)."""
-        return any(not p.sampled for p in self.pruners.values())
-
     def owns(self, modifier: int) -> bool:
         return modifier in self.pruners
 

@@ -38,14 +38,15 @@ EPS_F32 = 1.1920928955078125e-07
 #: The mask types M-FAC and OBS rank with their scores.
 MFAC_MASK_TYPES = ("unstructured", "block4")
 
-_MFAC_DEFAULTS: dict[str, Any] = {
-    "num_grads": 64, "damp": 1e-5, "fisher_block_size": 2000, "global_sparsity": False,
-    "mask_type": "unstructured", "grads_device": "cpu", "num_pages": 1,
-}
-_OBS_DEFAULTS: dict[str, Any] = {
-    "num_grads": 1024, "damp": 1e-7, "fisher_block_size": 1, "global_sparsity": True,
-    "mask_type": "unstructured", "num_recomputations": 1,
-}
+
+def _defaults(modifier_type: str) -> dict[str, Any]:
+    """The declared default of every argument of ``modifier_type`` that has one (its
+    declaration in :mod:`recipe_spec.modifiers.second_order` is the one place they live)."""
+    from ..modifiers import spec
+
+    declared = spec(modifier_type)
+    assert declared is not None
+    return {a.name: a.default for a in declared.args if "default" in a.schema}
 
 
 def grads_for_sparsity(num_grads: int | tuple[tuple[float, int], ...], sparsity: float) -> int:
@@ -114,7 +115,7 @@ def settings_for(m: Modifier) -> SecondOrderSettings:
     checked by the schema). ``mfac_options`` means the flat arguments; ``available_gpus``
     is ``available_devices``."""
     if m.type == "OBSPruningModifier":
-        args = {**_OBS_DEFAULTS, **m.args}
+        args = {**_defaults(m.type), **m.args}
         return SecondOrderSettings(
             kind="obs", num_grads=int(args["num_grads"]), damp=float(args["damp"]),
             block_size=int(args["fisher_block_size"]), global_sparsity=bool(args["global_sparsity"]),
@@ -126,7 +127,7 @@ def settings_for(m: Modifier) -> SecondOrderSettings:
     flat.update(options)
     if "available_gpus" in flat:
         flat["available_devices"] = flat.pop("available_gpus")
-    args = {**_MFAC_DEFAULTS, **flat}
+    args = {**_defaults(m.type), **flat}
     devices = args.get("available_devices")
     block = args["fisher_block_size"]
     return SecondOrderSettings(
