@@ -28,6 +28,11 @@ class UsageError(Exception):
     """The command line is wrong (exit 2)."""
 
 
+class InputError(Exception):
+    """An input other than a recipe (a parameter manifest) is malformed: the message locates
+    it, ``path:line:column: what is wrong`` (exit 1, as for errors found in a recipe)."""
+
+
 def _parse_var(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise UsageError(f"--var expects NAME=VALUE, got {text!r}")
@@ -178,10 +183,12 @@ def _model_records(args: argparse.Namespace) -> tuple[str, list[Any]]:
     if args.params:
         from .params import read_manifest
 
+        if not os.path.isfile(args.params):
+            raise UsageError(f"--params: no such file: {args.params}")
         try:
             return read_manifest(args.params)
         except ValueError as exc:
-            raise UsageError(str(exc)) from None
+            raise InputError(str(exc)) from None
     from .model_spec import ModelSpecError, load_param_records
 
     try:
@@ -552,7 +559,12 @@ def _create(args: argparse.Namespace) -> int:
     if args.output == "-":
         sys.stdout.write(text)
     else:
-        Path(args.output).write_text(text, encoding="utf-8")
+        from .atomic import write_text
+
+        try:
+            write_text(args.output, text)
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     return 0
 
 
@@ -573,6 +585,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     except UsageError as exc:
         print(f"recipe-spec: error: {exc}", file=sys.stderr)
         return 2
+    except InputError as exc:
+        print(f"recipe-spec: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # e.g. `recipe-spec validate ... | head`: stop quietly

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .atomic import write_text
 from .codes import CODES, Code
 from .modifiers import all_specs, declared_in, supported_by
 from .modifiers.schema import schema_path, schema_text
@@ -903,8 +904,7 @@ def write(root: Path | None = None) -> list[str]:
         if path.is_file() and path.read_text(encoding="utf-8") == text:
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
+        write_text(path, text)
         changed.append(f"wrote: {rel}")
     for rel in _extra(root, pages):
         (root / rel).unlink()

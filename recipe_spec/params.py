@@ -562,9 +562,9 @@ def write_manifest(path: str | os.PathLike[str], records: Sequence[ParamRecord],
         "source": source,
         "params": [r.to_json() for r in records],
     }
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
+    from .atomic import write_text
+
+    write_text(path, json.dumps(doc, indent=1) + "\n")
 
 
 def read_manifest(path: str | os.PathLike[str]) -> tuple[str, list[ParamRecord]]:

@@ -720,4 +720,7 @@ def plot(
         _label_markers(fig, top, markers, S)
     # no date or software version in the file, so the same plan draws the same bytes
     metadata: dict[str, Any] = {"Software": None} if suffix == ".png" else {"Date": None}
-    fig.savefig(path, dpi=120, metadata=metadata)
+    from .atomic import replacing
+
+    with replacing(path) as tmp:  # the picture appears whole or not at all
+        fig.savefig(tmp, dpi=120, metadata=metadata, format=suffix.lstrip("."))

@@ -217,11 +217,20 @@ def test_bad_manifest_is_located(tmp_path: Path, text: str, marker: str) -> None
     manifest = write(tmp_path, text, "params.json")
     recipe = write(tmp_path, OK_RECIPE)
     rc, out, elapsed = run_cli("lint", str(recipe), "--params", str(manifest))
-    # A manifest the tool cannot use is "the tool could not run" (exit 2, as for any other
-    # unreadable manifest); the message is located at the line of the problem.
-    assert rc == 2 and elapsed < 5, out
+    # A malformed manifest is an error found in an input (exit 1, as for a recipe's errors);
+    # the message is located at the line of the problem.
+    assert rc == 1 and elapsed < 5, out  # a fresh process, imports included
+    from recipe_spec.params import read_manifest
+
+    with pytest.raises(ValueError, match=re.escape(str(manifest))):
+        timed(read_manifest, manifest)  # the reading itself: under 1 s
     line = text[: text.rindex(marker) if marker != "[" else 30].count("\n") + 1
     assert re.search(rf"{re.escape(str(manifest))}:{line}:\d+: ", out), out
+
+
+def test_missing_manifest_is_a_usage_error(tmp_path: Path) -> None:
+    rc, out, _ = run_cli("lint", str(write(tmp_path, OK_RECIPE)), "--params", str(tmp_path / "none.json"))
+    assert rc == 2 and "--params: no such file" in out, out
 
 
 def test_good_manifest_with_tricky_strings_still_reads(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ arrays in an ``.npz``, the rest as JSON inside it), and the callback that writes
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -34,10 +33,10 @@ def save_recipe_state(state: Mapping[str, Any], path: Any) -> None:
     meta["masks"] = [[name, int(owner), applied] for name, (_, owner, applied) in masks.items()]
     arrays = {f"mask_{i}": np.asarray(mask, dtype=bool) for i, (mask, _, _) in enumerate(masks.values())}
     meta = _arrays_out(meta, arrays)  # e.g. the second-order gradient windows
-    path = str(path)
-    tmp = path + ".tmp.npz"  # written then renamed, so a crash never leaves half a state
-    np.savez(tmp, meta=np.array(json.dumps(meta)), **arrays)
-    os.replace(tmp, path)
+    from recipe_spec.atomic import replacing
+
+    with replacing(path, suffix=".npz") as tmp:  # a crash never leaves half a state
+        np.savez(tmp, meta=np.array(json.dumps(meta)), **arrays)
 
 
 def load_recipe_state(filepath: Any) -> dict[str, Any]:
@@ -124,6 +123,9 @@ class RecipeCheckpoint(keras.callbacks.Callback):
         if (epoch + 1) % self.save_freq:
             return
         path = self.filepath.format(epoch=epoch + 1)
-        self.model.save(path)
+        from recipe_spec.atomic import replacing
+
+        with replacing(path) as tmp:  # the model file appears whole or not at all
+            self.model.save(tmp)
         save_recipe_state(self.runtime.state_dict(), recipe_state_path(path))
         self.saved.append(path)

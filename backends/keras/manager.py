@@ -26,7 +26,7 @@ from .distillation import KerasDistillation
 from .optim import reset_momentum, set_value, take_over_learning_rate, take_over_weight_decay
 from .params import named_variables, numpy_value, param_records
 from .precision import MixedPrecisionSteps
-from .pruning import MaskedVariable, MaskSet
+from .pruning import MaskedVariable, MaskSet, StepMasks
 
 if TYPE_CHECKING:
     from recipe_spec.params import ParamRecord
@@ -54,7 +54,8 @@ class RecipeCallback(keras.callbacks.Callback):
         # weights may have been written since the last fit (set_weights, load_weights): mask
         # them again before the first step
         self.runtime.masks.invalidate()
-        self.runtime._sync_gradient_masks()
+        self.runtime.masks.apply()
+        self.runtime.step_masks.sync()
         if self.runtime.second_order_steps is not None:
             self.runtime.second_order_steps.prepare_fit(self.model)
 
@@ -84,9 +85,8 @@ class KerasManager(RecipeRuntime):
         self.second_order_steps: SecondOrderSteps | None = None
         self.mixed_precision = MixedPrecisionSteps(self)  # steps a LossScaleOptimizer skipped
         self.distillation = KerasDistillation([], "disable")  # modify() attaches the recipe's
-        #: bool variables the optimizer's gradients are selected by (:meth:`_mask_gradients`)
-        self._gradient_masks: dict[str, Any] = {}
-        self._gradient_generation = -1
+        #: the masks the optimizer's update reads in the compiled step (:meth:`_mask_updates`)
+        self.step_masks = StepMasks(self.masks)
 
     # -- setting up -----------------------------------------------------------------------
     def modify(self, model: Any, optimizer: Any, steps_per_epoch: int, epoch: float = 0.0,
@@ -114,20 +114,15 @@ class KerasManager(RecipeRuntime):
             from .second_order import SecondOrderSteps
 
             self.second_order_steps = SecondOrderSteps(self, optimizer)
-        self._mask_gradients(optimizer)
+        self._mask_updates(optimizer)
         return model, optimizer, [RecipeCallback(self)]
 
-    def _mask_gradients(self, optimizer: Any) -> None:
-        """Select the gradients of every variable a recipe's mask may hold by a bool variable
-        before each update, inside the compiled step (:func:`recipe_spec_keras.optim.mask_gradients`),
-        as SparseML's gradient hook does on PyTorch: a pruned weight's momentum decays instead
-        of accumulating its raw gradients. The variable holds the mask in force when the step's
-        gradient was computed on PyTorch (before the step's events: it follows the masks at
-        :meth:`step_end`), so a weight pruned at step k still gets step k's gradient into its
-        momentum and a weight released at step k first gets one at step k + 1, as on PyTorch."""
-        from .optim import mask_gradients, unmask_gradients
-
-        unmask_gradients(optimizer)
+    def _mask_updates(self, optimizer: Any) -> None:
+        """Mask the optimizer's updates of every variable a recipe's mask may hold, inside the
+        compiled step (:class:`recipe_spec_keras.pruning.StepMasks`): gradients selected by the
+        masks in force when they were computed, and a step's new masks zeroing the weights after
+        the step's gradient, before its update, as SparseML's gradient hook and pre-step update
+        do on PyTorch."""
         assert self.plan is not None
         names: dict[str, None] = {}
         for track in self.plan.tracks:
@@ -135,26 +130,9 @@ class KerasManager(RecipeRuntime):
             for event in track.make(first) if first is not None else ():
                 if event.target in ("sparsity", "masks"):
                     names.update(dict.fromkeys(n for n in self.names_for(event.modifier, event.params) if n in self._vars))
-        self._gradient_masks = {
-            n: keras.Variable(np.ones(tuple(self._vars[n][0].shape), dtype=bool), dtype="bool", trainable=False, name="gradient_mask")
-            for n in names
-        }
-        self._gradient_generation = -1
-        if optimizer is None or not self._gradient_masks:
-            return
-        mask_gradients(optimizer, [(self._vars[n][0], v) for n, v in self._gradient_masks.items()])
-        if getattr(self.model, "train_function", None) is not None:
-            self.model.train_function = None  # traced before the wrapper: trace it again
-
-    def _sync_gradient_masks(self, force: bool = False) -> None:
-        """Assign the held masks (all True where none is held) to the gradient masks, when a
-        mask changed since the last call: an assign per changed step, no retracing."""
-        if not self._gradient_masks or (not force and self.masks.generation == self._gradient_generation):
-            return
-        for name, variable in self._gradient_masks.items():
-            entry = self.masks.params.get(name)
-            variable.assign(entry.mask if entry is not None else np.ones(tuple(variable.shape), dtype=bool))
-        self._gradient_generation = self.masks.generation
+        if self.step_masks.install(optimizer, {n: self._vars[n][0] for n in names}):
+            if getattr(self.model, "train_function", None) is not None:
+                self.model.train_function = None  # traced before the wrapper: trace it again
 
     def apply(self, model: Any, grad_sampler: Any = None) -> None:  # type: ignore[override]
         """One-shot: prune ``model`` to every pruning modifier's final target now (SparseML's
@@ -191,10 +169,7 @@ class KerasManager(RecipeRuntime):
         """Apply the masks a last time, stop enforcing them, drop the teachers (the model's
         own ``compute_loss`` back) and stop watching gradients."""
         super().finalize(model)
-        from .optim import unmask_gradients
-
-        unmask_gradients(self.optimizer)
-        self._sync_gradient_masks(force=True)  # all True: a step traced with the wrapper keeps it
+        self.step_masks.uninstall()  # all True: a step traced with the wrapper keeps it
         self.distillation.close(self.model)
         if self.second_order_steps is not None:
             self.second_order_steps.stop()
@@ -207,9 +182,10 @@ class KerasManager(RecipeRuntime):
 
     # -- running -------------------------------------------------------------------------
     def step_begin(self) -> None:
-        """Apply the events of the current step and enforce changed masks before the forward
-        (a training-time M-FAC pruning waits for the step's gradients, see
-        :class:`~recipe_spec_keras.second_order.SecondOrderSteps`)."""
+        """Apply the events of the current step. A mask they change zeroes its weights after the
+        step's gradient, before the update (:class:`~recipe_spec_keras.pruning.StepMasks`), and
+        a training-time M-FAC pruning waits for the step's gradients
+        (:class:`~recipe_spec_keras.second_order.SecondOrderSteps`)."""
         if not self.mixed_precision.begin():  # retrying a skipped step: its events are in force
             return
         self.distillation.begin(self.step_count, self.model)  # the step's hardness, "self" copies
@@ -217,7 +193,7 @@ class KerasManager(RecipeRuntime):
             self.apply_events()
         else:
             self.second_order_steps.begin()
-        self.masks.apply(changed_only=True)
+        self.step_masks.begin()
         if self.second_order_steps is not None:
             self.second_order_steps.after_begin()
 
@@ -234,12 +210,12 @@ class KerasManager(RecipeRuntime):
             self._unfreeze_after_step = []
             self._retrace()
         self.masks.apply()
-        self._sync_gradient_masks()
+        self.step_masks.end()
         self.step_count += 1
 
     def load_state_dict(self, state: Mapping[str, Any], allow_recipe_change: bool = False) -> None:
         super().load_state_dict(state, allow_recipe_change)
-        self._sync_gradient_masks(force=True)  # the masks in force when the next step's gradient is taken
+        self.step_masks.sync(force=True)  # the masks in force when the next step's gradient is taken
 
     def _hold(self, name: str, modifier: int, from_zeros: bool, mask: Any = None) -> MaskedVariable:
         variable, layer_type = self._vars[name]

@@ -118,15 +118,25 @@ def _present(optimizer: Any, trainable_variables: Any) -> list[Any]:
     return list(getattr(optimizer, "_trainable_variables", None) or inner._trainable_variables)
 
 
-def mask_gradients(optimizer: Any, masks: Sequence[tuple[Any, Any]]) -> None:
-    """Select the gradients of masked variables before every update, in the compiled step:
-    ``grad = where(mask, grad, 0)`` for each ``(variable, mask)`` of ``masks``, ``mask`` a bool
-    ``keras.Variable`` of the variable's shape that the caller assigns between steps (no
-    retracing; nothing leaves the device). A pruned weight's gradient is exactly 0 even where
-    it is NaN or infinite, so its optimizer state (momentum) only decays, as under SparseML's
-    gradient hook on PyTorch. Installing it again replaces the masks; :func:`unmask_gradients`
-    undoes it. Keras on JAX does not call ``apply`` inside ``fit``: there it has no effect."""
+def mask_gradients(optimizer: Any, masks: Sequence[tuple[Any, Any]],
+                   update_masks: Sequence[tuple[Any, Any]] = (), pending: Any = None) -> None:
+    """Mask every update of ``optimizer`` inside the compiled step, as SparseML's gradient hook
+    and pre-step mask update do on PyTorch:
+
+    - ``masks``: ``grad = where(mask, grad, 0)`` for each ``(variable, mask)``, ``mask`` a bool
+      ``keras.Variable`` of the variable's shape that the caller assigns between steps (no
+      retracing; nothing leaves the device). A pruned weight's gradient is exactly 0 even
+      where it is NaN or infinite, so its optimizer state (momentum) only decays.
+    - ``update_masks``, when the bool scalar variable ``pending`` is True: ``variable =
+      where(mask, variable, 0)`` after the gradients were taken and before the update, so a
+      mask computed at this step zeroes its weights after the step's forward pass saw them
+      (SparseML prunes inside ``optimizer.step()``). Under a ``tf.distribute`` strategy this
+      runs on every replica's copy, as Keras' own weight decay does.
+
+    Installing it again replaces the masks; :func:`unmask_gradients` undoes it. Keras on JAX
+    does not call ``apply`` inside ``fit``: there it has no effect."""
     by_id = {id(variable): mask for variable, mask in masks}
+    zeroing = list(update_masks)
 
     def select(grads: list[Any], trainable_variables: Any) -> list[Any]:
         present = _present(optimizer, trainable_variables)
@@ -140,9 +150,36 @@ def mask_gradients(optimizer: Any, masks: Sequence[tuple[Any, Any]]) -> None:
                     g = tf.convert_to_tensor(g)
                 g = keras.ops.where(mask.value, g, keras.ops.zeros((), dtype=g.dtype))
             out.append(g)
+        if zeroing:
+            _zero_pending(zeroing, pending)
         return out + grads[len(out):]
 
     _wrap_apply(optimizer, "mask", select)
+
+
+def _zero_pending(pairs: Sequence[tuple[Any, Any]], pending: Any) -> None:
+    """``variable = where(mask, variable, 0)`` for each pair when ``pending`` holds True (a graph
+    condition on TensorFlow: a step with no new mask does no work)."""
+    if keras.backend.backend() != "tensorflow":
+        if bool(keras.ops.convert_to_numpy(pending.value)):
+            for variable, mask in pairs:
+                variable.assign(keras.ops.where(mask.value, variable.value, keras.ops.zeros((), dtype=variable.dtype)))
+        return
+    import tensorflow as tf
+
+    def zero(part: Any, mask: Any, flag: Any) -> Any:
+        def do() -> Any:
+            part.assign(tf.where(mask, part, tf.zeros((), part.dtype)))
+            return tf.constant(True)
+
+        return tf.cond(tf.convert_to_tensor(flag), do, lambda: tf.constant(False))
+
+    def zero_all(distribution: Any) -> None:
+        for variable, mask in pairs:
+            distribution.extended.update(getattr(variable, "value", variable), zero,
+                                         args=(mask.value, pending.value), group=False)
+
+    tf.__internal__.distribute.interim.maybe_merge_call(zero_all, tf.distribute.get_strategy())
 
 
 def unmask_gradients(optimizer: Any) -> None:

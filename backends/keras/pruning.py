@@ -28,7 +28,7 @@ from recipe_spec.runtime import global_mask_type_message, non_finite_message
 from .masks import compute_mask, global_unstructured_masks
 from .params import numpy_value
 
-__all__ = ["MaskedVariable", "MaskSet", "NonFiniteWeightsError"]
+__all__ = ["MaskedVariable", "MaskSet", "NonFiniteWeightsError", "StepMasks"]
 
 
 class NonFiniteWeightsError(FloatingPointError):
@@ -107,8 +107,12 @@ class MaskSet:
         self._changed = True  # a mask was held or changed since the last apply()
         self._batch: tuple[tuple[MaskedVariable, ...], Any] | None = None  # (entries, _batched(entries))
         #: bumped by every change of which masks are held or of a mask's values (the gradient
-        #: masks follow it: :meth:`KerasManager._sync_gradient_masks`)
+        #: masks follow it: :class:`StepMasks`)
         self.generation = 0
+        #: :meth:`update` leaves the weights for the optimizer's update to zero (:class:`StepMasks`)
+        self.defer_zeroing = False
+        #: masks released since :meth:`StepMasks.end` whose zeroing may still be due
+        self.released: dict[str, np.ndarray] = {}
 
     def hold(self, name: str, variable: Any, layer_type: str, owner: int, mask: np.ndarray | None = None) -> MaskedVariable:
         entry = self.params.get(name)
@@ -129,7 +133,9 @@ class MaskSet:
 
     def release(self, names: Any) -> None:
         for name in list(names):
-            self.params.pop(name, None)
+            entry = self.params.pop(name, None)
+            if entry is not None:
+                self.released[name] = entry.mask
         self._batch = None
         self.generation += 1
 
@@ -182,5 +188,99 @@ class MaskSet:
             entry.mask[...] = mask
             entry.invalidate()
             entry.applied_sparsity = sparsity
-            entry.variable.assign(np.where(mask, value, np.zeros((), value.dtype)))
+            if not self.defer_zeroing:
+                entry.variable.assign(np.where(mask, value, np.zeros((), value.dtype)))
         self.generation += 1
+
+
+class StepMasks:
+    """The masks the optimizer's update reads inside the compiled step, in SparseML's order on
+    PyTorch (:func:`recipe_spec_keras.optim.mask_gradients`), for every variable the recipe
+    may mask (one bool ``keras.Variable`` of its shape each, assigned between steps: no
+    retracing):
+
+    - the *gradient masks* hold the masks in force when the step's gradient was computed (they
+      follow the held masks at :meth:`end`): a weight pruned at step k still gets step k's
+      gradient into its momentum, and one released at step k first gets one at step k + 1;
+    - the *update masks* hold the masks computed at this step (:meth:`begin`, after the step's
+      events; a mask released at this step included): with ``MaskSet.defer_zeroing`` the
+      pruning events leave the weights as they are, so the step's forward pass sees the
+      previous step's weights, and the update zeroes them after the gradient, before the
+      update. A step whose events changed no mask does not zero anything (``pending``).
+
+    Without an optimizer, or on Keras' JAX backend (whose trainer never calls
+    ``optimizer.apply``), nothing is installed and the events zero the weights themselves.
+    """
+
+    def __init__(self, masks: MaskSet):
+        self.masks = masks
+        self.optimizer: Any = None
+        self.gradient: dict[str, Any] = {}
+        self.update: dict[str, Any] = {}
+        self.pending: Any = None
+        self._generation = -1
+
+    def install(self, optimizer: Any, variables: dict[str, Any]) -> bool:
+        """Mask ``optimizer``'s updates of ``variables`` (name: variable); returns whether the
+        graph that ran before must be traced again."""
+        import keras
+
+        from .optim import mask_gradients
+
+        self.uninstall()
+        ones = {n: np.ones(tuple(v.shape), dtype=bool) for n, v in variables.items()}
+        self.gradient = {n: keras.Variable(m, dtype="bool", trainable=False, name="gradient_mask") for n, m in ones.items()}
+        self.update = {n: keras.Variable(m, dtype="bool", trainable=False, name="update_mask") for n, m in ones.items()}
+        self.pending = keras.Variable(False, dtype="bool", trainable=False, name="update_mask_pending")
+        self._generation = -1
+        if optimizer is None or not variables:
+            return False
+        mask_gradients(optimizer, [(variables[n], v) for n, v in self.gradient.items()],
+                       [(variables[n], v) for n, v in self.update.items()], self.pending)
+        self.optimizer = optimizer
+        self.masks.defer_zeroing = keras.backend.backend() in ("tensorflow", "torch")
+        return True
+
+    def uninstall(self) -> None:
+        """Stop masking the optimizer's updates; events zero the weights themselves again. A
+        step traced with the wrapper keeps it, with all-True masks and nothing pending."""
+        from .optim import unmask_gradients
+
+        unmask_gradients(self.optimizer)
+        self.optimizer = None
+        self.masks.defer_zeroing = False
+        self.sync(force=True)
+        if self.pending is not None:
+            self.pending.assign(False)
+
+    def begin(self) -> None:
+        """After the step's events: the masks computed at this step zero their weights before
+        the update (or now, where no update runs masked)."""
+        if not self.masks.defer_zeroing:
+            self.masks.apply(changed_only=True)
+            return
+        if self.masks.generation == self._generation and not self.masks.released:
+            return
+        for name, variable in self.update.items():
+            entry = self.masks.params.get(name)
+            mask = entry.mask if entry is not None else self.masks.released.get(name)
+            variable.assign(mask if mask is not None else np.ones(tuple(variable.shape), dtype=bool))
+        self.pending.assign(True)
+
+    def end(self) -> None:
+        """After the optimizer step: nothing pending, and the gradient masks follow the masks
+        now in force."""
+        if self.pending is not None and self.masks.defer_zeroing:
+            self.pending.assign(False)
+        self.masks.released.clear()
+        self.sync()
+
+    def sync(self, force: bool = False) -> None:
+        """Assign the held masks (all True where none is held) to the gradient masks, when a
+        mask changed since the last call: an assign per changed step."""
+        if not self.gradient or (not force and self.masks.generation == self._generation):
+            return
+        for name, variable in self.gradient.items():
+            entry = self.masks.params.get(name)
+            variable.assign(entry.mask if entry is not None else np.ones(tuple(variable.shape), dtype=bool))
+        self._generation = self.masks.generation

@@ -20,6 +20,7 @@ A modifier's declaration names its kind (``ModifierSpec.schedule``, e.g. ``"grad
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -112,10 +113,8 @@ class TrackBuilder:
         ordered = sorted(by_step)
 
         def next_step(k: int) -> int | None:
-            for s in ordered:
-                if s >= k:
-                    return s
-            return None
+            at = bisect.bisect_left(ordered, k)  # O(log n): a track may hold thousands of points
+            return ordered[at] if at < len(ordered) else None
 
         return Track(i, m, ordered[0] if ordered else 0, ordered[-1] if ordered else 0, next_step,
                      lambda k: list(by_step.get(k, [])), fixed=len(ordered))

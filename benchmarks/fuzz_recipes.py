@@ -1,0 +1,92 @@
+"""A long fuzzing run: hostile recipes (``tests/fuzz_inputs.py``: mutated corpus recipes,
+generated modifiers, random text) through load / validate / plan / lint and the CLI, for as
+long as asked. Every input must end in a located diagnostic or a clean result within its time
+limit; anything else is a failure, printed with the seed that rebuilds it.
+
+Prints the inputs tried, the outcomes, the failures (none expected), the slowest input and the
+process's peak memory; the slowest time is compared with the median (a ratio, so that it reads
+the same on a fast or slow machine). Exit 1 if anything failed.
+
+    python benchmarks/fuzz_recipes.py [--minutes 10] [--seed 0] [--limit 2.0] [--save DIR]
+
+``--save DIR`` writes each failing input there. An input that hangs inside C code (where the
+per-input alarm cannot interrupt it) ends the process through ``faulthandler`` after
+``10 x --limit`` seconds, with the stack and the seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import faulthandler
+import random
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from fuzz_inputs import FuzzFailure, Hang, corpus_texts, exercise, make_input  # noqa: E402
+
+from recipe_spec.atomic import write_text  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--seed", type=int, default=0, help="the first seed (input n uses seed + n)")
+    ap.add_argument("--limit", type=float, default=2.0, help="seconds one call may take")
+    ap.add_argument("--save", type=Path, help="write failing inputs here")
+    args = ap.parse_args()
+
+    texts = corpus_texts()
+    workdir = Path(tempfile.mkdtemp(prefix="fuzz-recipes-"))
+    outcomes: collections.Counter[str] = collections.Counter()
+    failures: list[tuple[int, str]] = []
+    times: list[float] = []
+    slowest = (0.0, -1)
+    deadline = time.monotonic() + args.minutes * 60
+    seed = args.seed
+    print(f"fuzzing for {args.minutes:g} min from seed {args.seed}, {len(texts)} corpus recipes, "
+          f"{args.limit:g} s per call", flush=True)
+    next_report = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        text = make_input(random.Random(seed), texts)
+        faulthandler.dump_traceback_later(10 * args.limit, exit=True)
+        started = time.perf_counter()
+        try:
+            outcomes[exercise(text, workdir, args.limit)] += 1
+        except (FuzzFailure, Hang) as exc:
+            outcomes["FAILED"] += 1
+            failures.append((seed, f"{type(exc).__name__}: {exc}"[:500]))
+            print(f"  seed {seed}: {failures[-1][1]}", flush=True)
+            if args.save:
+                args.save.mkdir(parents=True, exist_ok=True)
+                write_text(args.save / f"seed-{seed}.yaml", text)
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+        elapsed = time.perf_counter() - started
+        times.append(elapsed)
+        slowest = max(slowest, (elapsed, seed))
+        seed += 1
+        if time.monotonic() > next_report:
+            print(f"  ... {len(times):,} inputs, {len(failures)} failures", flush=True)
+            next_report += 60
+
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    median = statistics.median(times)
+    print(f"inputs tried:   {len(times):,} (seeds {args.seed}..{seed - 1})")
+    print(f"outcomes:       {dict(sorted(outcomes.items()))}")
+    print(f"failures:       {len(failures)} (uncaught exceptions, internal errors, exits other than 0/1, "
+          f"unlocated errors, calls over {args.limit:g} s)")
+    print(f"time per input: median {median * 1000:.1f} ms, p99 {sorted(times)[int(0.99 * (len(times) - 1))] * 1000:.1f} ms, "
+          f"slowest {slowest[0] * 1000:.0f} ms (seed {slowest[1]}): {slowest[0] / median:.0f}x the median")
+    print(f"peak memory:    {peak_mb:.0f} MB (the whole process)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

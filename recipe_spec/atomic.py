@@ -1,0 +1,67 @@
+"""Atomic file writes: every file recipe-spec writes (a generated recipe, a parameter manifest, a
+schedule plot, a Keras checkpoint and its recipe state) appears whole or not at all.
+
+The content goes to a temporary file in the target's own directory (same file system), is
+flushed to disk, and then takes the target's name with :func:`os.replace`, which is atomic on
+POSIX and Windows: a reader, or a run killed mid-write, sees the old file or the new one, never
+half of one. A failed write removes its temporary file and leaves the old file as it was.
+Recipes themselves are only ever read.
+
+>>> import tempfile, pathlib
+>>> target = pathlib.Path(tempfile.mkdtemp()) / "recipe.yaml"
+>>> write_text(target, "modifiers: []\\n")
+>>> target.read_text()
+'modifiers: []\\n'
+>>> with replacing(target) as tmp:
+...     _ = pathlib.Path(tmp).write_text("version: 1\\n")
+>>> target.read_text(), sorted(p.name for p in target.parent.iterdir())
+('version: 1\\n', ['recipe.yaml'])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+
+__all__ = ["replacing", "write_text"]
+
+
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike[str], suffix: str | None = None) -> Iterator[str]:
+    """Yield a temporary path next to ``path`` for the caller to write; when the block ends
+    without an error it replaces ``path`` (the permissions a new file gets from the umask). The
+    temporary name keeps ``path``'s suffix (or ``suffix``), for writers that choose the format
+    by the name (``savefig``, ``model.save``)."""
+    target = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(target))
+    end = os.path.splitext(target)[1] if suffix is None else suffix
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=f".tmp{end}", dir=directory)
+    os.close(fd)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:  # on disk before the name changes
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` (UTF-8, ``\\n`` line ends) to ``path`` atomically."""
+    with replacing(path) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as f:
+        f.write(text)
+
+
+_UMASK: list[int] = []
+
+
+def _umask() -> int:
+    if not _UMASK:  # read once: os.umask can only be read by setting it
+        mask = os.umask(0o022)
+        os.umask(mask)
+        _UMASK.append(mask)
+    return _UMASK[0]

@@ -1,0 +1,53 @@
+"""Property: no recipe text, however hostile, gets past load / validate / plan / lint / the CLI
+with anything but a located diagnostic, within its time limit (:mod:`fuzz_inputs`).
+
+About a minute here; ``benchmarks/fuzz_recipes.py`` runs the same check for as long as asked.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+from pathlib import Path
+
+import pytest
+from fuzz_inputs import FuzzFailure, corpus_texts, exercise, make_input
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+TEXTS = corpus_texts()
+OUTCOMES: collections.Counter[str] = collections.Counter()
+
+
+@settings(max_examples=1500, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(rnd=st.randoms(use_true_random=False))
+def test_hostile_recipes_end_in_located_diagnostics(rnd: random.Random, tmp_path: Path) -> None:
+    text = make_input(rnd, TEXTS)
+    OUTCOMES[exercise(text, tmp_path)] += 1
+
+
+@pytest.mark.parametrize("seed", [305])
+def test_regressions_found_by_fuzzing(seed: int, tmp_path: Path) -> None:
+    """Seed 305 made a 20,000-point LR track whose next step was a linear scan (3 s to preview):
+    now a bisection."""
+    assert exercise(make_input(random.Random(seed), TEXTS), tmp_path, limit=1.0) == "clean"
+
+
+def test_the_check_fails_on_an_internal_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fuzz_inputs
+
+    def crash(recipe: object, records: object, framework: object) -> None:
+        raise KeyError("boom")
+
+    monkeypatch.setattr(fuzz_inputs, "lint_recipe", crash)
+    with pytest.raises(FuzzFailure, match="uncaught KeyError"):
+        exercise("modifiers: []\n", tmp_path)
+
+
+def test_zz_the_fuzz_reached_every_stage() -> None:
+    """The generator still makes inputs that pass validation and compile (the plan and lint are
+    exercised), and inputs that fail."""
+    total = sum(OUTCOMES.values())
+    assert total >= 1500, OUTCOMES
+    assert OUTCOMES["clean"] >= 0.05 * total and OUTCOMES["errors"] >= 0.5 * total, OUTCOMES
