@@ -22,7 +22,9 @@ machine whose other cores are busy (a shared VM) each parallel op can stall for 
 which hurts the many short ops of a mask update and not the baseline. (d) shows the cost
 without that effect.
 
-    python benchmarks/bench_torch_masks.py
+    python benchmarks/bench_torch_masks.py [--update-docs]
+
+``--update-docs`` writes the figures into docs/pytorch.md (``benchmarks/docfigures.py``).
 """
 
 from __future__ import annotations
@@ -123,12 +125,19 @@ def kth_per_tensor(scores: list[torch.Tensor], sparsity: float) -> list[torch.Te
     return [torch.kthvalue(s.reshape(-1), max(1, round(sparsity * s.numel()))).values for s in scores]
 
 
+#: (section, label, ours, baseline) of every timed line, for --update-docs
+FIGURES: list[tuple[str, str, float, float]] = []
+SECTION = [""]
+
+
 def line(label: str, ours: float, base: float) -> None:
+    FIGURES.append((SECTION[0], label.strip(), ours, base))
     print(f"  {label:<58} ours {ours * 1e3:8.1f} ms  kthvalue {base * 1e3:8.1f} ms  ratio {ours / base:5.2f}x")
 
 
 def time_updates(ws: list[torch.Tensor], scores: list[torch.Tensor], full: bool) -> None:
     """(a) and (b): print one line per case."""
+    SECTION[0] = f"{torch.get_num_threads()} thread(s)"
     print("(a) layer-wise unstructured, one update over all tensors (target ratio <= 1.5x)")
     line("unstructured_mask(|w|) vs kthvalue(|w|) per tensor", *best_of(
         lambda: [unstructured_mask(s, SPARSITY) for s in scores],
@@ -178,6 +187,8 @@ def main() -> None:
     weight_bytes = sum(w.numel() * w.element_size() for w in ws)
     print(f"  bool masks {mask_bytes / 2**20:.1f} MiB vs fp32 weights {weight_bytes / 2**20:.1f} MiB "
           f"= {mask_bytes / weight_bytes:.3f}")
+    memory = [f"- Memory: a computed bool mask is {mask_bytes / weight_bytes:.2f}x the fp32 weights; a held "
+              "mask adds its bits for the fast selection (1x the weights' bytes)."]
     del masks
     peaks = {case: peak_extra_bytes(case) for case in _MEMORY_CASES}
     mib = {case: v / 2**20 for case, v in peaks.items() if v is not None}
@@ -186,6 +197,9 @@ def main() -> None:
               f"cat + kthvalue {mib['global-baseline']:.1f} MiB")
         print(f"  peak extra RSS, layer-wise update: ours {mib['layerwise']:.1f} MiB (its masks "
               f"included); kthvalue per tensor {mib['layerwise-baseline']:.1f} MiB")
+        memory.append(f"- Peak extra memory of one update: global {mib['global']:.0f} MiB (cat + `kthvalue`: "
+                      f"{mib['global-baseline']:.0f} MiB), layer-wise {mib['layerwise']:.0f} MiB "
+                      f"(`kthvalue` per tensor: {mib['layerwise-baseline']:.0f} MiB).")
     else:
         print("  peak extra RSS: not measured (needs Linux /proc/self/clear_refs)")
 
@@ -197,6 +211,15 @@ def main() -> None:
             time_updates(ws, scores, full=False)
         finally:
             torch.set_num_threads(threads)
+    if "--update-docs" in sys.argv:
+        from docfigures import replace_block
+
+        rows = ["| threads | update | ours | `torch.kthvalue` | ratio |", "|---|---|---|---|---|"]
+        rows += [f"| {sec} | {label.replace('|', chr(92) + '|')} | {o * 1e3:.0f} ms | {b * 1e3:.0f} ms | **{o / b:.2f}x** |"
+                 for sec, label, o, b in FIGURES]
+        intro = (f"One magnitude mask update over ResNet-50's {len(ws)} weights ({n:,} parameters, sparsity "
+                 f"{SPARSITY}), best of 3, against `torch.kthvalue` on the same tensors (target: within 1.5x):")
+        replace_block("pytorch.md", "bench_torch_masks", [intro, "", *rows, "", *memory])
 
 
 if __name__ == "__main__":

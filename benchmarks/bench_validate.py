@@ -1,7 +1,8 @@
 """Validation throughput: full `recipe-spec validate` work on 1,000 recipe files (the corpus
-repeated) in one process, against a bare `yaml.compose` of the same texts in the same run.
+repeated) in one process, against a bare libyaml parse (`yaml.compose` with
+`yaml.CSafeLoader`, a user's own baseline) of the same texts in the same run.
 
-Target: full validation within 3x of the bare parse. Also times one `recipe-spec validate FILE`
+Target: full validation within 2x of the bare parse. Also times one `recipe-spec validate FILE`
 process (target: under 0.3 s wall; it must not import a framework).
 
     python benchmarks/bench_validate.py [--files 1000]
@@ -51,7 +52,7 @@ def main() -> None:
     def bare() -> None:
         for t in texts:
             try:
-                yaml.compose(t, Loader=yaml.SafeLoader)
+                yaml.compose(t, Loader=yaml.CSafeLoader)
             except yaml.YAMLError:
                 pass
 
@@ -68,9 +69,13 @@ def main() -> None:
     compose_s = min(timings["compose"])
     validate_s = min(timings["validate"])
     print(f"files: {args.files} (corpus of {len(files)} repeated)")
-    print(f"bare yaml.compose : {args.files / compose_s:8.0f} files/s ({compose_s:.2f} s)")
-    print(f"full validation   : {args.files / validate_s:8.0f} files/s ({validate_s:.2f} s)")
-    print(f"ratio validate/compose: {validate_s / compose_s:.2f}x (target <= 3x)")
+    ratio = validate_s / compose_s
+    print(f"yaml.compose (CSafeLoader): {args.files / compose_s:8.0f} files/s ({compose_s:.3f} s)")
+    print(f"full validation           : {args.files / validate_s:8.0f} files/s ({validate_s:.3f} s)")
+    print(
+        f"ratio validate/compose: {ratio:.2f}x (target <= 2x: "
+        f"{'met' if ratio <= 2 else 'not met'})"
+    )
 
     one = SHARED / "corpus" / "real" / (
         "sparseml__integrations__huggingface-transformers__recipes__90sparsity10epochs.yaml"

@@ -7,7 +7,7 @@ Prints the inputs tried, the outcomes, the failures (none expected), the slowest
 process's peak memory; the slowest time is compared with the median (a ratio, so that it reads
 the same on a fast or slow machine). Exit 1 if anything failed.
 
-    python benchmarks/fuzz_recipes.py [--minutes 10] [--seed 0] [--limit 2.0] [--save DIR]
+    python benchmarks/fuzz_recipes.py [--minutes 10] [--seed 0] [--limit 2.0] [--save DIR] [--update-docs]
 
 ``--save DIR`` writes each failing input there. An input that hangs inside C code (where the
 per-input alarm cannot interrupt it) ends the process through ``faulthandler`` after
@@ -33,6 +33,8 @@ from fuzz_inputs import FuzzFailure, Hang, corpus_texts, exercise, make_input  #
 
 from recipe_spec.atomic import write_text  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -40,6 +42,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0, help="the first seed (input n uses seed + n)")
     ap.add_argument("--limit", type=float, default=2.0, help="seconds one call may take")
     ap.add_argument("--save", type=Path, help="write failing inputs here")
+    ap.add_argument("--update-docs", action="store_true", help="write the figures into docs/validate.md")
     args = ap.parse_args()
 
     texts = corpus_texts()
@@ -85,6 +88,16 @@ def main() -> int:
     print(f"time per input: median {median * 1000:.1f} ms, p99 {sorted(times)[int(0.99 * (len(times) - 1))] * 1000:.1f} ms, "
           f"slowest {slowest[0] * 1000:.0f} ms (seed {slowest[1]}): {slowest[0] / median:.0f}x the median")
     print(f"peak memory:    {peak_mb:.0f} MB (the whole process)")
+    if args.update_docs:
+        from docfigures import replace_block
+
+        replace_block("validate.md", "fuzz_recipes", [
+            f"{len(times):,} inputs in {args.minutes:g} minutes (seeds {args.seed}..{seed - 1}): "
+            + ", ".join(f"{n:,} {k}" for k, n in sorted(outcomes.items()))
+            + f"; **{len(failures)} failures**. Time per input (every path above): median "
+            f"{median * 1000:.0f} ms, 99th percentile {sorted(times)[int(0.99 * (len(times) - 1))] * 1000:.0f} ms, "
+            f"slowest {slowest[0] * 1000:.0f} ms; peak memory {peak_mb:.0f} MB.",
+        ])
     return 1 if failures else 0
 
 

@@ -140,18 +140,25 @@ def _selected(d: Diagnostic, select: list[str], ignore: list[str]) -> bool:
     return not hit(ignore)
 
 
-def _check_files(args: argparse.Namespace, paths: list[str], check_one: Any) -> int:
-    """Run ``check_one(path, variables)`` over the recipe files under ``paths``, print the
-    diagnostics in ``args.format`` and return the exit code (shared by validate and lint)."""
+def _check_files(
+    args: argparse.Namespace, paths: list[str], check_one: Any, check_all: Any = None
+) -> int:
+    """Run ``check_one(path, variables)`` over the recipe files under ``paths`` (or
+    ``check_all(files, variables)`` over all of them at once), print the diagnostics in
+    ``args.format`` and return the exit code (shared by validate and lint)."""
     variables = dict(_parse_var(v) for v in args.var or [])
     select, ignore = _codes(args.select), _codes(args.ignore)
     files = collect_files(paths)
     if not files:
         raise UsageError("no recipe files (.yaml .yml .json .md) found in " + " ".join(paths))
-    results: list[tuple[str, list[Diagnostic]]] = []
-    for path in files:
-        diags = check_one(Path(path), variables or None)
-        results.append((path, [d for d in diags if _selected(d, select, ignore)]))
+    if check_all is not None:
+        found = check_all(files, variables or None)
+    else:
+        found = [check_one(Path(path), variables or None) for path in files]
+    results: list[tuple[str, list[Diagnostic]]] = [
+        (path, [d for d in diags if _selected(d, select, ignore)])
+        for path, diags in zip(files, found, strict=True)
+    ]
     emit = {"text": _emit_text, "json": _emit_json, "github": _emit_github, "sarif": _emit_sarif}[
         args.format
     ]
@@ -173,8 +180,15 @@ def _known_backend(name: str | None, option: str) -> str | None:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from .parallel import validate_files
+
     _known_backend(args.backend, "--backend")
-    return _check_files(args, args.paths, lambda p, v: validate(p, v, backend=args.backend))
+    return _check_files(
+        args,
+        args.paths,
+        lambda p, v: validate(p, v, backend=args.backend),
+        lambda files, v: validate_files(files, v, backend=args.backend, jobs=args.jobs),
+    )
 
 
 def _model_records(args: argparse.Namespace) -> tuple[str, list[Any]]:
@@ -459,6 +473,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("paths", nargs="+", metavar="PATH", help="recipe files or directories")
     v.add_argument(
         "--backend", metavar="NAME", help="also check that the named backend (torch, keras, ...) runs every modifier"
+    )
+    v.add_argument(
+        "--jobs", type=_positive_int, metavar="N",
+        help="worker processes for many files (default: the number of CPUs; 1: none)",
     )
     _add_report_options(v)
     v.set_defaults(run=_validate)

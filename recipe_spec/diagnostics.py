@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 __all__ = ["Span", "Severity", "Diagnostic", "RecipeError"]
 
@@ -69,16 +69,16 @@ class Diagnostic:
         """This diagnostic moved to ``span`` (unchanged when ``span`` is None)."""
         if span is None:
             return self
-        return replace(
-            self,
-            line=span.line,
-            column=span.column,
-            end_line=span.end_line,
-            end_column=span.end_column,
+        return self.__class__(
+            self.code, self.severity, self.message, self.hint, self.file,
+            span.line, span.column, span.end_line, span.end_column,
         )
 
     def in_file(self, file: str | None) -> Diagnostic:
-        return replace(self, file=file)
+        return self.__class__(
+            self.code, self.severity, self.message, self.hint, file,
+            self.line, self.column, self.end_line, self.end_column,
+        )
 
     def format(self) -> str:
         """``path:line:col: CODE message`` followed by the hint, as the CLI prints it."""

@@ -7,7 +7,7 @@ Loaded recipes are values: mappings become :class:`FrozenDict`, lists become tup
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from typing import Any
 
 __all__ = ["FrozenDict", "freeze", "thaw"]
@@ -35,6 +35,22 @@ class FrozenDict(Mapping[Any, Any]):
 
     def __len__(self) -> int:
         return len(self._data)
+
+    # The Mapping mixins go through __getitem__ for every entry; the dict answers directly.
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self._data.get(key, default)
+
+    def keys(self) -> KeysView[Any]:
+        return self._data.keys()
+
+    def values(self) -> ValuesView[Any]:
+        return self._data.values()
+
+    def items(self) -> ItemsView[Any, Any]:
+        return self._data.items()
 
     def __hash__(self) -> int:
         if self._hash is None:

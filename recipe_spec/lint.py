@@ -72,7 +72,11 @@ def _window(m: Modifier) -> tuple[float, float] | None:
     start, end = m.args.get("start_epoch", -1), m.args.get("end_epoch", -1)
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (start, end)):
         return None
-    return (max(float(start), 0.0), math.inf if end == -1 else float(end))
+    try:
+        window = (max(float(start), 0.0), math.inf if end == -1 else float(end))
+    except OverflowError:  # an integer beyond a float's range: M005 says so
+        return None
+    return window if all(not math.isnan(v) for v in window) else None
 
 
 def _canonical_shape(record: ParamRecord, framework: str | None) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -42,16 +42,28 @@ def _is_group_key(key: Any) -> bool:
     return isinstance(key, str) and "modifiers" in key
 
 
+_new = object.__new__
+
+#: Values that hold no other value.
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 def _contains_tagged(value: Any) -> Tagged | None:
+    if value.__class__ in _LEAVES:
+        return None
     if isinstance(value, Tagged):
         return value
     if isinstance(value, FrozenDict):
-        for v in value.values():
+        for v in value._data.values():
+            if v.__class__ in _LEAVES:
+                continue
             found = _contains_tagged(v)
             if found:
                 return found
     if isinstance(value, tuple):
         for v in value:
+            if v.__class__ in _LEAVES:
+                continue
             found = _contains_tagged(v)
             if found:
                 return found
@@ -115,7 +127,7 @@ class _Builder:
     # -- layout ------------------------------------------------------------------------------
     def modifier(self, item: Any, path: Path, group: str, stage: str | None) -> Modifier | None:
         if isinstance(item, Tagged):
-            name = _FRAMEWORK_PREFIX.sub("", item.tag)
+            name = _FRAMEWORK_PREFIX.sub("", item.tag) if "." in item.tag else item.tag
             args_path = path
             raw = item.value
             if not _TAG_NAME.match(name):
@@ -174,18 +186,14 @@ class _Builder:
                         nested.span,
                     )
                 )
-        return Modifier(
-            type=name,
-            args=raw,
-            raw_args=raw,
-            group=group,
-            stage=stage,
-            span=span,
-            path=path,
-            args_path=args_path,
-            document=self.doc,
-            file=self.source.path,
+        # Modifier(...) with every field given, without the frozen __init__'s per-field
+        # object.__setattr__ calls (one modifier per list item of every recipe read).
+        m = _new(Modifier)
+        m.__dict__.update(
+            type=name, args=raw, raw_args=raw, group=group, stage=stage, span=span, path=path,
+            args_path=args_path, document=self.doc, file=self.source.path,
         )
+        return m
 
     def group(self, key: str, value: Any, path: Path, stage: str | None) -> Group | None:
         if value is None:
@@ -322,7 +330,14 @@ class _Builder:
         evaluator.known_names([*global_raw, *(n for s in stages_raw for n in s[1])])
         global_values = evaluator.resolve_scope(global_raw)
 
+        # A value is evaluated only when it is exactly "eval(...)": text without "eval(" (and
+        # without escapes, the one way YAML joins what the text writes apart) has none.
+        text = self.source.yaml_text
+        has_eval = "eval(" in text or "\\" in text
+
         def evaluated(group_list: list[Group], visible: Mapping[str, Any]) -> tuple[Group, ...]:
+            if not has_eval:
+                return tuple(group_list)
             out = []
             for g in group_list:
                 mods = tuple(
@@ -392,6 +407,8 @@ class _Builder:
 
 
 def _with_args(m: Modifier, args: Any) -> Modifier:
+    if args is m.args:
+        return m  # nothing was evaluated: the modifier as read
     from dataclasses import replace
 
     return replace(m, args=args)

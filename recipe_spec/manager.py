@@ -128,6 +128,8 @@ class ScheduledModifierManager:
         schedule; for Keras returns ``(model, optimizer, callbacks)``. ``grad_sampler=`` feeds
         M-FAC and OBS pruning (see :meth:`apply`)."""
         backend = backend_for(model)
+        if self.runtime is not None:  # modify() again: let the previous attachment go
+            self.runtime.detach()
         self.runtime = backend.compile(self.recipe)
         return self.runtime.modify(model, optimizer, steps_per_epoch, **options)
 
@@ -175,6 +177,17 @@ class ScheduledModifierManager:
                 "scaler to wrap (Keras: set the 'mixed_float16' dtype policy before building the model)"
             )
         return wrap(scaler)
+
+    def emulated_step(self) -> None:
+        """PyTorch: advance the schedule one optimizer step without stepping the optimizer (a
+        batch skipped on purpose, e.g. gradient accumulation counted in batches): the step's
+        events still apply. Keras custom loops call ``runtime.step_begin()`` and
+        ``runtime.step_end()`` instead."""
+        runtime = self._need_runtime()
+        step = getattr(runtime, "emulated_step", None)
+        if step is None:
+            raise TypeError(f"emulated_step() is for PyTorch; on {runtime.framework} call runtime.step_begin() and runtime.step_end()")
+        step()
 
     def _need_runtime(self) -> Any:
         if self.runtime is None:

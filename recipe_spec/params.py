@@ -25,6 +25,7 @@ import bisect
 import json
 import os
 import re
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -415,8 +416,10 @@ def compile_pattern(selector: str) -> LinearPattern:
     expand to more than MAX_STATES instructions."""
     text = selector[3:]
     try:
-        compiled = re.compile(text)
-        return LinearPattern(text, compiled)
+        with warnings.catch_warnings():  # e.g. re's FutureWarning on "[[": not the user's concern here
+            warnings.simplefilter("ignore")
+            compiled = re.compile(text)
+            return LinearPattern(text, compiled)
     except re.error as exc:
         raise PatternError(selector, f"the regex does not compile: {exc}", "Fix the pattern (Python re syntax).") from None
     except (RecursionError, OverflowError):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from .diagnostics import Diagnostic, Span
@@ -114,7 +115,7 @@ class Stage:
     metadata: FrozenDict | None = None
     span: Span = field(default_factory=lambda: Span.point(1))
 
-    @property
+    @cached_property
     def modifiers(self) -> tuple[Modifier, ...]:
         """Every modifier of the stage, in file order."""
         return tuple(m for g in self.groups for m in g.modifiers)
@@ -151,7 +152,7 @@ class Recipe:
     document: Document | None = field(default=None, repr=False)
     warnings: tuple[Diagnostic, ...] = ()
 
-    @property
+    @cached_property
     def modifiers(self) -> tuple[Modifier, ...]:
         """Every modifier of every stage, in file order."""
         return tuple(m for s in self.stages for m in s.modifiers)

@@ -367,6 +367,11 @@ class RecipeRuntime:
         self.masks.apply()
         self.masks.release_all()
 
+    def detach(self) -> None:
+        """Let the model and optimizer go without finalizing (a new ``modify()`` replaces this
+        runtime): every hook the recipe added is removed, the weights stay as they are."""
+        self.masks.release_all()
+
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue the schedule exactly: the step, the masks, which
         modifiers changed trainable flags, the structure applied (QAT, removed layers) and the

@@ -11,22 +11,26 @@ import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import codes
+from .argument_checks import (  # noqa: F401  (_jsonable: the JSON form, for tests and tools)
+    FLOAT_INT_BITS,
+    _bad_numbers,
+    _jsonable,
+    _number_findings,
+    _numbers_ok,
+    _schema_findings,
+)
+from .codes import Code
 from .diagnostics import Diagnostic
 from .findings import Finding
 from .loader import RecipeInput, check
 from .modifiers import emits_of, pruning_names, schedule_of, spec
 from .recipe import Modifier, Recipe
 from .schedule.events import MAX_EVENTS
-from .schema_check import fast_is_valid
-from .schema_store import modifier_names, modifier_schema
+from .schema_store import modifier_names
 from .variables import did_you_mean
-
-if TYPE_CHECKING:
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import ValidationError
 
 __all__ = [
     "Finding", "validate", "validate_recipe", "backend_findings", "positioned", "apply_noqa", "RULES",
@@ -44,152 +48,7 @@ CORE_DIALECT_MODIFIERS = frozenset(
 _NM = re.compile(r"^(\d+):(\d+)$")
 
 
-# -- schema --------------------------------------------------------------------------------
-@functools.cache
-def _validator(name: str) -> Draft202012Validator:
-    from jsonschema import Draft202012Validator  # imported only when a modifier is invalid
-
-    return Draft202012Validator(modifier_schema(name))
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return [_jsonable(v) for v in value]
-    return value
-
-
-def _type_name(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "text"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    return "null" if value is None else type(value).__name__
-
-
-_JSON_TYPES = {
-    "string": "text", "number": "a number", "integer": "an integer", "boolean": "true or false",
-    "array": "a list", "object": "a mapping", "null": "null",
-}
-
-
-def _leaf_error(error: ValidationError) -> ValidationError:
-    """The most telling sub-error of an anyOf/oneOf failure."""
-    while error.context:
-        candidates = sorted(error.context, key=lambda e: (e.validator == "type", -len(e.path)))
-        error = candidates[0]
-    return error
-
-
-def _schema_findings(m: Modifier) -> Iterator[Finding]:
-    schema = modifier_schema(m.type)
-    props: Mapping[str, Any] = schema.get("properties", {})
-    for key in m.args:
-        spec = props.get(key)
-        if spec and spec.get("deprecated"):
-            yield Finding(
-                codes.M007, f"'{key}' is deprecated in {m.type}", spec.get("description", ""),
-                m, (key,), on_key=True,
-            )
-    instance = _jsonable(m.args)
-    if fast_is_valid(schema, instance) is True:
-        return
-    for error in _validator(m.type).iter_errors(instance):
-        path = tuple(error.absolute_path)
-        top = path[0] if path else None
-        if error.validator == "additionalProperties":
-            extra = [k for k in error.instance if k not in props]
-            for key in extra:
-                hint = did_you_mean(key, props) or f"{m.type} takes: {', '.join(props)}."
-                yield Finding(codes.M002, f"{m.type} has no argument '{key}'", hint, m, (key,), on_key=True)
-            continue
-        if error.validator == "required":
-            missing = error.message.split("'")[1] if "'" in error.message else str(error.message)
-            desc = props.get(missing, {}).get("description", "")
-            yield Finding(codes.M003, f"{m.type} needs '{missing}'", desc, m)
-            continue
-        if top in _rule_keys(m):
-            continue  # the modifier's own rule says it better (E003 for QAT's end_epoch)
-        leaf = _leaf_error(error)
-        value = leaf.instance
-        where = "'" + ".".join(str(p) for p in path) + "'" if path else m.type
-        desc = props.get(top, {}).get("description", "") if isinstance(top, str) else ""
-        if leaf.validator == "type":
-            expected = leaf.validator_value
-            expected = expected if isinstance(expected, list) else [expected]
-            wanted = " or ".join(_JSON_TYPES.get(t, t) for t in expected)
-            hint = desc
-            if isinstance(value, str) and value.lower() in ("yes", "no", "on", "off") and "boolean" in expected:
-                hint = f"YAML 1.2 reads {value} as text: write true or false."
-            elif isinstance(value, str) and value.startswith("eval(") is False and re.fullmatch(r"[-+.\deE]+", value):
-                hint = "Remove the quotes to make it a number."
-            yield Finding(
-                codes.M004, f"{where} must be {wanted}, not {_type_name(value)} ({value!r})", hint, m, path
-            )
-        elif leaf.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "not"):
-            code = codes.M011 if isinstance(top, str) and "sparsity" in top else codes.M005
-            bound = {
-                "minimum": f"at least {leaf.validator_value}",
-                "maximum": f"at most {leaf.validator_value}",
-                "exclusiveMinimum": f"greater than {leaf.validator_value}",
-                "exclusiveMaximum": f"less than {leaf.validator_value}",
-                "not": "a different value",
-            }[leaf.validator]
-            yield Finding(code, f"{where} must be {bound}, not {value!r}", desc, m, path)
-        elif leaf.validator in ("enum", "const"):
-            allowed = leaf.validator_value if leaf.validator == "enum" else [leaf.validator_value]
-            hint = did_you_mean(str(value), [str(a) for a in allowed]) if isinstance(value, str) else ""
-            choices = ", ".join(repr(a) for a in allowed)
-            yield Finding(
-                codes.M006, f"{where} is {value!r}; allowed: {choices}", hint or desc, m, path
-            )
-        else:
-            yield Finding(codes.M008, f"{where}: {leaf.message}", desc, m, path)
-
-
-# -- numbers -------------------------------------------------------------------------------
-#: Largest int accepted where a number is expected, in bits: the range of a float (about
-#: 1.8e308), which is what schedules compute with.
-FLOAT_INT_BITS = 1024
-
-
-def _bad_numbers(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], str]]:
-    """``(path, what is wrong)`` for each number inside ``value`` that no schedule can use:
-    ``.inf``, ``.nan``, or an integer beyond the range of a float."""
-    if isinstance(value, bool):
-        return
-    if isinstance(value, float) and not math.isfinite(value):
-        yield path, f"must be a finite number, not {value}"
-    elif isinstance(value, int) and value.bit_length() > FLOAT_INT_BITS:
-        digits = len(str(abs(value))) if value.bit_length() < 14_000 else int(value.bit_length() * math.log10(2))
-        yield path, f"is too large ({digits} digits; numbers must be below 1.8e308)"
-    elif isinstance(value, Mapping):
-        for k, v in value.items():
-            yield from _bad_numbers(k, path + (k,))
-            yield from _bad_numbers(v, path + (k,))
-    elif isinstance(value, (tuple, list)):
-        for i, v in enumerate(value):
-            yield from _bad_numbers(v, path + (i,))
-
-
-def _number_findings(m: Modifier) -> list[Finding]:
-    """M005 for each non-finite or out-of-range number in ``m``'s arguments."""
-    out = []
-    for path, what in _bad_numbers(m.args):
-        where = "'" + ".".join(str(p) for p in path) + "'"
-        out.append(Finding(codes.M005, f"{where} {what}", "Write a finite number, or -1 for 'never'."
-                           if path and path[-1] == "end_epoch" else "Write a finite number.", m, path))
-    return out
-
-
-# -- rules beyond the schema ----------------------------------------------------------------
+# -- rules beyond the schema (schema and number checks: recipe_spec.argument_checks) -------
 def _num(value: Any) -> float | None:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return None
@@ -301,15 +160,17 @@ def _exact_params(m: Modifier) -> list[tuple[int | None, str]]:
 
 
 def rule_double_pruning(recipe: Recipe) -> Iterator[Finding]:
-    pruners = [m for m in recipe.modifiers if m.type in pruning_names()]
-    seen: list[tuple[Modifier, str, tuple[float, float]]] = []
+    prunes = pruning_names()
+    pruners = [m for m in recipe.modifiers if m.type in prunes]
+    seen: dict[str, list[tuple[Modifier, tuple[float, float]]]] = {}  # by name, in order
     for m in pruners:
         window = _range(m)
         if window is None:
             continue
-        for i, name in _exact_params(m):
-            for other, other_name, other_window in seen:
-                if other is m or other.stage != m.stage or other_name != name:
+        exact = _exact_params(m)
+        for i, name in exact:
+            for other, other_window in seen.get(name, ()):
+                if other is m or other.stage != m.stage:
                     continue
                 if max(window[0], other_window[0]) < min(window[1], other_window[1]):
                     yield Finding(
@@ -320,11 +181,37 @@ def rule_double_pruning(recipe: Recipe) -> Iterator[Finding]:
                         m, ("params",) if i is None else ("params", i),
                     )
                     break
-        seen.extend((m, name, window) for _, name in _exact_params(m))
+        for _, name in exact:
+            seen.setdefault(name, []).append((m, window))
+
+
+#: ``re:`` selector -> None when it compiles, else (message, hint); selectors repeat across
+#: files, and compiling one for the linear-time matcher costs far more than a lookup.
+_PATTERN_VERDICTS: dict[str, tuple[str, str] | None] = {}
+_PATTERN_CACHE_SIZE = 4096
+_PATTERN_CACHE_LENGTH = 1024
+
+
+def _pattern_verdict(selector: str) -> tuple[str, str] | None:
+    verdict = _PATTERN_VERDICTS.get(selector, False)
+    if verdict is not False:
+        return verdict  # type: ignore[return-value]
+    from .params import PatternError, compile_selectors
+
+    try:
+        compile_selectors([selector])
+        verdict = None
+    except PatternError as exc:
+        verdict = (exc.message, exc.hint)
+    if len(selector) <= _PATTERN_CACHE_LENGTH:
+        if len(_PATTERN_VERDICTS) >= _PATTERN_CACHE_SIZE:
+            _PATTERN_VERDICTS.clear()
+        _PATTERN_VERDICTS[selector] = verdict
+    return verdict
 
 
 def rule_bad_regex(recipe: Recipe) -> Iterator[Finding]:
-    from .params import PatternError, compile_selectors, selector_items
+    from .params import selector_items
 
     for m in recipe.modifiers:
         groups = [(("params",), m.args.get("params"))]
@@ -335,11 +222,10 @@ def rule_bad_regex(recipe: Recipe) -> Iterator[Finding]:
             for index, selector in selector_items(params):
                 if not selector.startswith("re:"):
                     continue
-                try:
-                    compile_selectors([selector])
-                except PatternError as exc:
+                verdict = _pattern_verdict(selector)
+                if verdict is not None:
                     keys = path + ((index,) if index is not None else ())
-                    yield Finding(codes.P005, f"{selector}: {exc.message}", exc.hint, m, keys)
+                    yield Finding(codes.P005, f"{selector}: {verdict[0]}", verdict[1], m, keys)
 
 
 def rule_declared(recipe: Recipe) -> Iterator[Finding]:
@@ -432,8 +318,10 @@ def _backend_capabilities() -> dict[str, frozenset[str]]:
     return {b.name: frozenset(b.capabilities) for b in installed_backends()}
 
 
-def _modifier_findings(recipe: Recipe, backend: str | None) -> Iterator[Finding]:
-    known = set(modifier_names())
+def _modifier_findings(
+    recipe: Recipe, backend: str | None, numbers_ok: Mapping[int, bool] | None = None
+) -> Iterator[Finding]:
+    known = _known_names()
     dialect_reported = False
     for m in recipe.modifiers:
         if m.type in CORE_DIALECT_MODIFIERS:
@@ -452,7 +340,8 @@ def _modifier_findings(recipe: Recipe, backend: str | None) -> Iterator[Finding]
             hint = did_you_mean(m.type, known) or "`recipe-spec schema` lists every modifier."
             yield Finding(codes.M001, f"unknown modifier '{m.type}'", hint, m)
             continue
-        numbers = _number_findings(m)
+        ok = numbers_ok.get(id(m)) if numbers_ok is not None else None
+        numbers = [] if ok or (ok is None and _numbers_ok(m.args)) else _number_findings(m)
         if numbers:
             # The schema and the rules compute with the numbers: only these are reported.
             yield from numbers
@@ -467,23 +356,48 @@ def _modifier_findings(recipe: Recipe, backend: str | None) -> Iterator[Finding]
         yield from backend_findings(recipe, backend, caps)
 
 
+@functools.cache
+def _known_names() -> frozenset[str]:
+    return frozenset(modifier_names())
+
+
 def positioned(f: Finding, recipe: Recipe) -> Diagnostic:
     """The diagnostic of finding ``f`` at the argument (or modifier) it names."""
     span = f.modifier.key_span(f.keys[0]) if f.on_key and f.keys else (
         f.modifier.value_span(*f.keys) if f.keys else f.modifier.span
     )
-    return f.code(f.message, f.hint, span, f.severity).in_file(recipe.path)
+    code = f.code
+    if code.__class__ is Code and span is not None:  # what Code.__call__ and in_file give, made once
+        return Diagnostic(
+            code.id, f.severity or code.severity, f.message, f.hint, recipe.path,
+            span.line, span.column, span.end_line, span.end_column,
+        )
+    return code(f.message, f.hint, span, f.severity).in_file(recipe.path)
 
 
 def validate_recipe(recipe: Recipe, backend: str | None = None) -> list[Diagnostic]:
     """Every finding about ``recipe`` (schemas and rules), positioned, in file order."""
-    findings = list(_modifier_findings(recipe, backend))
+    numbers_ok = {id(m): _numbers_ok(m.args) for m in recipe.modifiers}
+    findings = list(_modifier_findings(recipe, backend, numbers_ok))
     bad = {id(f.modifier) for f in findings if f.code.id in ("M001", "S007")}
-    bad |= {id(m) for m in recipe.modifiers if next(_bad_numbers(m.args), None) is not None}
+    bad |= {key for key, ok in numbers_ok.items() if not ok}
+    checked = _WithoutModifiers(recipe, bad) if bad else recipe  # rules never see bad arguments
     for rule in RULES:
-        findings.extend(f for f in rule(recipe) if id(f.modifier) not in bad)
+        findings.extend(f for f in rule(checked) if id(f.modifier) not in bad)  # type: ignore[arg-type]
     out = [positioned(f, recipe) for f in findings]
     return sorted(out, key=lambda d: (d.line, d.column, d.code))
+
+
+class _WithoutModifiers:
+    """``recipe`` as the rules see it: its modifiers without those whose arguments already
+    failed (a wrong type, a number beyond a float's range), which the rules could not read."""
+
+    def __init__(self, recipe: Recipe, bad: set[int]):
+        self._recipe = recipe
+        self.modifiers = [m for m in recipe.modifiers if id(m) not in bad]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._recipe, name)
 
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]\d{3}(?:\s*,\s*[A-Z]\d{3})*))?", re.I)

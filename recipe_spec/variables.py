@@ -39,6 +39,10 @@ __all__ = ["Invalid", "INVALID", "VariableEvaluator", "did_you_mean"]
 Path = tuple[Any, ...]
 
 
+#: Values no evaluation changes.
+_LEAVES = frozenset({int, float, bool, type(None)})
+
+
 class Invalid:
     """The value of something that could not be evaluated (its error is already reported)."""
 
@@ -201,14 +205,29 @@ class VariableEvaluator:
         return self._walk(value, path, lookup, visible)
 
     def _walk(self, value: Any, path: Path, lookup: Any, visible: Mapping[str, Any]) -> Any:
+        """``value`` evaluated; the very same object when nothing inside it changes."""
+        cls = value.__class__
+        if cls in _LEAVES or (cls is str and not value.startswith("eval(")):
+            return value  # nothing to evaluate (``eval_body`` needs "eval(...)")
         if isinstance(value, str):
             return self.evaluate_value(value, path, lookup, visible)
         if isinstance(value, FrozenDict):
-            return FrozenDict(
-                {k: self._walk(v, path + (k,), lookup, visible) for k, v in value.items()}
-            )
+            changed: dict[Any, Any] = {}
+            for k, v in value._data.items():
+                c = v.__class__
+                if c in _LEAVES or (c is str and not v.startswith("eval(")):
+                    continue
+                new = self._walk(v, path + (k,), lookup, visible)
+                if new is not v:
+                    changed[k] = new
+            if not changed:
+                return value
+            return FrozenDict({k: changed[k] if k in changed else v for k, v in value._data.items()})
         if isinstance(value, tuple):
-            return tuple(self._walk(v, path + (i,), lookup, visible) for i, v in enumerate(value))
+            items = [self._walk(v, path + (i,), lookup, visible) for i, v in enumerate(value)]
+            if all(new is old for new, old in zip(items, value, strict=True)):
+                return value
+            return tuple(items)
         return value
 
     def evaluate_value(

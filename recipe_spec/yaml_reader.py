@@ -2,9 +2,10 @@
 
 Why not ``yaml.safe_load``: it forgets positions, keeps the last of two duplicate keys without
 a word, reads ``8e-5`` as a string (YAML 1.1), expands alias bombs until memory runs out, and
-modifier tags would have to be registered on PyYAML's global loader. This reader composes the
-node graph with PyYAML's pure-Python scanner and parser, then builds plain immutable values
-itself, recording a :class:`Loc` (value span and key span) for every path.
+modifier tags would have to be registered on PyYAML's global loader. This reader builds plain
+immutable values itself from libyaml's event stream (:mod:`recipe_spec.yaml_events`),
+recording a :class:`Loc` (value span and key span) for every path; texts libyaml refuses are
+read again with PyYAML's pure-Python scanner and parser, for their clearer messages.
 
 Scalars follow the YAML 1.2 core schema: ``8e-5`` and ``1.e-6`` are floats; ``true``/``false``
 (any case) are booleans; ``null``, ``~`` and the empty value are None; ``010`` is ten;
@@ -383,138 +384,11 @@ def _yaml_error(exc: yaml.YAMLError, line_offset: int, text: str) -> Diagnostic:
     return codes.Y001(message, hint, span)
 
 
-try:  # libyaml's C parser, when PyYAML was built with it: 5-10x faster
-    from yaml._yaml import CParser as _CParser
-
-    class _CLoader(_CParser, Resolver12):  # type: ignore[misc, valid-type]
-        def __init__(self, text: str):
-            _CParser.__init__(self, text)
-            Resolver12.__init__(self)
-
-except ImportError:  # pragma: no cover - pure-Python PyYAML
-    _CLoader = None  # type: ignore[assignment, misc]
-
-_ANCHOR_OR_ALIAS = re.compile(r"[&*][^\s,\[\]{}]")
-#: What may precede, on its line, a token that starts a block collection: spaces and the
-#: indicators '- ', '? ', ': ' (``- - a``, ``- key: v``, ``? - a``).
-_BLOCK_LEAD = re.compile(r"^(?:[ ]|[-?:](?=[ \n]|$))*", re.M)
-
-
-def _depth_bound(text: str) -> int:
-    """A cheap, sound upper bound on the node depth of ``text`` (often far above it).
-
-    Flow collections: no more than twice the number of '[' and '{' in the text (a flow
-    list and the single-pair mapping ``[a: b]`` inside it), whatever quotes, comments or
-    plain scalars hide. Block collections: along any chain of nested block
-    collections the starting column never decreases and stays the same for at most two
-    levels (a mapping and its indentless sequence), so the chain is at most twice the
-    largest column at which a block collection can start, plus one; the scalar at the
-    bottom adds one more.
-    """
-    flow = 2 * (text.count("[") + text.count("{"))  # '[a: b]' is a list and a mapping
-    column = max((m.end() - m.start() for m in _BLOCK_LEAD.finditer(text)), default=0)
-    return flow + 2 * (column + 1) + 1
-
-
-class _DepthScanner(Reader, Scanner):
-    """PyYAML's tokenizer alone (iterative, no parser, no composer)."""
-
-    def __init__(self, text: str):
-        Reader.__init__(self, text)
-        Scanner.__init__(self)
-
-
-_OPENS = {
-    yaml.BlockMappingStartToken: "bm",
-    yaml.BlockSequenceStartToken: "bs",
-    yaml.FlowMappingStartToken: "fm",
-    yaml.FlowSequenceStartToken: "fs",
-}
-_FLOW_ENDS = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken)
-_NODE_TOKENS = (yaml.ScalarToken, yaml.AliasToken)
-
-
-def _too_deep(mark: Any) -> yaml.composer.ComposerError:
-    return yaml.composer.ComposerError(None, None, f"nesting deeper than {MAX_DEPTH} levels", mark)
-
-
-def _scan_depth(text: str) -> bool:
-    """Measure the node depth of ``text`` from YAML's own token stream, before any parser.
-
-    Every node counts (the root is level 1; mappings, sequences, scalars, aliases and empty
-    values), the same count the composer makes, including the nodes no token opens: a
-    block mapping's indentless sequence (``key:`` then ``- item`` at the same column) and
-    the single-pair mapping of a flow sequence (``[a: b]``). Raises the composer's
-    "nesting deeper" error at the first token past MAX_DEPTH, so a hostile text is refused
-    after scanning only its first MAX_DEPTH levels. Returns False when the text is not
-    valid YAML (the caller then lets the pure-Python reader report it).
-    """
-    scanner = _DepthScanner(text)
-    stack: list[str] = []
-
-    def node(mark: Any, depth: int) -> None:
-        if depth > MAX_DEPTH:
-            raise _too_deep(mark)
-
-    try:
-        while True:
-            token = scanner.get_token()
-            if token is None or isinstance(token, yaml.StreamEndToken):
-                return True
-            kind = type(token)
-            top = stack[-1] if stack else None
-            if top == "is" and kind in (yaml.KeyToken, yaml.ValueToken, yaml.BlockEndToken):
-                stack.pop()  # anything but '-' ends an indentless sequence
-                top = stack[-1] if stack else None
-            if kind in _OPENS:
-                stack.append(_OPENS[kind])
-                node(token.start_mark, len(stack))
-            elif kind is yaml.BlockEndToken:
-                if stack:
-                    stack.pop()
-            elif kind in _FLOW_ENDS or kind is yaml.FlowEntryToken:
-                if top == "pair":
-                    stack.pop()
-                if kind in _FLOW_ENDS and stack:
-                    stack.pop()
-            elif kind is yaml.BlockEntryToken:
-                if top == "bm":
-                    stack.append("is")
-                    node(token.start_mark, len(stack))
-                node(token.start_mark, len(stack) + 1)
-            elif kind in (yaml.KeyToken, yaml.ValueToken):
-                if top == "fs":
-                    stack.append("pair")
-                    node(token.start_mark, len(stack))
-                node(token.start_mark, len(stack) + 1)
-            elif kind in _NODE_TOKENS:
-                node(token.start_mark, len(stack) + 1)
-    except yaml.composer.ComposerError:
-        raise
-    except yaml.YAMLError:
-        return False
-
-
 def _compose(text: str) -> Any:
-    # The depth is settled before any parser reads the text: the C composer recurses without
-    # a limit (a crash at some 50,000 levels), and neither parser should work on a text
-    # that will be refused anyway.
-    valid = _scan_depth(text) if _depth_bound(text) > MAX_DEPTH else True
-    if valid and _CLoader is not None and not _ANCHOR_OR_ALIAS.search(text):
-        # No anchors or aliases: their use sites only the pure-Python reader records.
-        try:
-            fast = _CLoader(text)
-        except yaml.YAMLError:
-            fast = None
-        if fast is not None:
-            try:
-                return fast.get_single_node()
-            except yaml.YAMLError:
-                pass  # read it again below, for PyYAML's clearer messages and positions
-            finally:
-                fast.dispose()
-    # The pure-Python reader checks every character as it is constructed (control characters
-    # raise ReaderError here), so the caller's try covers construction too.
+    """The node graph of ``text`` from PyYAML's pure-Python reader, for the texts libyaml's
+    reader refuses (its messages and positions are clearer) or when libyaml is missing. The
+    reader checks every character as it is constructed (control characters raise
+    ReaderError here), so the caller's try covers construction too."""
     loader = _Loader(text)
     try:
         return loader.get_single_node()
@@ -533,6 +407,24 @@ def read_yaml(text: str, line_offset: int = 0) -> Document:
     (8e-05, 'yes', 1)
     """
     check_size(text)  # every entry point: files, loads(), --var values
+    if CParser is not None:
+        with gc_paused():
+            try:
+                events, anchors, has_alias = read_events(text)
+            except Fallback:
+                pass
+            except yaml.YAMLError as exc:  # nesting past MAX_DEPTH
+                raise RecipeError([_yaml_error(exc, line_offset, text)]) from None
+            else:
+                if len(events) == 2:  # no document at all
+                    return Document(None, {(): Loc(Span.point(1 + line_offset))}, line_offset)
+                fast = EventBuilder(events, anchors, line_offset)
+                if has_alias or len(events) > MAX_VALUES:
+                    fast.check_size()
+                value = fast.build((), 0)
+                if fast.diagnostics:
+                    raise RecipeError(fast.diagnostics)
+                return Document(value, fast.locs, line_offset)
     try:
         root = _compose(text)
     except RecursionError:
@@ -549,3 +441,7 @@ def read_yaml(text: str, line_offset: int = 0) -> Document:
     if builder.diagnostics:
         raise RecipeError(builder.diagnostics)
     return Document(value, builder.locs, line_offset)
+
+
+from .yaml_events import CParser, EventBuilder, Fallback, read_events  # noqa: E402
+from .yaml_locs import gc_paused  # noqa: E402

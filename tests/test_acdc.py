@@ -82,15 +82,13 @@ def _torch_run(reset: bool) -> list[tuple[int, float, float]]:
     x, y = torch.randn(8, 6), torch.randn(8, 3)
     out = []
     seen: dict[int, float] = {}
-    original = wrapped.optimizer.step
+    assert wrapped is opt
 
-    def step(*args, **kwargs):  # the momentum the optimizer step starts from
-        state = wrapped.optimizer.state.get(model.fc1.weight, {})
-        buf = state.get("momentum_buffer")
+    def before(optimizer, args, kwargs):  # after the recipe's own pre-hook: what the step starts from
+        buf = optimizer.state.get(model.fc1.weight, {}).get("momentum_buffer")
         seen[manager.step_count] = float(buf.abs().sum()) if buf is not None else 0.0
-        return original(*args, **kwargs)
 
-    wrapped.optimizer.step = step
+    opt.register_step_pre_hook(before)
     for k in range(10):
         wrapped.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()

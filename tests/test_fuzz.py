@@ -19,7 +19,7 @@ TEXTS = corpus_texts()
 OUTCOMES: collections.Counter[str] = collections.Counter()
 
 
-@settings(max_examples=1500, deadline=None, database=None,
+@settings(max_examples=1500, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(rnd=st.randoms(use_true_random=False))
 def test_hostile_recipes_end_in_located_diagnostics(rnd: random.Random, tmp_path: Path) -> None:
@@ -32,6 +32,31 @@ def test_regressions_found_by_fuzzing(seed: int, tmp_path: Path) -> None:
     """Seed 305 made a 20,000-point LR track whose next step was a linear scan (3 s to preview):
     now a bisection."""
     assert exercise(make_input(random.Random(seed), TEXTS), tmp_path, limit=1.0) == "clean"
+
+
+HUGE = "9" * 401
+
+
+@pytest.mark.parametrize("text", [
+    # a rule read the epochs of a modifier whose numbers had already failed
+    f"modifiers:\n  - !LearningRateFunctionModifier {{lr_func: linear, init_lr: 0.1, final_lr: 0.01, "
+    f"start_epoch: {HUGE}, end_epoch: 3}}\n",
+    "modifiers:\n  - !OBSPruningModifier {params: __ALL_PRUNABLE__, init_sparsity: 0.1, final_sparsity: 0.5, "
+    "start_epoch: 0, end_epoch: 2, update_frequency: 1, num_grads: .inf}\n",
+])
+def test_rules_never_read_arguments_that_failed(text: str, tmp_path: Path) -> None:
+    assert exercise(text, tmp_path, limit=1.0) == "errors"
+
+
+@pytest.mark.parametrize("text", [
+    # lint compared the epochs of a modifier whose start is an integer beyond a float's range
+    f"modifiers:\n  - !ACDCPruningModifier\n    compression_sparsity: 0.66\n    start_epoch: {HUGE}\n"
+    "    end_epoch: 47\n    update_frequency: 48\n    params: __ALL_PRUNABLE__\n",
+    f"modifiers:\n  - !GMPruningModifier {{params: [fc1.weight], init_sparsity: 0.1, final_sparsity: 0.5, "
+    f"start_epoch: 0, end_epoch: {HUGE}, update_frequency: 1}}\n",
+])
+def test_inputs_the_long_run_found(text: str, tmp_path: Path) -> None:
+    assert exercise(text, tmp_path, limit=1.0) == "errors"
 
 
 def test_the_check_fails_on_an_internal_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

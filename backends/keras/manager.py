@@ -174,6 +174,12 @@ class KerasManager(RecipeRuntime):
         if self.second_order_steps is not None:
             self.second_order_steps.stop()
 
+    def detach(self) -> None:
+        super().detach()
+        self.step_masks.uninstall()
+        if self.second_order_steps is not None:
+            self.second_order_steps.stop()
+
     def _index_params(self) -> None:
         self._vars = {name: (variable, type(layer).__name__) for name, variable, layer in named_variables(self.model)}
 

@@ -24,7 +24,7 @@ import torch
 from recipe_spec.runtime import RecipeRuntime
 
 from .layers import LayerSwap
-from .optim import RecipeOptimizer, reset_momentum, set_group_value
+from .optim import StepHooks, reset_momentum, set_group_value
 from .params import param_records, unwrap
 from .pruning import MaskedParam, MaskSet
 
@@ -57,15 +57,19 @@ class TorchManager(RecipeRuntime):
         self.layers = LayerSwap()
         self._params: dict[str, tuple[torch.nn.Module, torch.nn.Parameter]] = {}
         self.distillation: Any = None  # .distillation.TorchDistillation, set by modify()
+        self.step_hooks: StepHooks | None = None  # on the optimizer, set by modify()
 
     # -- setting up -----------------------------------------------------------------------
     def modify(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, steps_per_epoch: int,
                epoch: float = 0.0, grad_sampler: Any = None,
-               distillation_teacher: Any = "disable") -> RecipeOptimizer:
-        """Attach the recipe to ``model`` and ``optimizer``; returns the optimizer to use.
+               distillation_teacher: Any = "disable") -> torch.optim.Optimizer:
+        """Attach the recipe to ``model`` and ``optimizer``; returns ``optimizer`` itself.
 
-        The returned optimizer's ``step()`` drives the schedule; a training loop needs no
-        other change. ``epoch`` starts the schedule later (``round(epoch * steps_per_epoch)``).
+        Its ``step()`` now drives the schedule, through the optimizer's own step hooks
+        (:class:`recipe_spec_torch.optim.StepHooks`): it stays a ``torch.optim.Optimizer``,
+        so LR schedulers, ``GradScaler``, Trainer and Lightning take it, and a training loop
+        needs no other change. :meth:`emulated_step` advances the schedule for a batch that
+        does not step the optimizer (gradient accumulation). ``epoch`` starts the schedule later (``round(epoch * steps_per_epoch)``).
         ``grad_sampler``: SparseML's ``{"data_loader_builder": f, "loss_function": loss}``
         for M-FAC and OBS pruning (:class:`recipe_spec_torch.second_order.GradSampler`).
         ``distillation_teacher`` (SparseML's keyword): the teacher of the recipe's
@@ -76,12 +80,23 @@ class TorchManager(RecipeRuntime):
         """
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"modify() needs a torch.nn.Module, not {type(model).__name__}")
-        inner = optimizer.optimizer if isinstance(optimizer, RecipeOptimizer) else optimizer
-        self._attach(unwrap(model), inner, steps_per_epoch, epoch, grad_sampler)
+        StepHooks.check(optimizer)
+        if self.step_hooks is not None:  # modify() again: the previous optimizer is let go
+            self.step_hooks.remove()
+            self.step_hooks = None
+        self._attach(unwrap(model), optimizer, steps_per_epoch, epoch, grad_sampler)
         from .distillation import TorchDistillation
 
         self.distillation = TorchDistillation.attach(self.plan, distillation_teacher)
-        return RecipeOptimizer(self.optimizer, self)
+        self.step_hooks = StepHooks(optimizer, self)
+        return optimizer
+
+    def emulated_step(self) -> None:
+        """Advance the schedule one step without an optimizer step (a batch skipped on purpose,
+        gradient accumulation): the step's events still apply."""
+        if self.step_hooks is None:
+            raise RuntimeError("call modify(model, optimizer, steps_per_epoch) before emulated_step()")
+        self.step_hooks.emulated_step()
 
     def loss_update(self, loss: Any, student_outputs: Any = None, student_inputs: Any = None,
                     teacher_inputs: Any = None) -> Any:
@@ -135,7 +150,7 @@ class TorchManager(RecipeRuntime):
 
     # -- running -------------------------------------------------------------------------
     def before_step(self) -> None:
-        """Apply the events of the current step (called by the optimizer wrapper)."""
+        """Apply the events of the current step (the optimizer's step pre-hook)."""
         self.apply_events()
 
     def after_step(self) -> None:
@@ -203,11 +218,19 @@ class TorchManager(RecipeRuntime):
             self.distillation.end(event.modifier)
 
     def finalize(self, model: Any = None) -> None:
-        """Apply the masks a last time, stop enforcing them and drop the teachers."""
+        """Apply the masks a last time, stop enforcing them, drop the teachers and take the
+        recipe off the optimizer's step hooks."""
         super().finalize(model)
+        if self.step_hooks is not None:
+            self.step_hooks.remove()
         if self.distillation is not None:
             self.distillation.teachers.clear()
             self.distillation.mode = "disable"
+
+    def detach(self) -> None:
+        super().detach()
+        if self.step_hooks is not None:
+            self.step_hooks.remove()
 
     # -- saving, resuming (the layout is RecipeRuntime.state_dict's) ---------------------
     def _extra_state(self) -> dict[str, Any]:
@@ -219,6 +242,7 @@ class TorchManager(RecipeRuntime):
         if self.distillation is not None:
             assert self.model is not None
             self.distillation.load(state.get("distillation", {}), self.model, self._mask_hook_ids())
+
     def _mask_state(self, entry: MaskedParam) -> torch.Tensor:
         return entry.mask.clone()
 

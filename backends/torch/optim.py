@@ -1,10 +1,10 @@
-"""The optimizer wrapper that drives the schedule, and setters for param-group values.
+"""How the recipe rides the optimizer (:class:`StepHooks`), and setters for param-group values.
 
-``manager.modify(model, optimizer, steps_per_epoch)`` returns a :class:`RecipeOptimizer`: it
-behaves as the wrapped optimizer (every attribute is forwarded), and its ``step()`` applies the
-recipe's events for the step, steps the optimizer, then re-applies the masks. Mixed precision:
-``GradScaler.step(optimizer)`` calls this ``step()`` when the gradients are finite, so the
-schedule advances exactly when the weights do.
+``manager.modify(model, optimizer, steps_per_epoch)`` returns ``optimizer`` itself, with the
+recipe on its step hooks (``register_step_pre_hook`` / ``register_step_post_hook``): its
+``step()`` applies the recipe's events for the step, steps, then re-applies the masks. Mixed
+precision: ``GradScaler.step(optimizer)`` calls ``step()`` only when the gradients are finite,
+so the schedule advances exactly when the weights do.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 if TYPE_CHECKING:
     from .manager import TorchManager
 
-__all__ = ["RecipeOptimizer", "set_group_value", "reset_momentum", "FIRST_MOMENTS"]
+__all__ = ["StepHooks", "set_group_value", "reset_momentum", "FIRST_MOMENTS"]
 
 #: Optimizer state entries holding a first moment: SGD's (and RMSprop's) momentum, Adam's and
 #: AdamW's running mean of gradients.
@@ -49,48 +49,52 @@ def reset_momentum(optimizer: torch.optim.Optimizer) -> int:
     return count
 
 
-class RecipeOptimizer:
-    """An optimizer whose ``step()`` also runs the recipe (see the module docstring)."""
+class StepHooks:
+    """The recipe on an optimizer's own step hooks: before every ``optimizer.step()`` the
+    step's events apply, after it the masks are enforced again and the step counter advances.
+
+    ``modify()`` installs them and returns the optimizer itself, still a
+    ``torch.optim.Optimizer``, so LR schedulers, ``GradScaler``, Hugging Face ``Trainer`` and
+    Lightning take it as any other; ``finalize()`` removes them (:meth:`remove`). A step
+    ``GradScaler`` skips (non-finite gradients) never calls ``step()``, so the schedule stays
+    where it was. A batch that is skipped on purpose (gradient accumulation) advances the
+    schedule with :meth:`emulated_step`.
+    """
 
     def __init__(self, optimizer: torch.optim.Optimizer, manager: TorchManager):
-        self.__dict__["optimizer"] = optimizer
-        self.__dict__["manager"] = manager
+        self.check(optimizer)
+        self.optimizer, self.manager = optimizer, manager
+        self.handles = [
+            optimizer.register_step_pre_hook(lambda opt, args, kwargs: manager.before_step()),
+            optimizer.register_step_post_hook(lambda opt, args, kwargs: manager.after_step()),
+        ]
 
-    def step(self, closure: Any = None) -> Any:
-        self.manager.before_step()
-        result = self.optimizer.step(closure) if closure is not None else self.optimizer.step()
-        self.manager.after_step()
-        return result
+    @staticmethod
+    def check(optimizer: Any) -> None:
+        """Refuse what has no step hooks: anything but a ``torch.optim.Optimizer``."""
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(
+                "modify() needs a torch.optim.Optimizer (its step hooks drive the recipe), not "
+                f"{type(optimizer).__name__}: pass the optimizer itself, before any wrapper "
+                "(accelerate, DeepSpeed) is put around it"
+            )
+
+    def defer_events(self) -> None:
+        """Take the pre-step hook off: the caller applies each step's events itself
+        (``manager.runtime.before_step()``) once the step's gradients exist. For stacks that run
+        the forward and backward passes inside ``optimizer.step(closure)``, after its pre-hooks
+        (Lightning); the post-step hook stays."""
+        if len(self.handles) == 2:
+            self.handles.pop(0).remove()
 
     def emulated_step(self) -> None:
-        """Advance the schedule one step without stepping the optimizer (gradient accumulation
-        or a skipped batch): the events of the step still apply."""
+        """Advance the schedule one step without stepping the optimizer: the step's events
+        still apply."""
         self.manager.before_step()
         self.manager.after_step()
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.optimizer, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self.optimizer, name, value)
-
-    def __repr__(self) -> str:
-        return f"RecipeOptimizer({self.optimizer!r})"
-
-    # torch.optim.Optimizer API used by schedulers, GradScaler and checkpoints
-    @property
-    def param_groups(self) -> list[dict[str, Any]]:
-        return self.optimizer.param_groups
-
-    @property
-    def state(self) -> Any:
-        return self.optimizer.state
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.optimizer.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state)
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.optimizer.zero_grad(set_to_none=set_to_none)
+    def remove(self) -> None:
+        """Take the hooks off the optimizer (idempotent)."""
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []

@@ -6,9 +6,9 @@ schedule, driven by the recipe's optimizer ``step()``, stays put on such a step:
 (learning rate, pruning update) apply at the next real step, as if the skipped batch had not
 been drawn. :class:`RecipeScaler` adds what a scaler alone cannot do:
 
-- ``scaler.step()`` and ``scaler.step(optimizer)`` with the user's own optimizer drive the
-  schedule (both step the recipe's optimizer: Sparsify's wrapper raised ``TypeError`` on the
-  first and this is what its second did);
+- ``scaler.step()`` and ``scaler.step(optimizer)`` drive the schedule (both step the recipe's
+  optimizer, whose step hooks run the recipe: Sparsify's wrapper raised ``TypeError`` on the
+  first);
 - from the step where the first quantization modifier starts (fake-quantized training runs in
   float32), the scaler is disabled: ``scale(loss)`` returns ``loss``, ``step()`` just steps,
   ``update()`` and ``unscale_()`` do nothing, and a warning says so once. Autocast is the
@@ -40,15 +40,6 @@ if TYPE_CHECKING:
 __all__ = ["RecipeScaler", "wrap_scaler"]
 
 
-def _recipe_optimizer(runtime: TorchManager) -> Any:
-    """An optimizer whose ``step()`` drives ``runtime``'s schedule (what ``modify`` returns).
-
-    The one place that knows how that optimizer is made."""
-    from .optim import RecipeOptimizer
-
-    return RecipeOptimizer(runtime.optimizer, runtime)
-
-
 class RecipeScaler:
     """A ``torch.amp.GradScaler`` (or any object with its ``scale``/``step``/``update``) that
     drives a recipe's schedule and switches itself off when quantization starts (see the
@@ -60,7 +51,7 @@ class RecipeScaler:
                 "wrap_scaler() needs a torch.amp.GradScaler (scale/step/update). "
                 f"Received: scaler={type(scaler).__name__}"
             )
-        self.__dict__.update(scaler=scaler, runtime=runtime, _stepper=_recipe_optimizer(runtime))
+        self.__dict__.update(scaler=scaler, runtime=runtime, _stepper=runtime.optimizer)
         self.__dict__["_switch"] = switch_of(runtime)
         if _enabled(scaler):
             self._switch.in_use = True
@@ -76,9 +67,9 @@ class RecipeScaler:
             self.scaler.unscale_(self._optimizer(optimizer))
 
     def step(self, optimizer: Any = None, *args: Any, **kwargs: Any) -> Any:
-        """``scaler.step(optimizer)``: the recipe's optimizer steps (and the schedule with it)
-        unless the gradients are not finite; ``optimizer`` may be omitted, be the optimizer
-        given to ``modify`` or the one it returned. Once the scaler is off: a plain step."""
+        """``scaler.step(optimizer)``: the recipe's optimizer steps (and the schedule with it,
+        through its step hooks) unless the gradients are not finite; ``optimizer`` may be
+        omitted. Once the scaler is off: a plain step."""
         stepper = self._optimizer(optimizer)
         if self.active():
             return self.scaler.step(stepper, *args, **kwargs)
@@ -109,15 +100,8 @@ class RecipeScaler:
         return False
 
     def _optimizer(self, optimizer: Any) -> Any:
-        """The one object the scaler keys its per-optimizer state on (``unscale_`` then
-        ``step`` must see the same one): the recipe's optimizer for the user's optimizer, for
-        any wrapper of it and for None."""
-        inner = self.runtime.optimizer
-        if optimizer is None or optimizer is inner or optimizer is self._stepper:
-            return self._stepper
-        if getattr(optimizer, "__dict__", {}).get("optimizer") is inner:  # a recipe optimizer around the same one
-            return self._stepper
-        return optimizer
+        """The optimizer to step: the recipe's (whose step hooks drive the schedule) for None."""
+        return self._stepper if optimizer is None else optimizer
 
     # -- everything else is the scaler's ----------------------------------------------------
     def __getattr__(self, name: str) -> Any:

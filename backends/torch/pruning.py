@@ -2,8 +2,14 @@
 after every optimizer step while a pruning modifier holds them.
 
 Enforcement selects, it does not multiply: a pruned entry becomes exactly +0.0 even where the
-weight or its gradient is NaN or infinite (NaN * 0 is NaN). Each entry keeps the inverted mask
-(``pruned``) next to the mask, so enforcing is one in-place ``masked_fill_`` per weight.
+weight or its gradient is NaN or infinite (NaN * 0 is NaN). Each entry keeps, next to the bool
+mask, the same mask as *bits* (:func:`keep_bits`: an integer tensor of the weight's item size,
+all ones where kept, 0 where pruned), so enforcing is one in-place ``bitwise_and_`` on the
+weight's bits: exactly ``where(mask, w, +0.0)``, and on CPU several times faster than
+``masked_fill_`` with a bool mask (``benchmarks/bench_torch_manager.py``). Weights of other
+dtypes take ``masked_fill_``. Gradients are masked the same way, in place, by a hook that runs
+once each backward pass has accumulated them (``register_post_accumulate_grad_hook``, before
+DDP's reducer reads them), so accumulated micro-batches and gradient clipping see them masked.
 
 All mutation of the model happens here: :class:`MaskSet` registers its hooks once, updates
 masks in place, and removes every hook it added when it is released or the manager finalizes.
@@ -20,7 +26,34 @@ from recipe_spec.runtime import global_mask_type_message, non_finite_message
 
 from .masks import compute_mask, global_unstructured_masks
 
-__all__ = ["MaskedParam", "MaskSet", "NonFiniteWeightsError"]
+__all__ = ["MaskedParam", "MaskSet", "NonFiniteWeightsError", "keep_bits", "select_kept"]
+
+#: the integer dtype whose bits a floating dtype's are (same item size)
+_BITS = {torch.float32: torch.int32, torch.float64: torch.int64, torch.float16: torch.int16, torch.bfloat16: torch.int16}
+
+
+def keep_bits(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+    """``mask`` as bits for a tensor of ``dtype``: -1 (all bits set) where True, 0 where False,
+    in the integer dtype of ``dtype``'s item size; None for a dtype without one.
+
+    >>> keep_bits(torch.tensor([True, False]), torch.float32)
+    tensor([-1,  0], dtype=torch.int32)
+    """
+    bits = _BITS.get(dtype)
+    return None if bits is None else mask.to(bits).neg_()
+
+
+def select_kept(t: torch.Tensor, mask: torch.Tensor, bits: torch.Tensor | None = None) -> torch.Tensor:
+    """A new tensor: ``t`` where ``mask`` is True, exactly +0.0 elsewhere (NaN and inf
+    included); through ``bits`` (:func:`keep_bits` of ``mask``) when they fit ``t``.
+
+    >>> m = torch.tensor([True, False, False])
+    >>> select_kept(torch.tensor([1.5, float("nan"), -0.0]), m, keep_bits(m, torch.float32))
+    tensor([1.5000, 0.0000, 0.0000])
+    """
+    if bits is not None and t.layout == torch.strided and _BITS.get(t.dtype) == bits.dtype:
+        return t.view(bits.dtype).bitwise_and(bits).view(t.dtype)
+    return t.masked_fill(torch.logical_not(mask), 0)
 
 
 class NonFiniteWeightsError(FloatingPointError):
@@ -39,22 +72,44 @@ class MaskedParam:
     handles: list[Any] = field(default_factory=list)
     applied_sparsity: float | None = None
     version: int = -1  # param._version right after it was last masked
-    pruned: torch.Tensor = field(default=None, repr=False)  # type: ignore[assignment]  # ~mask, kept in step
+    #: the mask as bits (:func:`keep_bits`), or, for a dtype without them, ``~mask``
+    bits: torch.Tensor | None = field(default=None, repr=False)
+    pruned: torch.Tensor | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if self.pruned is None:
-            self.pruned = torch.logical_not(self.mask)
+        self.bits = keep_bits(self.mask, self.param.dtype)
+        self.pruned = torch.logical_not(self.mask) if self.bits is None else None
 
     @torch.no_grad()
     def set_mask(self, mask: torch.Tensor) -> None:
         """Change the mask in place (the gradient hook reads the same tensors)."""
         self.mask.copy_(mask)
-        torch.logical_not(self.mask, out=self.pruned)
+        if self.bits is not None:
+            self.bits.copy_(self.mask).neg_()
+        else:
+            torch.logical_not(self.mask, out=self.pruned)
+
+    @torch.no_grad()
+    def mask_grad(self) -> None:
+        """The accumulated gradient's pruned entries become exactly +0.0, in place (a sparse
+        gradient becomes a dense one)."""
+        grad = self.param.grad
+        if grad is None:
+            return
+        if grad.layout != torch.strided:
+            self.param.grad = select_kept(grad.to_dense(), self.mask)
+        elif self.bits is not None and _BITS.get(grad.dtype) == self.bits.dtype:
+            grad.view(self.bits.dtype).bitwise_and_(self.bits)
+        else:
+            grad.masked_fill_(torch.logical_not(self.mask), 0)
 
     @torch.no_grad()
     def enforce(self) -> None:
-        """Pruned entries of the weight become exactly 0 (``where``, in place)."""
-        self.param.masked_fill_(self.pruned, 0)
+        """Pruned entries of the weight become exactly +0.0 (a selection, in place)."""
+        if self.bits is not None and _BITS.get(self.param.dtype) == self.bits.dtype:
+            self.param.view(self.bits.dtype).bitwise_and_(self.bits)
+        else:
+            self.param.masked_fill_(self.pruned if self.pruned is not None else torch.logical_not(self.mask), 0)
         self.version = self.param._version
 
 
@@ -75,9 +130,9 @@ class MaskSet:
             initial = mask if mask is not None else torch.ones_like(param, dtype=torch.bool)
             entry = MaskedParam(name, param, module, initial.to(device=param.device, dtype=torch.bool).clone(), owner)
             self.params[name] = entry
-            pruned_ref = entry.pruned
-            # select, not multiply: a NaN or infinite gradient of a pruned weight becomes 0
-            entry.handles.append(param.register_hook(lambda grad, p=pruned_ref: grad.masked_fill(p, 0)))
+            # select, not multiply: a NaN or infinite gradient of a pruned weight becomes 0; in
+            # place once the gradient is accumulated (before DDP's reducer reads it), no copy
+            entry.handles.append(param.register_post_accumulate_grad_hook(lambda p, e=entry: e.mask_grad()))
             self._by_module.setdefault(id(module), []).append(entry)
             self._ensure_forward_hook(module)
         else:

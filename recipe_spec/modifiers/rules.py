@@ -23,7 +23,10 @@ def number(value: Any) -> float | None:
     """``value`` as a float when it is a plain number (not a bool), else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond a float's range (M005)
+        return None
 
 
 def function_range(m: Modifier) -> Iterator[Finding]:

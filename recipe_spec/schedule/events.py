@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from ..recipe import Modifier
@@ -25,9 +25,9 @@ class PlanError(ValueError):
     """A modifier's arguments cannot make a schedule (the message says which and why)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One thing a modifier does at one optimizer step.
+class Event(NamedTuple):
+    """One thing a modifier does at one optimizer step (immutable; a named tuple, because a
+    plan builds one per modifier per event step and this is the cheapest immutable record).
 
     ``action``: ``start``, ``update``, ``end`` or ``set``; ``target``: what changes
     (``sparsity``, ``masks``, ``lr``, ``weight_decay``, ``trainable``, ``quantization``,
@@ -74,6 +74,11 @@ class Track:
     order: tuple[Any, ...] = ()
     spacing: float = 0.0
     fixed: int | None = None
+    #: a track with one sparsity event per event step, whose value is ``curve(epoch)`` and
+    #: whose other fields are ``row`` = (modifier, type, line, params): the plan builds the
+    #: events of many such tracks with one curve at once (per-layer recipes)
+    curve: Callable[[float], Any] | None = None
+    row: tuple[Any, ...] = ()
 
     def count_bound(self, steps_per_epoch: int, stop: int | None = None) -> float:
         """An upper bound of the number of this track's event steps before ``stop`` (None: all

@@ -1,10 +1,13 @@
 """A recipe compiled for one ``steps_per_epoch``: what happens at every optimizer step.
 
 Each modifier becomes a :class:`Track` that can say, in constant time, which is its next
-event step at or after any step, and what its events at a step are. :meth:`Plan.events_at`
-keeps a heap of the tracks' next event steps, so asking step after step costs O(1) when
-nothing is due and O(events) when something is, whatever the number of modifiers and steps;
-nothing is tabulated up front. Jumping to another step (resuming) rebuilds the heap once.
+event step at or after any step, and what its events at a step are. Tracks whose event steps
+are the same (modifiers of one type whose arguments differ only in what they select, such as
+one GMP modifier per layer) form a cohort that is stepped once. :meth:`Plan.events_at` keeps
+a heap of the cohorts' next event steps and the step at which anything is next due, so asking
+step after step costs one integer comparison when nothing is due and O(events) when something
+is, whatever the number of modifiers and steps; nothing is tabulated up front. Jumping to
+another step (resuming) rebuilds the heap once.
 
 Within one step, events come in SparseML's manager order (by end epoch, -1 last, then start
 epoch), so the last learning-rate writer wins as it did there.
@@ -26,8 +29,10 @@ import heapq
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
+from .clock import epoch_of_step
 from .epochs import max_epochs, min_epochs
 from .events import MAX_EVENTS, Event, PlanError, Track
 from .tracks import TRACKS, TrackBuilder, end_ignored
@@ -40,6 +45,71 @@ __all__ = ["Event", "Track", "Plan", "compile_plan", "GRADUAL_PRUNING", "PlanErr
 #: Modifiers whose target sparsity follows the gradual schedule (declared ``schedule:
 #: gradual``); computed from the catalogue on first use.
 GRADUAL_PRUNING: frozenset[str]
+
+
+#: The step of "nothing more is due" (beyond any step a plan can reach).
+_NEVER = 1 << 200
+#: Arguments that choose what a modifier acts on, never when: tracks that differ only in
+#: these have the same event steps.
+_SELECTORS = frozenset({"params", "param_groups", "layers", "submodules"})
+_by_order = attrgetter("order")
+
+
+def _timing_key(t: Track) -> tuple[Any, ...]:
+    """Equal for tracks whose ``next_step`` gives the same answers: same modifier type, same
+    first and last step and same arguments except the selectors."""
+    args = sorted((k, repr(v)) for k, v in t.modifier.args.items() if k not in _SELECTORS)
+    return (t.modifier.type, t.first, t.last, t.spacing, t.fixed, tuple(args))
+
+
+@dataclass(frozen=True)
+class _Cohort:
+    """Tracks with the same event steps, in manager order; ``lead`` answers ``next_step``.
+    ``rows``: when every member is a one-curve sparsity track of the lead's curve (a
+    per-layer recipe), the members' fixed fields, so that a step's events are built in one
+    pass with the curve evaluated once."""
+
+    lead: Track
+    members: tuple[Track, ...]
+    rows: tuple[tuple[Any, ...], ...] = ()
+
+    def events(self, step: int, steps_per_epoch: int) -> list[Event]:
+        if not self.rows:
+            out: list[Event] = []
+            for t in self.members:
+                out.extend(t.make(step))
+            return out
+        lead = self.lead
+        e = epoch_of_step(step, steps_per_epoch)
+        value = lead.curve(e)  # type: ignore[misc]
+        last = lead.last if lead.last is not None else lead.first  # a gradual track always ends
+        action = "update" if lead.first < step < last else "end" if step == last else "start"
+        new = tuple.__new__
+        return [new(Event, (step, e, i, kind, line, action, "sparsity", value, params)) for i, kind, line, params in self.rows]
+
+
+def _cohorts(tracks: list[Track]) -> list[_Cohort]:
+    groups: dict[tuple[Any, ...], list[Track]] = {}
+    for t in tracks:
+        groups.setdefault(_timing_key(t), []).append(t)
+    cohorts = [sorted(g, key=_by_order) for g in groups.values()]
+    cohorts.sort(key=lambda g: g[0].order)
+    out = []
+    for g in cohorts:
+        shared = len(g) > 1 and g[0].curve is not None and all(t.curve is g[0].curve for t in g)
+        out.append(_Cohort(g[0], tuple(g), tuple(t.row for t in g) if shared else ()))
+    return out
+
+
+def _make_all(cohorts: list[_Cohort], due: list[int], step: int, steps_per_epoch: int) -> list[Event]:
+    """The events at ``step`` of the cohorts ``due`` (indexes), in manager order."""
+    if len(due) == 1:
+        return cohorts[due[0]].events(step, steps_per_epoch)
+    members = sorted((t for c in due for t in cohorts[c].members), key=_by_order)
+    out: list[Event] = []
+    for t in members:
+        out.extend(t.make(step))
+    return out
 
 
 def _manager_order(m: Modifier, index: int) -> tuple[Any, ...]:
@@ -59,8 +129,9 @@ class Plan:
     tracks: list[Track]
     max_epochs: int
     min_epochs: int
-    _heap: list[tuple[int, tuple[Any, ...], int]] = field(default_factory=list, repr=False)
+    _heap: list[tuple[int, int]] = field(default_factory=list, repr=False)
     _cursor: int = field(default=-1, repr=False)
+    _due: int = field(default=-1, repr=False)
 
     @property
     def total_steps(self) -> int:
@@ -75,37 +146,42 @@ class Plan:
             return None
         return max((v for v in lasts if v is not None), default=0)
 
-    def _reset(self, step: int) -> None:
-        self._heap = []
-        for t in self.tracks:
-            nxt = t.next_step(step)
+    def _start_heap(self, step: int) -> list[tuple[int, int]]:
+        """``(next event step at or after step, cohort)`` of every cohort with one, as a heap."""
+        heap = []
+        for c, cohort in enumerate(self._cohorts):
+            nxt = cohort.lead.next_step(step)
             if nxt is not None:
-                self._heap.append((nxt, t.order, id(t)))
-        heapq.heapify(self._heap)
-        self._cursor = step
+                heap.append((nxt, c))
+        heapq.heapify(heap)
+        return heap
 
     def events_at(self, step: int) -> tuple[Event, ...]:
         """The events of optimizer step ``step``, in manager order.
 
-        Asked step after step (0, 1, 2, ...) this costs O(1) when nothing is due; any other
-        order costs one O(modifiers) rebuild first.
+        Asked step after step (0, 1, 2, ...) this costs one comparison when nothing is due;
+        any other order costs one O(modifiers) rebuild first.
         """
+        if step == self._cursor and step < self._due:
+            self._cursor = step + 1
+            return ()
         if step != self._cursor:
-            self._reset(step)
+            self._heap = self._start_heap(step)
         heap = self._heap
         self._cursor = step + 1
         if not heap or heap[0][0] > step:
+            self._due = heap[0][0] if heap else _NEVER
             return ()
+        cohorts = self._cohorts
         due = []
         while heap and heap[0][0] == step:
-            _, _, tid = heapq.heappop(heap)
-            due.append(self._by_id[tid])
-        out: list[Event] = []
-        for t in sorted(due, key=lambda t: t.order):
-            out.extend(t.make(step))
-            nxt = t.next_step(step + 1)
+            due.append(heapq.heappop(heap)[1])
+        out = _make_all(cohorts, due, step, self.steps_per_epoch)
+        for c in due:
+            nxt = cohorts[c].lead.next_step(step + 1)
             if nxt is not None:
-                heapq.heappush(heap, (nxt, t.order, id(t)))
+                heapq.heappush(heap, (nxt, c))
+        self._due = heap[0][0] if heap else _NEVER
         return tuple(out)
 
     def iter_events(self, start: int = 0, stop: int | None = None) -> Iterator[Event]:
@@ -116,22 +192,18 @@ class Plan:
         if stop is None:
             last = self.last_event_step
             stop = (last + 1) if last is not None else max(self.total_steps, start + 1)
-        heap = []
-        for t in self.tracks:
-            nxt = t.next_step(start)
-            if nxt is not None:
-                heap.append((nxt, t.order, id(t)))
-        heapq.heapify(heap)
+        cohorts = self._cohorts
+        heap = self._start_heap(start)
         while heap and heap[0][0] < stop:
             step = heap[0][0]
             due = []
             while heap and heap[0][0] == step:
-                due.append(self._by_id[heapq.heappop(heap)[2]])
-            for t in sorted(due, key=lambda t: t.order):
-                yield from t.make(step)
-                nxt = t.next_step(step + 1)
+                due.append(heapq.heappop(heap)[1])
+            yield from _make_all(cohorts, due, step, self.steps_per_epoch)
+            for c in due:
+                nxt = cohorts[c].lead.next_step(step + 1)
                 if nxt is not None:
-                    heapq.heappush(heap, (nxt, t.order, id(t)))
+                    heapq.heappush(heap, (nxt, c))
 
     def events_bound(self, stop: int | None = None) -> float:
         """An upper bound of the event steps ``iter_events(0, stop)`` visits, in O(modifiers):
@@ -142,11 +214,10 @@ class Plan:
         return sum(t.count_bound(self.steps_per_epoch, stop) for t in self.tracks)
 
     @property
-    def _by_id(self) -> dict[int, Track]:
-        cached = self.__dict__.get("_by_id_cache")
+    def _cohorts(self) -> list[_Cohort]:
+        cached = self.__dict__.get("_cohorts_cache")
         if cached is None:
-            cached = {id(t): t for t in self.tracks}
-            self.__dict__["_by_id_cache"] = cached
+            cached = self.__dict__["_cohorts_cache"] = _cohorts(self.tracks)
         return cached
 
 

@@ -80,6 +80,23 @@ def _sparsity(m: Modifier, key: str, value: Any) -> float:
     return number
 
 
+new_event = tuple.__new__  # Event(*fields) without the keyword handling: a plan builds many
+
+
+@functools.lru_cache(maxsize=4096)
+def _shared_curve(init: float, final: float, start: float, end: float, inter: str) -> curves.Curve:
+    """:func:`curves.gradual`, one function per distinct curve, remembering its last value."""
+    f = curves.gradual(init, final, start, end, inter)
+    last: list[Any] = [None, None]
+
+    def value(epoch: float) -> float:
+        if last[0] != epoch:
+            last[0], last[1] = epoch, f(epoch)
+        return last[1]
+
+    return value
+
+
 class TrackBuilder:
     """Compiles one modifier into a :class:`Track` of the kind its declaration names
     (``ModifierSpec.schedule``); each public method is one kind (see :data:`TRACKS`)."""
@@ -89,8 +106,10 @@ class TrackBuilder:
             raise PlanError(f"Argument `steps_per_epoch` must be a positive integer. Received: {S!r}")
         self.S = S
 
-    def event(self, m: Modifier, i: int, k: int, action: str, target: str, value: Any, params: Any = None) -> Event:
-        return Event(k, epoch_of_step(k, self.S), i, m.type, m.span.line, action, target, value, params)
+    def event(self, m: Modifier, i: int, k: int, action: str, target: str, value: Any, params: Any = None,
+              epoch: float | None = None) -> Event:
+        return Event(k, epoch_of_step(k, self.S) if epoch is None else epoch, i, m.type, m.span.line, action,
+                     target, value, params)
 
     def window(self, m: Modifier) -> tuple[float, float, int, int | None]:
         start = _num(m, "start_epoch", -1)
@@ -138,9 +157,12 @@ class TrackBuilder:
         else:
             groups = [(args.get("params"), _sparsity(m, "final_sparsity", final if final is not None else 0.0))]
         init_f = _sparsity(m, "init_sparsity", init) if isinstance(init, (int, float)) else 0.0
-        funcs = [(params, curves.gradual(init_f, target, start, end, inter)) for params, target in groups]
+        # modifiers with the same curve share one memo of its last value (a BERT recipe's 72
+        # per-layer GMP modifiers update at the same steps to the same sparsity)
+        funcs = [(params, _shared_curve(init_f, target, start, end, inter)) for params, target in groups]
         leave = args.get("leave_enabled", True) is not False
         S = self.S
+        kind, line = m.type, m.span.line
 
         def next_step(k: int) -> int | None:
             if k <= first:
@@ -151,10 +173,21 @@ class TrackBuilder:
                 return k
             return min(next_grid_step(start, uf, k, S), last)
 
+        if len(funcs) == 1 and leave:  # the common case, on every step of a per-layer recipe
+            (params, f), = funcs
+
+            def make_one(k: int) -> list[Event]:
+                e = epoch_of_step(k, S)
+                action = "update" if first < k < last else "end" if k == last else "start"
+                return [new_event(Event, (k, e, i, kind, line, action, "sparsity", f(e), params))]
+
+            return Track(i, m, first, last, next_step, make_one, spacing=max(uf, 0.0),
+                         curve=f, row=(i, kind, line, params))
+
         def make(k: int) -> list[Event]:
             e = epoch_of_step(k, S)
             action = "end" if k == last else "start" if k == first else "update"
-            out = [self.event(m, i, k, action, "sparsity", f(e), params) for params, f in funcs]
+            out = [Event(k, e, i, kind, line, action, "sparsity", f(e), params) for params, f in funcs]
             if k == last and not leave:
                 out.insert(0, self.event(m, i, k, "end", "masks", "release", args.get("params")))
             return out

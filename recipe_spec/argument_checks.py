@@ -1,0 +1,222 @@
+"""Modifier arguments against their schema, and the numbers no schedule can use.
+
+:func:`_schema_findings` answers "valid" from the compiled pre-check
+(:mod:`recipe_spec.schema_fast`) for almost every modifier and runs jsonschema only for the
+exact messages when something is off; :func:`_numbers_ok` decides without building paths
+whether :func:`_bad_numbers` would find anything. Used by :mod:`recipe_spec.validation`.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from . import codes
+from .findings import Finding
+from .frozen import FrozenDict
+from .schema_check import fast_is_valid
+from .schema_fast import compiled_check
+from .schema_store import modifier_schema
+from .variables import did_you_mean
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
+
+    from .recipe import Modifier
+
+__all__ = ["FLOAT_INT_BITS"]
+
+
+# -- schema --------------------------------------------------------------------------------
+@functools.cache
+def _validator(name: str) -> Draft202012Validator:
+    from jsonschema import Draft202012Validator  # imported only when a modifier is invalid
+
+    return Draft202012Validator(modifier_schema(name))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return "null" if value is None else type(value).__name__
+
+
+_JSON_TYPES = {
+    "string": "text", "number": "a number", "integer": "an integer", "boolean": "true or false",
+    "array": "a list", "object": "a mapping", "null": "null",
+}
+
+
+def _leaf_error(error: ValidationError) -> ValidationError:
+    """The most telling sub-error of an anyOf/oneOf failure."""
+    while error.context:
+        candidates = sorted(error.context, key=lambda e: (e.validator == "type", -len(e.path)))
+        error = candidates[0]
+    return error
+
+
+@functools.cache
+def _check_of(name: str) -> Callable[[Any], bool] | None:
+    return compiled_check(modifier_schema(name))
+
+
+@functools.cache
+def _deprecated(name: str) -> dict[Any, str]:
+    """The deprecated arguments of modifier ``name`` and their descriptions."""
+    props: Mapping[str, Any] = modifier_schema(name).get("properties", {})
+    return {k: s.get("description", "") for k, s in props.items() if s and s.get("deprecated")}
+
+
+def _schema_findings(m: Modifier) -> Iterator[Finding]:
+    schema = modifier_schema(m.type)
+    deprecated = _deprecated(m.type)
+    if deprecated:
+        for key in m.args:
+            if key in deprecated:
+                yield Finding(
+                    codes.M007, f"'{key}' is deprecated in {m.type}", deprecated[key], m, (key,), on_key=True,
+                )
+    check = _check_of(m.type)
+    if check is not None and check(m.args):
+        return
+    instance = _jsonable(m.args)
+    if check is None and fast_is_valid(schema, instance) is True:
+        return
+    props: Mapping[str, Any] = schema.get("properties", {})
+    rule_keys: set[Any] | None = None
+    for error in _validator(m.type).iter_errors(instance):
+        path = tuple(error.absolute_path)
+        top = path[0] if path else None
+        if error.validator == "additionalProperties":
+            extra = [k for k in error.instance if k not in props]
+            for key in extra:
+                hint = did_you_mean(key, props) or f"{m.type} takes: {', '.join(props)}."
+                yield Finding(codes.M002, f"{m.type} has no argument '{key}'", hint, m, (key,), on_key=True)
+            continue
+        if error.validator == "required":
+            missing = error.message.split("'")[1] if "'" in error.message else str(error.message)
+            desc = props.get(missing, {}).get("description", "")
+            yield Finding(codes.M003, f"{m.type} needs '{missing}'", desc, m)
+            continue
+        if rule_keys is None:
+            from .validation import _rule_keys
+
+            rule_keys = _rule_keys(m)
+        if top in rule_keys:
+            continue  # the modifier's own rule says it better (E003 for QAT's end_epoch)
+        leaf = _leaf_error(error)
+        value = leaf.instance
+        where = "'" + ".".join(str(p) for p in path) + "'" if path else m.type
+        desc = props.get(top, {}).get("description", "") if isinstance(top, str) else ""
+        if leaf.validator == "type":
+            expected = leaf.validator_value
+            expected = expected if isinstance(expected, list) else [expected]
+            wanted = " or ".join(_JSON_TYPES.get(t, t) for t in expected)
+            hint = desc
+            if isinstance(value, str) and value.lower() in ("yes", "no", "on", "off") and "boolean" in expected:
+                hint = f"YAML 1.2 reads {value} as text: write true or false."
+            elif isinstance(value, str) and value.startswith("eval(") is False and re.fullmatch(r"[-+.\deE]+", value):
+                hint = "Remove the quotes to make it a number."
+            yield Finding(
+                codes.M004, f"{where} must be {wanted}, not {_type_name(value)} ({value!r})", hint, m, path
+            )
+        elif leaf.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "not"):
+            code = codes.M011 if isinstance(top, str) and "sparsity" in top else codes.M005
+            bound = {
+                "minimum": f"at least {leaf.validator_value}",
+                "maximum": f"at most {leaf.validator_value}",
+                "exclusiveMinimum": f"greater than {leaf.validator_value}",
+                "exclusiveMaximum": f"less than {leaf.validator_value}",
+                "not": "a different value",
+            }[leaf.validator]
+            yield Finding(code, f"{where} must be {bound}, not {value!r}", desc, m, path)
+        elif leaf.validator in ("enum", "const"):
+            allowed = leaf.validator_value if leaf.validator == "enum" else [leaf.validator_value]
+            hint = did_you_mean(str(value), [str(a) for a in allowed]) if isinstance(value, str) else ""
+            choices = ", ".join(repr(a) for a in allowed)
+            yield Finding(
+                codes.M006, f"{where} is {value!r}; allowed: {choices}", hint or desc, m, path
+            )
+        else:
+            yield Finding(codes.M008, f"{where}: {leaf.message}", desc, m, path)
+
+
+# -- numbers -------------------------------------------------------------------------------
+#: Largest int accepted where a number is expected, in bits: the range of a float (about
+#: 1.8e308), which is what schedules compute with.
+FLOAT_INT_BITS = 1024
+
+
+def _bad_numbers(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], str]]:
+    """``(path, what is wrong)`` for each number inside ``value`` that no schedule can use:
+    ``.inf``, ``.nan``, or an integer beyond the range of a float."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        yield path, f"must be a finite number, not {value}"
+    elif isinstance(value, int) and value.bit_length() > FLOAT_INT_BITS:
+        digits = len(str(abs(value))) if value.bit_length() < 14_000 else int(value.bit_length() * math.log10(2))
+        yield path, f"is too large ({digits} digits; numbers must be below 1.8e308)"
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _bad_numbers(k, path + (k,))
+            yield from _bad_numbers(v, path + (k,))
+    elif isinstance(value, (tuple, list)):
+        for i, v in enumerate(value):
+            yield from _bad_numbers(v, path + (i,))
+
+
+def _numbers_ok(value: Any) -> bool:
+    """Whether ``_bad_numbers(value)`` finds nothing (decided without building paths)."""
+    isfinite = math.isfinite
+    stack = [value]
+    pop, extend = stack.pop, stack.extend
+    while stack:
+        v = pop()
+        c = v.__class__
+        if c is str or c is bool or v is None:
+            continue
+        if c is float:
+            if not isfinite(v):
+                return False
+        elif c is int:
+            if v.bit_length() > FLOAT_INT_BITS:
+                return False
+        elif c is FrozenDict:
+            extend(v._data)
+            extend(v._data.values())
+        elif c is tuple:
+            extend(v)
+        elif next(_bad_numbers(v), None) is not None:
+            return False
+    return True
+
+
+def _number_findings(m: Modifier) -> list[Finding]:
+    """M005 for each non-finite or out-of-range number in ``m``'s arguments."""
+    out = []
+    for path, what in _bad_numbers(m.args):
+        where = "'" + ".".join(str(p) for p in path) + "'"
+        out.append(Finding(codes.M005, f"{where} {what}", "Write a finite number, or -1 for 'never'."
+                           if path and path[-1] == "end_epoch" else "Write a finite number.", m, path))
+    return out

@@ -1,0 +1,472 @@
+"""Reading a recipe from libyaml's event stream, in one pass, with no node graph.
+
+:func:`read_events` pulls every event of the text from the C parser, settling the nesting
+limit on the way (every node counts, aliases included, as the composer counts them), and
+refuses what only the pure-Python reader explains well (syntax errors, undefined aliases,
+duplicate anchors, a second document) by raising :class:`Fallback`. :class:`EventBuilder`
+then builds the same values, locations and diagnostics as the node-graph builder of
+:mod:`recipe_spec.yaml_reader`: an alias is built again from its anchor's events, at the
+alias's own position, exactly as a node reached twice is built twice there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from yaml import (
+    AliasEvent,
+    DocumentStartEvent,
+    MappingEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+    StreamEndEvent,
+)
+
+from . import codes
+from .diagnostics import Diagnostic, RecipeError, Span
+from .frozen import FrozenDict
+from .yaml_locs import LazyLocs
+from .yaml_reader import _ALLOWED_STD, _STD, MAX_DEPTH, MAX_VALUES, Loc, Resolver12, Tagged
+
+try:
+    from yaml._yaml import CParser
+except ImportError:  # pragma: no cover - pure-Python PyYAML
+    CParser = None
+
+__all__ = ["Fallback", "read_events", "EventBuilder", "CParser"]
+
+_MERGE = _STD + "merge"
+_SEQ = _STD + "seq"
+_MAP = _STD + "map"
+_RESOLVERS: dict[Any, list[tuple[str, Any]]] = Resolver12.yaml_implicit_resolvers
+_STARTS = (MappingStartEvent, SequenceStartEvent)
+_ENDS = (MappingEndEvent, SequenceEndEvent)
+
+# Spans (of tagged values and diagnostics) skip __init__: set the slots directly (a frozen
+# dataclass's __init__ goes through object.__setattr__ for every field).
+_new = object.__new__
+_set_line, _set_column = Span.line.__set__, Span.column.__set__  # type: ignore[attr-defined]
+_set_end_line, _set_end_column = Span.end_line.__set__, Span.end_column.__set__  # type: ignore[attr-defined]
+
+
+def _span(line: int, column: int, end_line: int, end_column: int) -> Span:
+    s = _new(Span)
+    _set_line(s, line)
+    _set_column(s, column)
+    _set_end_line(s, end_line)
+    _set_end_column(s, end_column)
+    return s
+
+
+def _frozen(data: dict[Any, Any]) -> FrozenDict:
+    out = _new(FrozenDict)
+    out._data = data
+    out._hash = None
+    return out
+
+
+class Fallback(Exception):
+    """The text is for the pure-Python reader (an error it reports with clearer words)."""
+
+
+def read_events(text: str) -> tuple[list[Any], dict[str, int], bool]:
+    """Every event of ``text``, the index of each anchored node's event, and whether the
+    text has aliases. Raises the composer's "nesting deeper" error at the first node past
+    MAX_DEPTH (before reading further), :class:`Fallback` for anything else wrong."""
+    parser = CParser(text)
+    events: list[Any] = []
+    append = events.append
+    get = parser.get_event
+    anchors: dict[str, int] = {}
+    depth = 0
+    documents = 0
+    has_alias = False
+    deep = None
+    try:
+        while True:
+            e = get()
+            append(e)
+            cls = e.__class__
+            if cls is ScalarEvent:
+                if depth >= MAX_DEPTH:
+                    deep = e
+                    break
+                if e.anchor is not None:
+                    if e.anchor in anchors:
+                        raise Fallback
+                    anchors[e.anchor] = len(events) - 1
+            elif cls is MappingStartEvent or cls is SequenceStartEvent:
+                depth += 1
+                if depth > MAX_DEPTH:
+                    deep = e
+                    break
+                if e.anchor is not None:
+                    if e.anchor in anchors:
+                        raise Fallback
+                    anchors[e.anchor] = len(events) - 1
+            elif cls is MappingEndEvent or cls is SequenceEndEvent:
+                depth -= 1
+            elif cls is AliasEvent:
+                if depth >= MAX_DEPTH:
+                    deep = e
+                    break
+                if e.anchor not in anchors:
+                    raise Fallback
+                has_alias = True
+            elif cls is DocumentStartEvent:
+                documents += 1
+                if documents > 1:
+                    raise Fallback
+            elif cls is StreamEndEvent:
+                break
+    except yaml.YAMLError:
+        raise Fallback from None
+    if deep is not None:
+        raise yaml.composer.ComposerError(
+            None, None, f"nesting deeper than {MAX_DEPTH} levels", deep.start_mark
+        )
+    return events, anchors, has_alias
+
+
+class EventBuilder:
+    """Values, a path -> Loc table and diagnostics from the events of one document."""
+
+    def __init__(self, events: list[Any], anchors: dict[str, int], line_offset: int):
+        self.ev = events
+        self.anchors = anchors
+        self.i = 2  # after StreamStart and DocumentStart: the root node
+        self.offset = line_offset
+        self.locs: dict[Any, Loc] = LazyLocs(events, anchors, line_offset)
+        self.diagnostics: list[Diagnostic] = []
+
+    def span(self, start: Any, end: Any) -> Span:
+        s, t, off = start.start_mark, end.end_mark, self.offset
+        return _span(s.line + 1 + off, s.column + 1, t.line + 1 + off, t.column + 1)
+
+    def skip(self) -> int:
+        """Move past the node at the cursor; returns the index of its last event."""
+        ev = self.ev
+        if ev[self.i].__class__ in _STARTS:
+            depth = 0
+            while True:
+                cls = ev[self.i].__class__
+                if cls in _STARTS:
+                    depth += 1
+                elif cls in _ENDS:
+                    depth -= 1
+                    if depth == 0:
+                        break
+                self.i += 1
+        self.i += 1
+        return self.i - 1
+
+    # -- the document's size, aliases counted at each use ----------------------------------
+    def check_size(self) -> None:
+        """Y004 for a recursive alias or a document expanding past MAX_VALUES, decided
+        before anything is expanded (a memoised count, as for the node graph)."""
+        ev = self.ev
+        sizes: dict[str, int] = {}
+        stack: list[list[Any]] = [[0, None]]
+        for e in ev[2:]:
+            cls = e.__class__
+            if cls is ScalarEvent:
+                stack[-1][0] += 1
+                if e.anchor is not None:
+                    sizes[e.anchor] = 1
+            elif cls is MappingStartEvent or cls is SequenceStartEvent:
+                stack.append([1, e.anchor])
+            elif cls is MappingEndEvent or cls is SequenceEndEvent:
+                total, anchor = stack.pop()
+                if anchor is not None:
+                    sizes[anchor] = total
+                stack[-1][0] += total
+            elif cls is AliasEvent:
+                if e.anchor not in sizes:
+                    raise RecipeError(
+                        [
+                            codes.Y004(
+                                f"alias '*{e.anchor}' refers to the anchor that contains it "
+                                "(a recursive structure)",
+                                "Recipes cannot contain themselves: write the value out.",
+                                self.span(e, e),
+                            )
+                        ]
+                    )
+                stack[-1][0] += sizes[e.anchor]
+        n = stack[0][0]
+        if n > MAX_VALUES:
+            root, last = ev[2], ev[-3]  # ..., the root's last event, DocumentEnd, StreamEnd
+            raise RecipeError(
+                [
+                    codes.Y004(
+                        f"the document expands to {n:,} values (the limit is {MAX_VALUES:,})",
+                        "A recipe this large is almost certainly an alias bomb or the wrong file.",
+                        self.span(root, last),
+                    )
+                ]
+            )
+
+    # -- building ----------------------------------------------------------------------------
+    # ``keyed`` is 1 when the event just before the value is its key (see yaml_locs).
+    def build(self, path: tuple[Any, ...], keyed: int) -> Any:
+        i = self.i
+        e = self.ev[i]
+        cls = e.__class__
+        if cls is ScalarEvent and e.tag is None:  # most values: built here, inline
+            self.i = i + 1
+            self.locs[path] = i + i + keyed
+            value = e.value
+            if e.style or not e.implicit[0]:
+                return value
+            for tag, regexp in _RESOLVERS.get(value[:1], ()):
+                if regexp.match(value):
+                    return self.scalar(tag, value, e)
+            return value
+        if cls is AliasEvent:
+            self.i = self.anchors[e.anchor]
+            value = self.node(self.ev[self.i], path, i + i + keyed, self.span(e, e))
+            self.i = i + 1
+            return value
+        return self.node(e, path, i + i + keyed, None)
+
+    def node(self, e: Any, path: tuple[Any, ...], record: int, alias: Span | None) -> Any:
+        cls = e.__class__
+        tag = e.tag
+        locs = self.locs
+        if cls is ScalarEvent:
+            self.i += 1
+            locs[path] = record
+            if tag is None or tag == "!":
+                tag = _resolve(e.value, e.implicit[0])
+            local = tag[:1] == "!" and tag[:2] != "!!" and tag != "!"
+            if local or not _builds(tag):
+                span = alias or self.span(e, e)
+                if local:
+                    value = e.value
+                    return Tagged(tag[1:], value if value != "" or e.style else None, span)
+                self.diagnostics.append(_tag_error(tag, span))
+                return None
+            return self.scalar(tag, e.value, alias or e)
+        if tag is None or tag == "!":
+            tag = _SEQ if cls is SequenceStartEvent else _MAP
+        locs[path] = None  # type: ignore[assignment]  # keeps the parent first
+        if not _builds(tag):
+            end = self.skip()
+            locs[path] = (record, end)
+            self.diagnostics.append(_tag_error(tag, alias or self.span(e, self.ev[end])))
+            return None
+        self.i += 1
+        if cls is SequenceStartEvent:
+            value: Any = self.sequence(path)
+        else:
+            value = self.mapping(path)
+        end = self.i
+        self.i += 1
+        locs[path] = (record, end)
+        if tag[:1] == "!" and tag[:2] != "!!" and tag != "!":
+            return Tagged(tag[1:], value, alias or self.span(e, self.ev[end]))
+        return value
+
+    def sequence(self, path: tuple[Any, ...]) -> tuple[Any, ...]:
+        ev, locs = self.ev, self.locs
+        items: list[Any] = []
+        append = items.append
+        n = 0
+        while True:
+            i = self.i
+            e = ev[i]
+            cls = e.__class__
+            if cls is SequenceEndEvent:
+                return tuple(items)
+            if cls is ScalarEvent and e.tag is None:  # as build() does, without the call
+                self.i = i + 1
+                locs[path + (n,)] = i + i
+                value = e.value
+                if not e.style and e.implicit[0]:
+                    for tag, regexp in _RESOLVERS.get(value[:1], ()):
+                        if regexp.match(value):
+                            value = self.scalar(tag, value, e)
+                            break
+                append(value)
+            else:
+                append(self.build(path + (n,), 0))
+            n += 1
+
+    def scalar(self, tag: str, text: str, where: Any) -> Any:
+        """The value of a scalar; ``where`` (a Span, or the event) is for a diagnostic."""
+        if tag == _STR:
+            return text
+        short = tag[len(_STD):] if tag.startswith(_STD) else "str"
+        try:
+            if short == "null":
+                return None
+            if short == "bool":
+                return text.lower() == "true"
+            if short == "int":
+                if text.startswith("0o"):
+                    return int(text[2:], 8)
+                if text.startswith("0x"):
+                    return int(text[2:], 16)
+                return int(text, 10)
+            if short == "float":
+                lowered = text.lower()
+                if lowered.endswith(".inf"):
+                    return float("-inf") if lowered.startswith("-") else float("inf")
+                if lowered == ".nan":
+                    return float("nan")
+                return float(text)
+        except ValueError:
+            span = where if isinstance(where, Span) else self.span(where, where)
+            self.diagnostics.append(
+                codes.Y001(f"'{text}' is not a valid !!{short}", "Fix the value or its tag.", span)
+            )
+            return None
+        return text
+
+    def mapping(self, path: tuple[Any, ...]) -> FrozenDict:
+        ev = self.ev
+        result: dict[Any, Any] = {}
+        first_seen: dict[Any, Any] = {}  # key -> its event (a span only for a duplicate)
+        merged: dict[Any, Any] = {}
+        build, locs = self.build, self.locs
+        while True:
+            k = ev[self.i]
+            cls = k.__class__
+            if cls is ScalarEvent and k.tag is None and not k.style:  # a plain key: inline
+                self.i += 1
+                key = k.value
+                if key == "<<":
+                    merged.update(self.merge_values(path))
+                    continue
+                for tag, regexp in _RESOLVERS.get(key[:1], ()):
+                    if regexp.match(key):
+                        key = self.scalar(tag, key, k)
+                        break
+                if key in first_seen:
+                    self.duplicate(key, first_seen[key], k)
+                    continue
+                first_seen[key] = k
+                i = self.i
+                e = ev[i]
+                if e.__class__ is ScalarEvent and e.tag is None:  # as build() does, without the call
+                    self.i = i + 1
+                    locs[path + (key,)] = i + i + 1
+                    value = e.value
+                    if not e.style and e.implicit[0]:
+                        for tag, regexp in _RESOLVERS.get(value[:1], ()):
+                            if regexp.match(value):
+                                value = self.scalar(tag, value, e)
+                                break
+                    result[key] = value
+                else:
+                    result[key] = build(path + (key,), 1)
+                continue
+            if cls is MappingEndEvent:
+                break
+            written = k
+            if cls is AliasEvent:
+                self.i += 1
+                k = ev[self.anchors[k.anchor]]
+                cls = k.__class__
+            elif cls is ScalarEvent:
+                self.i += 1
+            else:
+                key_span = self.span(k, ev[self.skip()])
+            if cls is ScalarEvent:
+                key_tag = k.tag
+                if key_tag is None or key_tag == "!":
+                    key_tag = _resolve(k.value, k.implicit[0])
+                if key_tag == _MERGE or (k.value == "<<" and not k.style):
+                    merged.update(self.merge_values(path))
+                    continue
+            else:
+                if k.tag == _MERGE:
+                    merged.update(self.merge_values(path))
+                    continue
+                if written is not k:  # an alias of a list or mapping
+                    key_span = self.span(written, written)
+                self.diagnostics.append(
+                    codes.Y005(
+                        "a mapping key must be a plain value, not a list or mapping",
+                        "Write the key as text.",
+                        key_span,
+                    )
+                )
+                self.skip()
+                continue
+            if key_tag.startswith(_STD):
+                key = self.scalar(key_tag, k.value, written)
+            else:
+                key = k.value
+            if key in first_seen:
+                self.duplicate(key, first_seen[key], written)
+                continue
+            first_seen[key] = written
+            result[key] = build(path + (key,), 1)
+        for key, value in merged.items():
+            result.setdefault(key, value)
+        return _frozen(result)
+
+    def duplicate(self, key: Any, first: Any, written: Any) -> None:
+        first_line = self.span(first, first).line
+        key_span = self.span(written, written)
+        self.diagnostics.append(
+            codes.Y002(
+                f"key '{key}' is given twice in this mapping (first on line {first_line})",
+                f"Delete one of them; PyYAML would silently have used this one, "
+                f"line {key_span.line}.",
+                key_span,
+            )
+        )
+        self.skip()  # its value is not read
+
+    def merge_values(self, path: tuple[Any, ...]) -> dict[Any, Any]:
+        value = self.build(path + ("<<",), 0)
+        sources = value if isinstance(value, tuple) else (value,)
+        out: dict[Any, Any] = {}
+        for source in sources:
+            if not isinstance(source, FrozenDict):
+                self.diagnostics.append(
+                    codes.Y001(
+                        "a merge key '<<' needs a mapping or a list of mappings",
+                        "Merge an anchored mapping: `<<: *defaults`.",
+                        self.locs[path + ("<<",)].span,
+                    )
+                )
+                continue
+            for key, val in source.items():
+                out.setdefault(key, val)
+        return out
+
+
+_STR = _STD + "str"
+
+
+def _resolve(value: str, plain: bool) -> str:
+    """The tag of an untagged scalar under the YAML 1.2 core schema (as Resolver12)."""
+    if plain:
+        for tag, regexp in _RESOLVERS.get(value[0] if value else "", ()):
+            if regexp.match(value):
+                return tag
+    return _STR
+
+
+def _builds(tag: str) -> bool:
+    """Whether a node with (resolved) ``tag`` is built: local tags, '!' and allowed '!!' ones."""
+    if tag.startswith(_STD):
+        return tag[len(_STD):] in _ALLOWED_STD
+    return tag == "!" or (tag[:1] == "!" and tag[:2] != "!!")
+
+
+def _tag_error(tag: str, span: Span) -> Diagnostic:
+    if tag.startswith(_STD):
+        short = tag[len(_STD):]
+        return codes.Y005(
+            f"tag '!!{short}' is not allowed in a recipe",
+            "Recipes are plain data: use a number, text, list or mapping.",
+            span,
+        )
+    return codes.Y005(f"tag '{tag}' is not allowed in a recipe", "Remove the tag.", span)

@@ -1,0 +1,138 @@
+"""The path -> :class:`~recipe_spec.yaml_reader.Loc` table of a document read from events,
+with every location made only when it is looked up.
+
+While reading, :class:`~recipe_spec.yaml_events.EventBuilder` records for each path a
+number: ``2 * i + k``, where ``i`` is the index of the value's first event and ``k`` says
+whether the event just before it is the value's key (a mapping entry). A mapping or list
+records ``(number, index of its end event)``. Almost every location is never asked for (only
+diagnostics need positions), so no :class:`Span` is built for them.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from yaml import AliasEvent, ScalarEvent
+
+from .diagnostics import Span
+from .yaml_reader import Loc
+
+__all__ = ["LazyLocs", "gc_paused"]
+
+_MISSING = object()
+
+
+class LazyLocs(dict):  # type: ignore[type-arg]
+    """A ``dict`` of path -> :class:`Loc` whose entries are made on first access."""
+
+    __slots__ = ("ev", "anchors", "offset")
+
+    def __init__(self, events: list[Any], anchors: dict[str, int], line_offset: int):
+        super().__init__()
+        self.ev = events
+        self.anchors = anchors
+        self.offset = line_offset
+
+    def span(self, start: Any, end: Any) -> Span:
+        s, t, off = start.start_mark, end.end_mark, self.offset
+        return Span(s.line + 1 + off, s.column + 1, t.line + 1 + off, t.column + 1)
+
+    def make(self, record: Any) -> Loc:
+        """The :class:`Loc` a recorded number (or (number, end index) pair) stands for."""
+        end = None
+        if record.__class__ is tuple:
+            record, end = record
+        ev = self.ev
+        i = record >> 1
+        e = ev[i]
+        if e.__class__ is AliasEvent:
+            span = self.span(e, e)
+            target = ev[self.anchors[e.anchor]]
+            style = (target.style or None) if target.__class__ is ScalarEvent else None
+        elif end is not None:
+            span = self.span(e, ev[end])
+            style = None
+        else:
+            span = self.span(e, e)
+            style = e.style or None
+        key_span = self.span(ev[i - 1], ev[i - 1]) if record & 1 else None
+        return Loc(span, key_span, style)
+
+    def _made(self, key: Any, record: Any) -> Any:
+        if record is None or record.__class__ is Loc:
+            return record
+        loc = self.make(record)
+        dict.__setitem__(self, key, loc)
+        return loc
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._made(key, dict.__getitem__(self, key))
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        record = dict.get(self, key, _MISSING)
+        if record is _MISSING:
+            return default
+        return self._made(key, record)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if key in self:
+            return self[key]
+        dict.__setitem__(self, key, default)
+        return default
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        if key in self:
+            value = self[key]
+            dict.pop(self, key)
+            return value
+        return dict.pop(self, key, *default)
+
+    def values(self) -> list[Any]:  # type: ignore[override]
+        return [self[k] for k in list(self)]
+
+    def items(self) -> list[tuple[Any, Any]]:  # type: ignore[override]
+        return [(k, self[k]) for k in list(self)]
+
+    def copy(self) -> dict[Any, Any]:  # type: ignore[override]
+        return dict(self.items())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LazyLocs):
+            return dict(self.items()) == dict(other.items())
+        if isinstance(other, dict):
+            return dict(self.items()) == other
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __iter__(self) -> Iterator[Any]:
+        return dict.__iter__(self)
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+    def __reduce__(self) -> Any:
+        return (dict, (dict(self.items()),))
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector held off while one text is read: reading makes several
+    objects per event (the event, its marks, values, paths) and no reference cycles, so the
+    collections it would trigger find nothing and cost about a tenth of the reading. The
+    collector is left as it was found (a caller that turned it off keeps it off)."""
+    enabled = gc.isenabled()
+    if enabled:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

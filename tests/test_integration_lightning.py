@@ -1,0 +1,176 @@
+"""recipe_spec.integrations.lightning: a recipe run by lightning.pytorch.Trainer (tiny MLP, CPU)."""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("lightning")
+
+import lightning.pytorch as pl  # noqa: E402
+import torch  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+from recipe_spec.integrations.lightning import CHECKPOINT_KEY, RecipeCallback  # noqa: E402
+from recipe_spec.schedule import compile_plan  # noqa: E402
+
+RECIPE = """
+modifiers:
+  - !GMPruningModifier
+    params: ["re:.*fc1.weight"]
+    init_sparsity: 0.0
+    final_sparsity: 0.5
+    start_epoch: 0.0
+    end_epoch: 2.0
+    update_frequency: 0.5
+  - !LearningRateFunctionModifier
+    start_epoch: 0.0
+    end_epoch: 3.0
+    lr_func: linear
+    init_lr: 0.01
+    final_lr: 0.001
+"""
+SAMPLES, BATCH = 32, 4  # 8 batches per epoch; the recipe runs 3 epochs
+
+
+class Net(pl.LightningModule):
+    """Two Linear layers; records the learning rate of every optimizer step."""
+
+    def __init__(self, scheduler: bool = False) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1 = torch.nn.Linear(8, 16)
+        self.fc2 = torch.nn.Linear(16, 2)
+        self.scheduler = scheduler
+        self.lrs: list[tuple[int, float]] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(x)))
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self(x), y)
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+        step = self.trainer.global_step
+        super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        self.lrs.append((step, optimizer.param_groups[0]["lr"]))  # the rate this step ran with
+
+    def configure_optimizers(self) -> Any:
+        opt = torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
+        if not self.scheduler:
+            return opt
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def loader() -> DataLoader:
+    g = torch.Generator().manual_seed(1)
+    data = TensorDataset(torch.randn(SAMPLES, 8, generator=g), torch.randint(0, 2, (SAMPLES,), generator=g))
+    return DataLoader(data, batch_size=BATCH, shuffle=False)
+
+
+def fit(tmp: Path, accumulation: int = 1, epochs: int | None = None, ckpt_path: str | None = None,
+        checkpointing: bool = False, scheduler: bool = False) -> tuple[pl.Trainer, RecipeCallback, Net]:
+    callback = RecipeCallback(RECIPE)
+    callbacks: list[Any] = [callback]
+    if checkpointing:
+        callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=str(tmp), save_top_k=-1,
+                                                      every_n_epochs=1, save_last=False))
+    trainer = pl.Trainer(
+        max_epochs=epochs if epochs is not None else callback.max_epochs, accelerator="cpu",
+        logger=False, enable_progress_bar=False, enable_model_summary=False,
+        enable_checkpointing=checkpointing, accumulate_grad_batches=accumulation,
+        callbacks=callbacks, default_root_dir=str(tmp),
+    )
+    net = Net(scheduler)
+    trainer.fit(net, loader(), ckpt_path=ckpt_path)
+    return trainer, callback, net
+
+
+def doc_blocks(heading: str) -> list[str]:
+    """The ```python blocks of the ``## heading`` section of docs/integrations.md."""
+    page = (Path(__file__).resolve().parent.parent / "docs" / "integrations.md").read_text(encoding="utf-8")
+    section = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", page, re.S | re.M)
+    assert section, heading
+    blocks = re.findall(r"^```python\n(.*?)^```$", section.group(1), re.S | re.M)
+    assert blocks, heading
+    return blocks
+
+
+def recipe_lr(plan: Any, step: int) -> float:
+    """The rate the recipe has set when optimizer step ``step`` runs (last 'lr' event <= step)."""
+    value = None
+    for k in range(step + 1):
+        for event in plan.events_at(k):
+            if event.target == "lr":
+                value = float(event.value)
+    assert value is not None
+    return value
+
+
+def check_run(trainer: pl.Trainer, callback: RecipeCallback, net: Net, spe: int) -> None:
+    assert callback.steps_per_epoch == spe
+    assert trainer.global_step == callback.max_epochs * spe
+    assert callback.manager.runtime.step_count == trainer.global_step
+    zeros = int((net.fc1.weight == 0).sum())
+    assert zeros == round(0.5 * net.fc1.weight.numel())
+    plan = compile_plan(callback.manager.recipe, spe)
+    assert [s for s, _ in net.lrs] == list(range(len(net.lrs)))
+    for step, lr in net.lrs:
+        assert lr == pytest.approx(recipe_lr(plan, step), rel=1e-12), step
+
+
+def test_masks_steps_and_lr(tmp_path: Path) -> None:
+    trainer, callback, net = fit(tmp_path)
+    check_run(trainer, callback, net, math.ceil(SAMPLES / BATCH))
+
+
+def test_gradient_accumulation_counts_optimizer_steps(tmp_path: Path) -> None:
+    trainer, callback, net = fit(tmp_path, accumulation=3)  # 8 batches: steps of 3, 3, 2
+    check_run(trainer, callback, net, math.ceil(SAMPLES / BATCH / 3))
+
+
+def test_scheduler_replaced_with_warning(tmp_path: Path) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer, callback, net = fit(tmp_path, scheduler=True)
+    assert any("StepLR" in str(w.message) and "replace" in str(w.message) for w in caught)
+    check_run(trainer, callback, net, math.ceil(SAMPLES / BATCH))
+    assert type(trainer.lr_scheduler_configs[0].scheduler) is torch.optim.lr_scheduler.StepLR
+
+
+def test_resume_from_checkpoint_matches(tmp_path: Path) -> None:
+    _, full_callback, full = fit(tmp_path / "full")
+    fit(tmp_path / "part", epochs=1, checkpointing=True)  # stops mid-pruning (ends at epoch 2)
+    ckpts = sorted((tmp_path / "part").glob("*.ckpt"))
+    assert len(ckpts) == 1
+    saved = torch.load(ckpts[0], weights_only=False)[CHECKPOINT_KEY]
+    assert saved["step"] == 8 and saved["masks"]
+    trainer, callback, resumed = fit(tmp_path / "resumed", ckpt_path=str(ckpts[0]))
+    assert trainer.global_step == 24
+    assert callback.manager.runtime.step_count == full_callback.manager.runtime.step_count
+    assert torch.equal(resumed.fc1.weight == 0, full.fc1.weight == 0)
+    assert torch.allclose(resumed.fc1.weight, full.fc1.weight, atol=1e-6)
+
+
+def test_import_recipe_spec_does_not_import_lightning() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, recipe_spec, recipe_spec.integrations; print('lightning' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_docs_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lightning examples of docs/integrations.md run as written, one after the other."""
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, Any] = {"__name__": "integrations_doc"}
+    for i, block in enumerate(doc_blocks('Lightning')):
+        exec(compile(block, f"docs/integrations.md (lightning block {i})", "exec"), namespace)
