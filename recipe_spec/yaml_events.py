@@ -29,7 +29,16 @@ from . import codes
 from .diagnostics import Diagnostic, RecipeError, Span
 from .frozen import FrozenDict
 from .yaml_locs import LazyLocs
-from .yaml_reader import _ALLOWED_STD, _STD, MAX_DEPTH, MAX_VALUES, Loc, Resolver12, Tagged
+from .yaml_reader import (
+    _ALLOWED_STD,
+    _STD,
+    MAX_DEPTH,
+    MAX_VALUES,
+    Loc,
+    Resolver12,
+    Tagged,
+    scalar_value,
+)
 
 try:
     from yaml._yaml import CParser
@@ -301,30 +310,13 @@ class EventBuilder:
             return text
         short = tag[len(_STD):] if tag.startswith(_STD) else "str"
         try:
-            if short == "null":
-                return None
-            if short == "bool":
-                return text.lower() == "true"
-            if short == "int":
-                if text.startswith("0o"):
-                    return int(text[2:], 8)
-                if text.startswith("0x"):
-                    return int(text[2:], 16)
-                return int(text, 10)
-            if short == "float":
-                lowered = text.lower()
-                if lowered.endswith(".inf"):
-                    return float("-inf") if lowered.startswith("-") else float("inf")
-                if lowered == ".nan":
-                    return float("nan")
-                return float(text)
+            return scalar_value(short, text)
         except ValueError:
             span = where if isinstance(where, Span) else self.span(where, where)
             self.diagnostics.append(
                 codes.Y001(f"'{text}' is not a valid !!{short}", "Fix the value or its tag.", span)
             )
             return None
-        return text
 
     def mapping(self, path: tuple[Any, ...]) -> FrozenDict:
         ev = self.ev

@@ -39,6 +39,29 @@ MAX_VALUES = 200_000
 MAX_DEPTH = 64
 
 _STD = "tag:yaml.org,2002:"
+
+
+def scalar_value(short: str, text: str) -> Any:
+    """The value of a plain YAML 1.2 scalar resolved to ``!!short`` (``null``, ``bool``, ``int``,
+    ``float``; anything else stays text). Raises ValueError when ``text`` is not one."""
+    if short == "null":
+        return None
+    if short == "bool":
+        return text.lower() == "true"
+    if short == "int":
+        if text.startswith("0o"):
+            return int(text[2:], 8)
+        if text.startswith("0x"):
+            return int(text[2:], 16)
+        return int(text, 10)
+    if short == "float":
+        lowered = text.lower()
+        if lowered.endswith(".inf"):
+            return float("-inf") if lowered.startswith("-") else float("inf")
+        if lowered == ".nan":
+            return float("nan")
+        return float(text)
+    return text
 _ALLOWED_STD = {"str", "int", "float", "bool", "null", "map", "seq"}
 
 Path = tuple[Any, ...]
@@ -248,31 +271,13 @@ class _Builder:
 
     def scalar(self, node: ScalarNode, span: Span) -> Any:
         short = node.tag[len(_STD):] if node.tag.startswith(_STD) else "str"
-        text = node.value
         try:
-            if short == "null":
-                return None
-            if short == "bool":
-                return text.lower() == "true"
-            if short == "int":
-                if text.startswith("0o"):
-                    return int(text[2:], 8)
-                if text.startswith("0x"):
-                    return int(text[2:], 16)
-                return int(text, 10)
-            if short == "float":
-                lowered = text.lower()
-                if lowered.endswith(".inf"):
-                    return float("-inf") if lowered.startswith("-") else float("inf")
-                if lowered == ".nan":
-                    return float("nan")
-                return float(text)
+            return scalar_value(short, node.value)
         except ValueError:
             self.diagnostics.append(
-                codes.Y001(f"'{text}' is not a valid !!{short}", "Fix the value or its tag.", span)
+                codes.Y001(f"'{node.value}' is not a valid !!{short}", "Fix the value or its tag.", span)
             )
             return None
-        return text
 
     def mapping(self, node: MappingNode, path: Path) -> FrozenDict:
         result: dict[Any, Any] = {}

@@ -42,6 +42,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from recipe_spec.manager import ScheduledModifierManager
 from recipe_spec.recipe import Recipe
 
+from .common import manager_of, release_scheduler, take_over_scheduler, unwrap_optimizer
+
 __all__ = ["RecipeCallback", "CHECKPOINT_KEY", "steps_per_epoch"]
 
 #: The key of the recipe's state (``manager.state_dict()``) in a Lightning checkpoint.
@@ -66,31 +68,6 @@ def steps_per_epoch(trainer: pl.Trainer) -> int:
     return max(math.ceil(int(batches) / accumulate), 1)
 
 
-_CONTROLLED: dict[type, type] = {}
-
-
-def _controlled_class(base: type) -> type:
-    """A subclass of ``base`` whose ``step()`` leaves the learning rates as the recipe set them."""
-    cls = _CONTROLLED.get(base)
-    if cls is None:
-
-        def current(self: Any) -> list[Any]:
-            return [group["lr"] for group in self.optimizer.param_groups]
-
-        def step(self: Any, *args: Any, **kwargs: Any) -> None:
-            self._step_count = getattr(self, "_step_count", 0) + 1
-            self.last_epoch = getattr(self, "last_epoch", -1) + 1
-            self._last_lr = current(self)
-
-        cls = type(
-            f"RecipeControlled{base.__name__}", (base,),
-            {"step": step, "get_lr": current, "get_last_lr": current, "__module__": __name__,
-             "_recipe_original_class": base, "__doc__": f"{base.__name__} driven by a recipe."},
-        )
-        _CONTROLLED[base] = cls
-    return cls
-
-
 class RecipeCallback(pl.Callback):
     """Runs a recipe in a ``lightning.pytorch.Trainer``.
 
@@ -112,12 +89,7 @@ class RecipeCallback(pl.Callback):
     def __init__(self, recipe: str | os.PathLike[str] | Recipe | ScheduledModifierManager,
                  recipe_variables: Any = None) -> None:
         super().__init__()
-        if isinstance(recipe, ScheduledModifierManager):
-            if recipe_variables is not None:
-                raise ValueError("recipe_variables apply when loading a recipe, not to a ScheduledModifierManager")
-            self.manager = recipe
-        else:
-            self.manager = ScheduledModifierManager.from_yaml(recipe, recipe_variables)
+        self.manager = manager_of(recipe, recipe_variables)
         self.steps_per_epoch: int | None = None
         self._pending: dict[str, Any] | None = None
         self._optimizer: torch.optim.Optimizer | None = None
@@ -139,10 +111,7 @@ class RecipeCallback(pl.Callback):
                 f"the LightningModule has {len(trainer.optimizers)} optimizers; the recipe runs on "
                 "the first one only", UserWarning, stacklevel=2,
             )
-        optimizer = trainer.optimizers[0]
-        inner = getattr(optimizer, "optimizer", None)  # LightningOptimizer, if one is given
-        if not isinstance(optimizer, torch.optim.Optimizer) and isinstance(inner, torch.optim.Optimizer):
-            optimizer = inner
+        optimizer = unwrap_optimizer(trainer.optimizers[0])  # a LightningOptimizer, if one is given
         spe = steps_per_epoch(trainer)
         self.steps_per_epoch = spe
         self.manager.modify(pl_module, optimizer, spe, epoch=trainer.global_step / spe)
@@ -192,9 +161,7 @@ class RecipeCallback(pl.Callback):
             self.manager.finalize(pl_module)
             self._active = False
         for scheduler in self._schedulers:
-            original = getattr(type(scheduler), "_recipe_original_class", None)
-            if original is not None:
-                scheduler.__class__ = original
+            release_scheduler(scheduler)
         self._schedulers = []
 
     # -- helpers ---------------------------------------------------------------------------
@@ -209,13 +176,11 @@ class RecipeCallback(pl.Callback):
             UserWarning, stacklevel=3,
         )
         for config in configs:
-            scheduler = config.scheduler
-            if not isinstance(scheduler, torch.optim.lr_scheduler.LRScheduler):
+            taken = take_over_scheduler(config.scheduler)
+            if taken is None:
                 warnings.warn(
-                    f"RecipeCallback cannot take over the scheduler {type(scheduler).__name__}: it "
+                    f"RecipeCallback cannot take over the scheduler {type(config.scheduler).__name__}: it "
                     "may change the learning rate the recipe sets", UserWarning, stacklevel=3,
                 )
                 continue
-            if getattr(type(scheduler), "_recipe_original_class", None) is None:
-                scheduler.__class__ = _controlled_class(type(scheduler))
-            self._schedulers.append(scheduler)
+            self._schedulers.append(taken)
