@@ -68,18 +68,27 @@ def resnet18() -> nn.Module:
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 1000))
 
 
+def _sync(x: torch.Tensor) -> None:
+    if x.is_cuda:
+        torch.cuda.synchronize(x.device)
+
+
 def loop(model: nn.Module, optimizer, x, y, steps: int) -> float:
+    _sync(x)
     start = time.perf_counter()
     for _ in range(steps):
         optimizer.zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
         optimizer.step()
+    _sync(x)
     return (time.perf_counter() - start) / steps
 
 
-def _timed(fn) -> float:
+def _timed(fn, x: torch.Tensor) -> float:
+    _sync(x)
     start = time.perf_counter()
     fn()
+    _sync(x)
     return time.perf_counter() - start
 
 
@@ -92,18 +101,20 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=224, help="resnet18: input height and width")
     parser.add_argument("--batch", type=int, default=8, help="resnet18: batch size")
     parser.add_argument("--update-docs", action="store_true")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (the figure then is the GPU's)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     build, classes, shape = (
         (resnet18, 1000, (args.batch, 3, args.size, args.size)) if args.model == "resnet18" else (cnn, 10, (32, 3, 32, 32))
     )
-    x, y = torch.randn(*shape), torch.randint(0, classes, (shape[0],))
+    device = torch.device(args.device)
+    x, y = torch.randn(*shape, device=device), torch.randint(0, classes, (shape[0],), device=device)
 
-    bare_model = build()
+    bare_model = build().to(device)
     bare_opt = torch.optim.SGD(bare_model.parameters(), lr=0.05, momentum=0.9)
     torch.manual_seed(0)
-    model = build()
+    model = build().to(device)
     manager = ScheduledModifierManager.from_yaml(RECIPE)
     optimizer = manager.modify(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), steps_per_epoch=10_000)
     n_params = sum(p.numel() for p in model.parameters())
@@ -124,8 +135,8 @@ def main() -> None:
           f"(min {(min(ratios) - 1) * 100:+.2f}%, max {(max(ratios) - 1) * 100:+.2f}%; target < 3%)")
     entries = list(manager.runtime.masks.params.values())
     with torch.no_grad():
-        fill = min(_timed(lambda: [e.param.masked_fill_(~e.mask, 0) for e in entries]) for _ in range(5))
-        bits = min(_timed(lambda: [e.enforce() for e in entries]) for _ in range(5))
+        fill = min(_timed(lambda: [e.param.masked_fill_(~e.mask, 0) for e in entries], x) for _ in range(5))
+        bits = min(_timed(lambda: [e.enforce() for e in entries], x) for _ in range(5))
     print(f"difference    : {(m - b) * 1e3:+.1f} ms/step (medians)")
     print(f"enforcing     : {bits * 1e3:.1f} ms per pass over the masked weights (bits), "
           f"masked_fill_ with the bool masks {fill * 1e3:.1f} ms: {fill / bits:.1f}x")

@@ -22,7 +22,10 @@ machine whose other cores are busy (a shared VM) each parallel op can stall for 
 which hurts the many short ops of a mask update and not the baseline. (d) shows the cost
 without that effect.
 
-    python benchmarks/bench_torch_masks.py [--update-docs]
+    python benchmarks/bench_torch_masks.py [--update-docs] [--device cuda]
+
+``--device cuda`` runs (a) and (b) on the GPU against ``torch.kthvalue`` on the same device
+(timed after ``torch.cuda.synchronize``), with the peak extra GPU memory of one update.
 
 ``--update-docs`` writes the figures into docs/pytorch.md (``benchmarks/docfigures.py``).
 """
@@ -41,6 +44,12 @@ import torch
 from recipe_spec_torch.masks import compute_mask, global_unstructured_masks, unstructured_mask
 
 SPARSITY = 0.8
+DEVICE = torch.device(sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else "cpu")
+
+
+def _sync() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
 
 
 def resnet50_weight_shapes() -> list[tuple[int, ...]]:
@@ -61,7 +70,7 @@ def weights() -> list[torch.Tensor]:
     """Kaiming-normal weights: the magnitude scale differs per layer (fan-in)."""
     gen = torch.Generator().manual_seed(0)
     return [
-        torch.randn(s, generator=gen) * math.sqrt(2.0 / math.prod(s[1:])) for s in resnet50_weight_shapes()
+        (torch.randn(s, generator=gen) * math.sqrt(2.0 / math.prod(s[1:]))).to(DEVICE) for s in resnet50_weight_shapes()
     ]
 
 
@@ -69,11 +78,13 @@ def best_of(ours: Callable[[], object], base: Callable[[], object], repeat: int 
     """Best times of ``ours`` and ``base``, timed alternately after one warm-up call each."""
     ours()
     base()
+    _sync()
     best = [math.inf, math.inf]
     for _ in range(repeat):
         for i, fn in enumerate((ours, base)):
             t0 = time.perf_counter()
             fn()
+            _sync()
             best[i] = min(best[i], time.perf_counter() - t0)
     return best[0], best[1]
 
@@ -169,7 +180,29 @@ def time_updates(ws: list[torch.Tensor], scores: list[torch.Tensor], full: bool)
         line("  same, baseline including the concatenation", ours, base + cat)
 
 
+def cuda_main() -> None:
+    """(a) and (b) on the GPU, and the peak extra GPU memory of one update."""
+    ws = weights()
+    scores = [w.abs() for w in ws]
+    n = sum(w.numel() for w in ws)
+    print(f"ResNet-50 weights on {torch.cuda.get_device_name(DEVICE)}: {len(ws)} tensors, {n:,} parameters; "
+          f"sparsity {SPARSITY}; torch {torch.__version__}")
+    time_updates(ws, scores, full=True)
+    k = round(SPARSITY * n)
+    for case, fn in _MEMORY_CASES.items():
+        _sync()
+        torch.cuda.reset_peak_memory_stats(DEVICE)
+        base = torch.cuda.memory_allocated(DEVICE)
+        result = fn(scores, k)
+        _sync()
+        print(f"  peak extra GPU memory, {case}: {(torch.cuda.max_memory_allocated(DEVICE) - base) / 2**20:.1f} MiB")
+        del result
+
+
 def main() -> None:
+    if DEVICE.type == "cuda":
+        cuda_main()
+        return
     ws = weights()
     scores = [w.abs() for w in ws]
     n = sum(w.numel() for w in ws)
