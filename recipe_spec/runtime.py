@@ -363,9 +363,29 @@ class RecipeRuntime:
 
     # -- ending, saving, resuming -----------------------------------------------------------
     def finalize(self, model: Any = None) -> None:
-        """Apply the masks a last time and stop enforcing them."""
+        """Apply the masks a last time and stop enforcing them. A pruning modifier that has
+        started but whose last update is still ahead (training stopped before the first step
+        at or after its ``end_epoch``) gets a ``UserWarning``: its final sparsity was not
+        reached."""
+        self._warn_unfinished()
         self.masks.apply()
         self.masks.release_all()
+
+    def _warn_unfinished(self) -> None:
+        if self.plan is None:
+            return
+        import warnings
+
+        started = {e.owner for e in self.masks.params.values()}
+        for index, last in sorted(self.plan.updates_after(self.step_count).items()):
+            if index in started:
+                m = self.recipe.modifiers[index]
+                warnings.warn(
+                    f"{m.type} (line {m.span.line}) has not reached its final sparsity: its last "
+                    f"update is due at step {last} (the first step at or after end_epoch), and "
+                    f"training stopped after {self.step_count} steps. Train at least "
+                    f"{last + 1} steps, or end the modifier earlier.", UserWarning, stacklevel=3,
+                )
 
     def detach(self) -> None:
         """Let the model and optimizer go without finalizing (a new ``modify()`` replaces this

@@ -174,3 +174,86 @@ def test_docs_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     namespace: dict[str, Any] = {"__name__": "integrations_doc"}
     for i, block in enumerate(doc_blocks('Lightning')):
         exec(compile(block, f"docs/integrations.md (lightning block {i})", "exec"), namespace)
+
+
+INF_BATCHES = {3, 12}  # global batch indices whose loss is made infinite (the scaler skips them)
+
+
+class InfNet(Net):
+    """Net whose loss is infinite on the batches of :data:`INF_BATCHES`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = 0
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = super().training_step(batch, batch_idx)
+        self.seen += 1
+        return loss * float("inf") if self.seen - 1 in INF_BATCHES else loss
+
+
+def plain_fp16_loop(spe: int, epochs: int) -> tuple[torch.nn.Module, int, int]:
+    """The same recipe, data, autocast and scaler in a plain PyTorch loop (the reference)."""
+    from recipe_spec import ScheduledModifierManager
+
+    net = InfNet()
+    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    manager = ScheduledModifierManager.from_yaml(RECIPE)
+    opt = manager.modify(net, opt, spe)
+    scaler = torch.amp.GradScaler("cpu")
+    applied = count_events(manager)
+    for _ in range(epochs):
+        for i, (x, y) in enumerate(loader()):
+            opt.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = net.training_step((x, y), i)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+    manager.finalize(net)
+    return net, manager.runtime.step_count, applied[0]
+
+
+def count_events(manager: Any) -> list[int]:
+    """Counts the calls of the runtime's ``apply_events`` (one per applied step)."""
+    runtime = manager.runtime
+    original, calls = runtime.apply_events, [0]
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    runtime.apply_events = counted
+    return calls
+
+
+def test_fp16_scaler_skipped_steps_apply_no_events(tmp_path: Path) -> None:
+    """precision="16-mixed" with a GradScaler: a step skipped for an infinite loss applies no
+    event and does not advance the schedule, exactly as in a plain loop with the same scaler."""
+    from lightning.pytorch.plugins.precision import MixedPrecision
+
+    callback = RecipeCallback(RECIPE)
+    applied: list[list[int]] = []
+
+    class Count(pl.Callback):
+        def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+            applied.append(count_events(callback.manager))
+
+    trainer = pl.Trainer(
+        max_epochs=callback.max_epochs, accelerator="cpu", logger=False, enable_progress_bar=False,
+        enable_model_summary=False, enable_checkpointing=False, callbacks=[callback, Count()],
+        plugins=[MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))],
+        default_root_dir=str(tmp_path),
+    )
+    net = InfNet()
+    trainer.fit(net, loader())
+    spe = math.ceil(SAMPLES / BATCH)
+    real_steps = callback.max_epochs * spe - len(INF_BATCHES)
+    assert callback.manager.runtime.step_count == real_steps
+    assert applied[0][0] == real_steps  # events applied once per real step, none on skipped ones
+    reference, ref_steps, ref_applied = plain_fp16_loop(spe, callback.max_epochs)
+    assert (ref_steps, ref_applied) == (real_steps, real_steps)
+    assert int((net.fc1.weight == 0).sum()) == round(0.5 * net.fc1.weight.numel())
+    assert torch.equal(net.fc1.weight == 0, reference.fc1.weight == 0)
+    assert torch.allclose(net.fc1.weight, reference.fc1.weight, atol=1e-6)
+    assert torch.allclose(net.fc2.weight, reference.fc2.weight, atol=1e-6)

@@ -126,3 +126,28 @@ def test_not_an_optimizer_is_refused_before_anything_changes() -> None:
     with pytest.raises(TypeError, match="torch.optim.Optimizer"):
         manager.modify(model, object(), steps_per_epoch=S)
     assert manager.runtime is None or manager.runtime.model is None
+
+
+@pytest.mark.parametrize("steps, warns", [(2 * S, True), (2 * S + 1, False)])
+def test_finalize_warns_when_the_final_update_never_ran(steps: int, warns: bool) -> None:
+    """The final update fires at the first step at or after end_epoch (step 2*S here): a run of
+    exactly 2*S steps stops one update short, and finalize says so; one more step reaches it."""
+    import warnings
+
+    model, opt, manager = _setup()
+    opt = manager.modify(model, opt, steps_per_epoch=S)
+    for _ in range(steps):
+        _batch(model, opt)
+        opt.step()
+    zeros = int((model[0].weight == 0).sum())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        manager.finalize(model)
+    messages = [str(w.message) for w in caught if "final sparsity" in str(w.message)]
+    if warns:
+        assert zeros < round(0.6 * model[0].weight.numel())
+        assert len(messages) == 1 and "GMPruningModifier (line 4)" in messages[0]
+        assert f"due at step {2 * S}" in messages[0] and f"after {2 * S} steps" in messages[0]
+    else:
+        assert zeros == round(0.6 * model[0].weight.numel())
+        assert messages == []

@@ -15,7 +15,9 @@ attaches the recipe to the LightningModule and to ``trainer.optimizers[0]``
 Lightning's ``estimated_stepping_batches``. Each step's events apply in
 ``on_before_optimizer_step``, after the step's backward pass (Lightning runs the forward and
 backward closure inside ``optimizer.step()``), then the optimizer steps, the masks are applied
-again and the schedule advances. With learning-rate modifiers in the recipe, the configured LR
+again and the schedule advances. With a ``GradScaler`` (``precision="16-mixed"``) the events
+apply in the optimizer's step pre-hook, which runs only when the scaler steps: a step skipped
+for non-finite gradients applies no event and leaves the schedule where it was. With learning-rate modifiers in the recipe, the configured LR
 schedulers are made no-ops (a ``UserWarning`` says so). The recipe's state is saved in
 Lightning checkpoints as ``checkpoint["recipe_state"]`` and restored by ``trainer.fit(...,
 ckpt_path=...)``; ``on_train_end`` finalizes.
@@ -95,6 +97,7 @@ class RecipeCallback(pl.Callback):
         self._optimizer: torch.optim.Optimizer | None = None
         self._schedulers: list[Any] = []
         self._active = False
+        self._deferred = True
 
     @property
     def max_epochs(self) -> int:
@@ -115,11 +118,15 @@ class RecipeCallback(pl.Callback):
         spe = steps_per_epoch(trainer)
         self.steps_per_epoch = spe
         self.manager.modify(pl_module, optimizer, spe, epoch=trainer.global_step / spe)
-        runtime = self.manager.runtime
-        # Lightning runs forward and backward inside optimizer.step() (the closure), after the
-        # step's pre-hooks: the step's events apply in on_before_optimizer_step instead, once
-        # the gradients exist, as in a plain PyTorch loop.
-        runtime.step_hooks.defer_events()
+        # Without a GradScaler, Lightning runs forward and backward inside optimizer.step()
+        # (the closure), after the step's pre-hooks: the step's events apply in
+        # on_before_optimizer_step instead, once the gradients exist, as in a plain PyTorch
+        # loop. With one (precision="16-mixed"), the closure runs first and
+        # ``scaler.step(optimizer)`` calls ``step()`` only for finite gradients: the pre-hook
+        # applies the events then, so a skipped step applies none.
+        self._deferred = getattr(trainer.precision_plugin, "scaler", None) is None
+        if self._deferred:
+            self.manager.runtime.step_hooks.defer_events()
         self._optimizer = optimizer
         self._active = True
         if self._pending is not None:
@@ -131,7 +138,7 @@ class RecipeCallback(pl.Callback):
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                                  optimizer: Any) -> None:
         """Apply the recipe's events of this step (after backward, before the step)."""
-        if not self._active:
+        if not self._active or not self._deferred:
             return
         inner = getattr(optimizer, "optimizer", optimizer)
         if optimizer is self._optimizer or inner is self._optimizer:

@@ -146,6 +146,18 @@ class Plan:
             return None
         return max((v for v in lasts if v is not None), default=0)
 
+    def updates_after(self, step: int, target: str = "sparsity") -> dict[int, int]:
+        """For each modifier with ``target`` events at or after ``step``, the last such step
+        (modifier index -> step); empty when some track never ends."""
+        stop = self.last_event_step
+        if stop is None or stop < step:
+            return {}
+        found: dict[int, int] = {}
+        for event in self.iter_events(step, stop + 1):
+            if event.target == target:
+                found[event.modifier] = event.step
+        return found
+
     def _start_heap(self, step: int) -> list[tuple[int, int]]:
         """``(next event step at or after step, cohort)`` of every cohort with one, as a heap."""
         heap = []
