@@ -183,12 +183,25 @@ def _validate(args: argparse.Namespace) -> int:
     from .parallel import validate_files
 
     _known_backend(args.backend, "--backend")
+    compat = _compat(args.compat)
     return _check_files(
         args,
         args.paths,
-        lambda p, v: validate(p, v, backend=args.backend),
-        lambda files, v: validate_files(files, v, backend=args.backend, jobs=args.jobs),
+        lambda p, v: validate(p, v, backend=args.backend, compat=compat),
+        lambda files, v: validate_files(files, v, backend=args.backend, jobs=args.jobs, compat=compat),
     )
+
+
+def _compat(text: str | None) -> Any:
+    """The ``--compat`` choice (None: every release), or a usage error listing the choices."""
+    if text is None:
+        return None
+    from .core_dialect import Compat
+
+    try:
+        return Compat.parse(text)
+    except ValueError as exc:
+        raise UsageError(f"--compat: {exc}") from None
 
 
 def _model_records(args: argparse.Namespace) -> tuple[str, list[Any]]:
@@ -473,6 +486,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("paths", nargs="+", metavar="PATH", help="recipe files or directories")
     v.add_argument(
         "--backend", metavar="NAME", help="also check that the named backend (torch, keras, ...) runs every modifier"
+    )
+    v.add_argument(
+        "--compat", metavar="TOOL[==VERSION]",
+        help="stage/group recipes: apply the rules of sparseml[==1.6..1.9] or "
+        "llmcompressor[==0.1..0.13] (no version: the newest); default: every release",
     )
     v.add_argument(
         "--jobs", type=_positive_int, metavar="N",

@@ -1,9 +1,10 @@
 """The catalogue of diagnostic codes.
 
 Each code has a family letter (``Y`` YAML and files, ``S`` recipe structure, ``V`` variables
-and expressions, ``M`` modifier arguments, ``E`` epochs and schedules, ``P`` parameter patterns,
-``B`` backend support), a default severity, a one-line title and the text of its documentation
-page (``docs/rules/CODE.md`` is generated from this table).
+and expressions, ``M`` modifier arguments, ``E`` epochs and schedules, ``C`` tool versions of
+the stage/group dialect, ``P`` parameter patterns, ``B`` backend support), a default
+severity, a one-line title and the text of its documentation page (``docs/rules/CODE.md`` is
+generated from this table).
 """
 
 from __future__ import annotations
@@ -119,13 +120,12 @@ S002 = _code(
     "Rename the key to contain `modifiers` (e.g. `training_modifiers`).",
 )
 S003 = _code(
-    "S003", "error", "SparseML 'core' dialect",
-    "The file is a recipe of SparseML's later LLM dialect (untagged `ModifierName: {...}` "
-    "stages with `start`/`end`/`targets`, one-shot modifiers such as SparseGPTModifier). "
-    "recipe-spec implements the training-time `!Modifier` dialect; this file is a different "
-    "format, not a broken recipe.",
-    "sparsity_stage:\n  sparsity_modifiers:\n    SparseGPTModifier: {sparsity: 0.5}",
-    "Use the file with a tool for the core dialect, or rewrite it as tagged modifiers.",
+    "S003", "error", "two recipe dialects in one file",
+    "A file is either a `!Modifier` recipe (lists of tagged modifiers) or a stage/group "
+    "recipe of SparseML 1.6+ and llm-compressor (`ModifierName: {...}` mappings under "
+    "`*_modifiers:` keys); no tool reads a mix, so part of the file would be lost.",
+    "sparsity_stage:\n  sparsity_modifiers:\n    - !GMPruningModifier {...}",
+    "Write the whole file in one dialect (docs/core-dialect.md shows the stage/group form).",
 )
 S004 = _code(
     "S004", "error", "not a modifier",
@@ -319,6 +319,45 @@ B001 = _code(
     "The backend chosen with --backend does not implement this modifier.",
     "recipe-spec validate r.yaml --backend keras  # with an OBSPruningModifier",
     "Run the recipe on a backend that has the modifier (docs/modifiers/index.md lists them).",
+)
+
+# --- C: tool versions of the stage/group dialect (SparseML 1.6+, llm-compressor) ----------
+C001 = _code(
+    "C001", "warning", "not accepted by every tool version",
+    "SparseML 1.6-1.9 and the llm-compressor releases each accept their own set of modifiers "
+    "and arguments: an argument removed in one release is an error there (llm-compressor 0.7+ "
+    "forbids unknown arguments) or silently has no effect (SparseML). Without `--compat` this "
+    "is a warning naming the versions; with `--compat TOOL[==VERSION]` it is an error when "
+    "that version does not accept it.",
+    "quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      sequential_update: false  "
+    "# removed in llm-compressor 0.8",
+    "Remove or rename the argument as the hint says, or choose the tool version with --compat.",
+)
+C002 = _code(
+    "C002", "warning", "silently ignored by the tool",
+    "Both tools drop keys of a stage/group recipe without a word: unknown stage keys "
+    "(`run_typ:`), `run_type` since llm-compressor 0.5, top-level `*_modifiers` groups and "
+    "`stages:` since llm-compressor 0.7 (a mis-indented recipe then loads as an empty one). "
+    "What the chosen tool would ignore is reported, an error when nothing would be left.",
+    "sparsity_stage:\nsparsity_modifiers:   # not indented under the stage\n  SparseGPTModifier: {...}",
+    "Indent the group under its `*_stage:` key, fix the key's spelling, or remove it.",
+)
+C003 = _code(
+    "C003", "warning", "eval() the tool does not evaluate",
+    "SparseML and llm-compressor up to 0.5 evaluate `eval(...)` strings (no nested "
+    "parentheses; the result becomes a float). llm-compressor 0.6 removed it: the string "
+    "reaches the modifier as text. A nested parenthesis is an error in every version.",
+    "end: eval(warm_up_epochs + pruning_epochs)   # text in llm-compressor >= 0.6",
+    "Write the value itself, or fill it in before the recipe is read (e.g. --var with "
+    "`recipe-spec render`).",
+)
+C004 = _code(
+    "C004", "error", "AWQModifier without a later quantization modifier",
+    "Since AWQ became a transform (llm-compressor 0.11), it only rescales weights: a "
+    "QuantizationModifier or GPTQModifier must follow it in the recipe, or llm-compressor "
+    "stops with 'Recipe includes AWQModifier with no subsequent quantization modifier'.",
+    "quant_stage:\n  quant_modifiers:\n    AWQModifier: {duo_scaling: both}",
+    "Add a QuantizationModifier (or GPTQModifier) with the scheme after AWQModifier.",
 )
 
 # --- P: parameter patterns (recipe-spec lint, and P005 in validate) -------------------------

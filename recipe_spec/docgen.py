@@ -74,6 +74,7 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("V", "Variables and expressions", "a variable or an `eval(...)` expression has no value"),
     ("M", "Modifier arguments", "a modifier's arguments do not match its schema or rules"),
     ("E", "Epochs and schedules", "epochs and schedules contradict each other"),
+    ("C", "Tool versions", "a stage/group recipe is read differently by some SparseML or llm-compressor versions"),
     ("P", "Parameter patterns", "parameter selectors cannot match the model"),
     ("B", "Backend support", "the chosen backend cannot run the recipe"),
 )

@@ -7,8 +7,9 @@ Layout (SPEC, "Structure"):
 - a top-level mapping that itself has ``*modifiers*`` keys is a stage; its other keys are
   stage variables;
 - ``version`` and ``__metadata__`` are metadata; every other top-level key is a variable;
-- SparseML's later "core" dialect (``ModifierName: {...}`` dictionaries in stages) is
-  recognised and reported with one diagnostic.
+- SparseML's later "core" dialect (``ModifierName: {...}`` mappings in ``*_stage`` groups,
+  as llm-compressor reads them) is read by :mod:`recipe_spec.core_dialect.reader` into the
+  same object model (``recipe.dialect == "core"``).
 """
 
 from __future__ import annotations
@@ -85,44 +86,6 @@ class _Builder:
     def value_span(self, path: Path) -> Span:
         loc = self.doc.loc(path)
         return loc.span if loc is not None else Span.point(1 + self.doc.line_offset)
-
-    # -- dialect ---------------------------------------------------------------------------
-    def core_dialect(self, root: FrozenDict) -> Diagnostic | None:
-        def untagged_dict_group(mapping: FrozenDict, base: Path) -> Path | None:
-            for k, v in mapping.items():
-                if _is_group_key(k) and isinstance(v, FrozenDict):
-                    return base + (k,)
-            return None
-
-        for key, value in root.items():
-            path: Path | None = None
-            if _is_group_key(key) and isinstance(value, FrozenDict):
-                path = (key,)
-            elif key == "stages" and isinstance(value, FrozenDict):
-                for sk, sv in value.items():
-                    if isinstance(sv, FrozenDict):
-                        path = untagged_dict_group(sv, (key, sk))
-                        if path:
-                            break
-            elif isinstance(value, FrozenDict):
-                path = untagged_dict_group(value, (key,))
-            if path is not None:
-                group = self.doc.value
-                for p in path:
-                    group = group[p]
-                names = [str(n) for n in list(group)[:3]]
-                return codes.S003(
-                    "this is a SparseML 'core' (LLM one-shot) recipe: '"
-                    + ".".join(str(p) for p in path)
-                    + "' maps modifier names to settings"
-                    + (f" ({', '.join(names)})" if names else "")
-                    + " instead of listing !Modifier items",
-                    "recipe-spec reads the training-time '!Modifier' dialect; this file is a "
-                    "different format. Use it with a core-dialect tool, or rewrite it as "
-                    "'- !ModifierName' items under a '*modifiers' list.",
-                    self.key_span(path),
-                )
-        return None
 
     # -- layout ------------------------------------------------------------------------------
     def modifier(self, item: Any, path: Path, group: str, stage: str | None) -> Modifier | None:
@@ -284,10 +247,10 @@ class _Builder:
                 )
             )
             return None
-        dialect = self.core_dialect(root)
-        if dialect is not None:
-            self.diagnostics.append(dialect)
-            return None
+        from .core_dialect.reader import build_core, is_core
+
+        if is_core(root):
+            return build_core(self, root, overrides)
 
         version = root.get("version")
         metadata, groups, global_raw, stage_parts = self.split_scope(root, (), None)

@@ -22,9 +22,9 @@ MIN_FILES_PER_JOB = 25
 
 
 def _validate_chunk(
-    paths: Sequence[str], variables: Mapping[str, Any] | None, backend: str | None
+    paths: Sequence[str], variables: Mapping[str, Any] | None, backend: str | None, compat: Any = None
 ) -> list[list[Diagnostic]]:
-    return [validate(Path(p), variables, backend=backend) for p in paths]
+    return [validate(Path(p), variables, backend=backend, compat=compat) for p in paths]
 
 
 def validate_files(
@@ -32,12 +32,14 @@ def validate_files(
     variables: Mapping[str, Any] | None = None,
     backend: str | None = None,
     jobs: int | None = None,
+    compat: Any = None,
 ) -> list[list[Diagnostic]]:
     """The diagnostics of each file of ``paths``, in order, using up to ``jobs`` processes
-    (default: the number of CPUs)."""
+    (default: the number of CPUs); ``compat`` as in
+    :func:`recipe_spec.validation.validate_recipe`."""
     jobs = min(jobs or os.cpu_count() or 1, len(paths) // MIN_FILES_PER_JOB)
     if jobs <= 1:
-        return _validate_chunk(paths, variables, backend)
+        return _validate_chunk(paths, variables, backend, compat)
     from concurrent.futures import ProcessPoolExecutor
 
     size = max(MIN_FILES_PER_JOB // 2, -(-len(paths) // (jobs * 8)))
@@ -45,7 +47,8 @@ def validate_files(
     out: list[list[Diagnostic]] = []
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         for part in pool.map(
-            _validate_chunk, chunks, [variables] * len(chunks), [backend] * len(chunks)
+            _validate_chunk, chunks, [variables] * len(chunks), [backend] * len(chunks),
+            [compat] * len(chunks),
         ):
             out.extend(part)
     return out

@@ -138,7 +138,10 @@ class Recipe:
     - ``stages``: one unnamed stage for a plain recipe, the named stages of a staged one;
     - ``variables`` / ``raw_variables``: top-level variables, evaluated / as written;
     - ``version`` and ``metadata`` (the ``version`` and ``__metadata__`` keys);
-    - ``warnings``: diagnostics of warning or info severity found while loading.
+    - ``warnings``: diagnostics of warning or info severity found while loading;
+    - ``dialect``: ``"modifier"`` for SparseML's training-time ``!Modifier`` lists,
+      ``"core"`` for the stage/group recipes of SparseML 1.6+ and llm-compressor
+      (``ModifierName: {args}`` mappings; see docs/core-dialect.md).
     """
 
     stages: tuple[Stage, ...]
@@ -151,6 +154,7 @@ class Recipe:
     source: Source | None = field(default=None, repr=False)
     document: Document | None = field(default=None, repr=False)
     warnings: tuple[Diagnostic, ...] = ()
+    dialect: str = "modifier"
 
     @cached_property
     def modifiers(self) -> tuple[Modifier, ...]:
@@ -198,6 +202,7 @@ class Recipe:
 
     def _key(self) -> tuple[Any, ...]:
         return (
+            self.dialect,
             self.staged,
             tuple(s._key() for s in self.stages),
             self.raw_variables,

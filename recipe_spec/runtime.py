@@ -72,6 +72,10 @@ def check_backend_runs(recipe: Recipe, backend: str, capabilities: frozenset[str
     dropped silently."""
     from .validation import _modifier_findings, backend_findings, positioned
 
+    if recipe.dialect == "core":
+        from .core_dialect.validate import refuse_to_run
+
+        raise RecipeError(refuse_to_run(recipe, backend))
     problems = [positioned(f, recipe) for f in _modifier_findings(recipe, None) if f.code.id in ("M001", "S007")]
     problems += [positioned(f, recipe) for f in backend_findings(recipe, backend, capabilities)]
     if problems:

@@ -375,8 +375,16 @@ def positioned(f: Finding, recipe: Recipe) -> Diagnostic:
     return code(f.message, f.hint, span, f.severity).in_file(recipe.path)
 
 
-def validate_recipe(recipe: Recipe, backend: str | None = None) -> list[Diagnostic]:
-    """Every finding about ``recipe`` (schemas and rules), positioned, in file order."""
+def validate_recipe(recipe: Recipe, backend: str | None = None, compat: Any = None) -> list[Diagnostic]:
+    """Every finding about ``recipe`` (schemas and rules), positioned, in file order.
+
+    ``compat``: for a stage/group recipe (``recipe.dialect == "core"``), the tool release
+    whose rules apply (a :class:`recipe_spec.core_dialect.Compat` or its text, e.g.
+    ``"llmcompressor==0.8"``); None checks every release."""
+    if recipe.dialect == "core":
+        from .core_dialect.validate import validate_core
+
+        return validate_core(recipe, backend, compat)
     numbers_ok = {id(m): _numbers_ok(m.args) for m in recipe.modifiers}
     findings = list(_modifier_findings(recipe, backend, numbers_ok))
     bad = {id(f.modifier) for f in findings if f.code.id in ("M001", "S007")}
@@ -422,15 +430,17 @@ def validate(
     recipe: RecipeInput,
     variables: Mapping[str, Any] | None = None,
     backend: str | None = None,
+    compat: Any = None,
 ) -> list[Diagnostic]:
     """Load and validate ``recipe`` (a path or text): every diagnostic, in file order.
+    ``compat`` as in :func:`validate_recipe`.
 
     >>> [d.code for d in validate("modifiers:\\n  - !EpochRangeModifier {start_epoch: 5, end_epoch: 2}")]
     ['E001']
     """
     loaded, diagnostics = check(recipe, variables)
     if loaded is not None:
-        diagnostics = diagnostics + validate_recipe(loaded, backend)
+        diagnostics = diagnostics + validate_recipe(loaded, backend, compat)
     text = loaded.source.text if loaded is not None and loaded.source is not None else _text_of(recipe)
     return apply_noqa(diagnostics, text) if text else diagnostics
 

@@ -1,0 +1,258 @@
+"""Check one core-dialect modifier entry (name + argument mapping) against the catalogue.
+
+:func:`check_modifier` is pure: it takes the arguments as loaded from YAML and returns
+:class:`Problem` values whose ``path`` points inside the arguments; the caller adds file
+positions. With a :class:`~recipe_spec.core_dialect.versions.Compat` it applies that
+release's rules: every problem is an error (an argument that release lacks is an error even
+where the release silently ignored it, since the setting has no effect), except
+deprecations, which warn. Without one it checks every release that has the modifier: what
+all of them reject is an error, what only some reject is a warning naming them.
+
+Strings beginning with ``eval(`` are not type-checked (the caller evaluates or reports them).
+
+>>> [(p.kind, p.hint) for p in check_modifier(
+...     "QuantizationModifier", {"sheme": "W8A8"}, Compat.parse("llmcompressor"))]
+[('unknown_arg', 'did you mean scheme?')]
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import quant_args as qa
+from .catalogue import CoreSpec, core_names, core_variants, variant_in
+from .quant_args import Rec, check_quant, type_problems
+from .versions import TOOLS, Compat, ToolVersion, all_versions, summarize
+
+__all__ = ["Problem", "check_modifier", "KINDS"]
+
+#: Every ``Problem.kind``.
+KINDS = frozenset({
+    "unknown_modifier", "dotted_name", "unknown_arg", "removed_arg", "renamed_arg",
+    "missing_required", "type", "enum", "preset", "null_args", "misplaced", "deprecated",
+    "not_in_version",
+})
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a modifier entry.
+
+    ``path``: keys/indices inside the arguments (empty: the modifier itself); ``severity``:
+    ``"error"`` or ``"warning"``; ``kind``: one of :data:`KINDS`; ``message``: what is
+    wrong; ``hint``: what to write instead (may be empty); ``versions``: which releases
+    reject it, in words (``"llm-compressor ≥0.8"``, ``"every version"``).
+    """
+
+    path: tuple[str | int, ...]
+    severity: str
+    kind: str
+    message: str
+    hint: str = ""
+    versions: str = ""
+
+
+def suggest(word: str, candidates: Sequence[str]) -> str | None:
+    """The closest candidate to a misspelt ``word`` (case-insensitive first), or None."""
+    for c in candidates:
+        if c.lower() == word.lower():
+            return c
+    found = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def _is_empty(args: Any) -> bool:
+    return args is None or (isinstance(args, Mapping) and not args)
+
+
+def check_modifier(name: str, args: Any, compat: Compat | None) -> list[Problem]:
+    """Every problem of the entry ``{name: args}`` (see the module docstring)."""
+    label = compat.label if compat else "every version"
+    if "." in name:
+        bare = name.rsplit(".", 1)[-1]
+        hint = f"write {bare}" if core_variants(bare) else ""
+        return [Problem((), "error", "dotted_name", f"{name}: modifiers are named by their bare "
+                        "class name, not an import path", hint, label)]
+    variants = core_variants(name)
+    if not variants:
+        close = suggest(name, core_names())
+        return [Problem((), "error", "unknown_modifier", f"no modifier {name} in this dialect",
+                        f"did you mean {close}?" if close else "", label)]
+    if variants[0].renamed_to:
+        return [Problem((), "error", "not_in_version", f"{name} exists in no release",
+                        f"write {variants[0].renamed_to}", label)]
+    where = [p for p in all_versions() if variant_in(name, p)]
+    if compat is not None and compat.pair not in where:
+        return [Problem((), "error", "not_in_version",
+                        f"{name} does not exist in {compat.label} (it exists in "
+                        f"{summarize(where)})", "", compat.label)]
+    pairs = [compat.pair] if compat else where
+    out: list[Problem] = []
+    if compat is None and len(where) < len(all_versions()):
+        missing = [p for p in all_versions() if p not in where]
+        out.append(Problem((), "warning", "not_in_version",
+                           f"{name} does not exist in {summarize(missing)}", "",
+                           summarize(missing)))
+    if _is_empty(args):
+        return out + _empty(name, args, pairs, compat)
+    if not isinstance(args, Mapping):
+        return out + [Problem((), "error", "type", f"{name}'s arguments must be a mapping, got "
+                              f"{type(args).__name__}", "", label)]
+    per = {p: _check_in(name, variant_in(name, p), args, p) for p in pairs}  # type: ignore[arg-type]
+    return out + _merge(per, pairs, compat)
+
+
+def _old_parser(pair: ToolVersion) -> bool:
+    """Releases whose parser evaluates args and fails on empty ones (before llmc 0.7)."""
+    return pair[0] == "sparseml" or pair[1].parts < (0, 7)
+
+
+def _empty(name: str, args: Any, pairs: list[ToolVersion], compat: Compat | None) -> list[Problem]:
+    bad = []
+    for p in pairs:
+        spec = variant_in(name, p)
+        if args is None or _old_parser(p) or (spec is not None and spec.required_in(p)):
+            bad.append(p)
+    if not bad:
+        return []
+    required = sorted({r for p in pairs for r in (variant_in(name, p) or _NONE).required_in(p)})
+    what = "null" if args is None else "empty"
+    msg = (f"{name} has {what} arguments: SparseML and llm-compressor <0.7 fail with 'args must "
+           "be set before evaluating'" if args is not None else
+           f"{name} has null arguments: every parser fails on them")
+    if required:
+        msg += f"; required: {', '.join(required)}"
+    hint = (f"give {', '.join(required)}" if required else "write at least one argument")
+    severity = "error" if compat is not None or len(bad) == len(pairs) else "warning"
+    return [Problem((), severity, "null_args", msg, hint,
+                    compat.label if compat else summarize(bad))]
+
+
+def _check_in(name: str, spec: CoreSpec, args: Mapping[str, Any], pair: ToolVersion) -> list[Rec]:
+    """Problems of ``args`` in one release."""
+    recs: list[Rec] = []
+    present = spec.args_in(pair)
+    variants = core_variants(name)
+    known = {a.name for s in variants for a in s.spec.args}
+    renames = [r for s in variants for r in s.renamed]
+    for key, value in args.items():
+        if not isinstance(key, str):
+            recs.append(Rec((key,), "type", f"argument names must be strings, got {key!r}"))
+            continue
+        path = (key,)
+        if key in present:
+            dep = spec.deprecation_in(key, pair)
+            if dep is not None:
+                recs.append(Rec(path, "deprecated", dep.message))
+            recs += type_problems(value, present[key].schema, path)
+            if key in spec.quant and value is not None:
+                recs += check_quant(spec.quant[key], value, pair, path)
+            continue
+        rename = next((r for r in renames if r.old == key and r.new in present), None)
+        if rename is not None:
+            recs.append(Rec(path, "renamed_arg", f"{name} has no argument {key}: it is called "
+                            f"{rename.new}" + (f" ({rename.note})" if rename.note else "")
+                            + "; SparseML ignores the old name, llm-compressor 0.7+ refuses it",
+                            f"write {rename.new}"))
+        elif key in known:
+            recs.append(_absent(name, spec, key, pair))
+        else:
+            recs.append(_unknown(name, key, value, present))
+    for req in spec.required_in(pair):
+        if req not in args:
+            recs.append(Rec((), "missing_required", f"{name} requires {req}", f"give {req}",
+                            subject=req))
+    return recs
+
+
+def _absent(name: str, spec: CoreSpec, key: str, pair: ToolVersion) -> Rec:
+    """``key`` exists in some release but not this one: removed, or not there yet."""
+    tool, version = pair
+    earlier = [p for p in all_versions()
+               if (p[0] == tool and p[1] < version) or TOOLS.index(p[0]) < TOOLS.index(tool)]
+    had = any(key in (s.args_in(p)) for p in earlier for s in core_variants(name) if s.exists_in(p))
+    hint = spec.instead.get(key, "")
+    if key == "group" and not hint:
+        hint = "delete it: the group comes from the `<group>_modifiers:` key"
+    kind = "removed_arg" if had else "not_in_version"
+    return Rec((key,), kind, f"{name} has no argument {key}" + (" (removed)" if had else ""),
+               hint)
+
+
+def _unknown(name: str, key: str, value: Any, present: Mapping[str, Any]) -> Rec:
+    """``key`` is in no release of ``name``: misplaced, or misspelt."""
+    path = (key,)
+    if key in core_names() or key.endswith("Modifier"):
+        return Rec(path, "misplaced", f"modifier {key} is nested inside {name}'s arguments",
+                   f"move {key}: out, next to {name}: in the same group")
+    if "config_groups" in present:
+        scheme_keys = {f.name for f in qa.SCHEME_FIELDS}
+        args_keys = {f.name for f in qa.ARGS_FIELDS}
+        if isinstance(value, Mapping) and set(value) & scheme_keys:
+            return Rec(path, "misplaced", f"{key} looks like a quantization group but sits "
+                       f"directly under {name}", "move it under config_groups:")
+        if key in scheme_keys - {"targets"} or key in args_keys:
+            where = "config_groups: → <group>:" if key in scheme_keys else \
+                "config_groups: → <group> → weights: (or input_activations:)"
+            return Rec(path, "misplaced", f"{key} is a quantization scheme field, not an "
+                       f"argument of {name}", f"move it under {where}")
+    close = suggest(key, sorted(present))
+    if close:
+        return Rec(path, "unknown_arg", f"{name} has no argument {key}", f"did you mean {close}?")
+    for other in core_names():
+        if other == name:
+            continue
+        other_args = {a.name for s in core_variants(other) for a in s.spec.args}
+        hit = suggest(key, sorted(other_args))
+        if hit and hit not in present:
+            return Rec(path, "unknown_arg", f"{name} has no argument {key}",
+                       f"{hit} is an argument of {other}, not of {name}")
+    return Rec(path, "unknown_arg", f"{name} has no argument {key}",
+               f"{name} takes: {', '.join(sorted(present))}")
+
+
+_VERSIONED = frozenset({"removed_arg", "not_in_version", "renamed_arg", "preset",
+                        "missing_required", "deprecated"})
+
+
+def _merge(per: Mapping[ToolVersion, list[Rec]], pairs: list[ToolVersion],
+           compat: Compat | None) -> list[Problem]:
+    """One Problem per place. Without compat, a place is judged over the releases that
+    accept every enclosing key: error where all of them reject it, else a warning."""
+    slots: dict[tuple[Any, ...], dict[ToolVersion, Rec]] = {}
+    for pair in pairs:
+        for rec in per[pair]:
+            slots.setdefault((rec.path, rec.subject), {}).setdefault(pair, rec)
+    out: list[Problem] = []
+    for (path, _), found in slots.items():
+        newest = found[max(found, key=pairs.index)]
+        if compat is not None:
+            sev = "warning" if newest.kind == "deprecated" else "error"
+            msg = newest.message + (f" in {compat.label}" if newest.kind in _VERSIONED else "")
+            out.append(Problem(path, sev, newest.kind, msg, newest.hint, compat.label))
+            continue
+        relevant = [p for p in pairs if not any(
+            r.path and len(r.path) < len(path) and path[:len(r.path)] == r.path for r in per[p])]
+        if set(relevant) <= set(found) and newest.kind != "deprecated":
+            out.append(Problem(path, "error", newest.kind, newest.message, newest.hint,
+                               summarize(relevant)))
+            continue
+        by_kind: dict[str, list[ToolVersion]] = {}
+        for pair, rec in found.items():
+            by_kind.setdefault(rec.kind, []).append(pair)
+        for kind, where in by_kind.items():
+            rec = found[max(where, key=pairs.index)]
+            out.append(Problem(path, "warning", kind, f"{rec.message} in {summarize(where)}",
+                               rec.hint, summarize(where)))
+    return out
+
+
+class _NoSpec:
+    def required_in(self, pair: ToolVersion) -> list[str]:
+        return []
+
+
+_NONE = _NoSpec()

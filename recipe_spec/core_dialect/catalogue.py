@@ -1,0 +1,216 @@
+"""The core dialect's modifier catalogue: one :class:`CoreSpec` per modifier (per meaning).
+
+A :class:`CoreSpec` wraps a :class:`~recipe_spec.modifiers.spec.ModifierSpec` (arguments as
+:class:`~recipe_spec.modifiers.spec.Arg` with JSON-schema fragments; ``Arg.tools`` says where
+an argument exists, empty = wherever the modifier exists) and adds what the ``!Modifier``
+catalogue has no room for: where the modifier exists, required arguments per version,
+renamed and deprecated arguments, which arguments hold quantization structures, and for
+training-time modifiers the ``!Modifier`` twin plus a translation into its arguments.
+
+This catalogue is separate from :func:`recipe_spec.modifiers.all_specs`: names collide
+(``QuantizationModifier`` and the pruning modifiers exist in both dialects with other
+arguments). ``QuantizationModifier`` even changes meaning inside this dialect (QAT in
+SparseML 1.6/1.7, compressed-tensors from SparseML 1.8), so a name may have several variants
+with disjoint ``tools``.
+
+Declarations live in ``catalogue_quant`` (quantization and transforms), ``catalogue_prune``
+(one-shot pruning) and ``catalogue_train`` (training-time modifiers and their translations).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..modifiers.spec import Arg, Look, ModifierSpec
+from .versions import Compat, ToolVersion, all_versions, in_range, versions_where
+
+__all__ = [
+    "CoreSpec", "Renamed", "Deprecation", "Translation", "BASE_ARGS", "arg", "core_spec",
+    "core_specs", "core_variants", "core_names", "declare", "variant_in",
+]
+
+
+def arg(name: str, description: str, tools: Mapping[str, str] | None = None, **schema: Any) -> Arg:
+    """An :class:`Arg` whose schema is ``{"description": ..., **schema}``."""
+    return Arg(name, {"description": description, **schema}, tools=dict(tools or {}))
+
+
+#: Arguments of the base ``Modifier`` class, present on every modifier. ``group`` given
+#: inside the arguments makes llm-compressor >= 0.7 fail (it passes ``group=`` itself).
+BASE_ARGS: tuple[Arg, ...] = (
+    arg("index", "Position of the modifier (set by the recipe parser).", type=["integer", "null"]),
+    arg("group", "Group name (normally taken from the `<name>_modifiers` key).",
+        {"sparseml": "", "llmcompressor": "<0.7"}, type=["string", "null"]),
+    arg("start", "Start (epoch) of a training-time modifier; -1 = from the beginning.",
+        type=["number", "null"]),
+    arg("end", "End (epoch) of a training-time modifier; -1 = to the end.", type=["number", "null"]),
+    arg("update", "Update interval (epochs) of a training-time modifier.", type=["number", "null"]),
+    arg("requires_calibration_data", "Whether the modifier needs calibration data.",
+        {"llmcompressor": ">=0.13"}, type="boolean"),
+)
+
+
+@dataclass(frozen=True)
+class Renamed:
+    """Where ``old`` is not accepted but ``new`` is, write ``new`` (``note`` says why)."""
+
+    old: str
+    new: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Deprecation:
+    """An argument still accepted in ``tools`` but with no (or a forced) effect."""
+
+    arg: str
+    tools: Mapping[str, str]
+    message: str
+
+
+@dataclass(frozen=True)
+class Translation:
+    """A core training-time modifier's arguments written for its ``!Modifier`` twin.
+
+    ``refused``: reasons why some argument has no exact twin; when non-empty the modifier
+    must be refused at run time rather than approximated (``args`` then holds what did map).
+    """
+
+    twin: str
+    args: Mapping[str, Any]
+    refused: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.refused
+
+
+@dataclass(frozen=True)
+class CoreSpec:
+    """One core-dialect modifier (one meaning of a name).
+
+    ``tools``: releases where it exists (tools map). ``required``: argument -> tools map of
+    the releases that require it. ``renamed``/``deprecated``: see :class:`Renamed` and
+    :class:`Deprecation`. ``quant``: argument -> ``"groups"`` (``config_groups``),
+    ``"scheme"`` (preset or ``{PRESET: targets}``) or ``"args"`` (a QuantizationArgs mapping).
+    ``twin``/``translate``: for training-time modifiers, the ``!Modifier`` twin and the pure
+    function writing the core arguments as the twin's. ``renamed_to``: the modifier was
+    renamed and this name exists in no release. ``instead``: argument -> what to write
+    where the argument was removed. ``spec.runtime`` is False for one-shot
+    modifiers (validated only).
+    """
+
+    spec: ModifierSpec
+    tools: Mapping[str, str]
+    required: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    renamed: tuple[Renamed, ...] = ()
+    deprecated: tuple[Deprecation, ...] = ()
+    quant: Mapping[str, str] = field(default_factory=dict)
+    twin: str | None = None
+    translate: Callable[[Mapping[str, Any], Compat | None], Translation] | None = None
+    renamed_to: str | None = None
+    instead: Mapping[str, str] = field(default_factory=dict)
+    notes: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def training(self) -> bool:
+        """Training-time (runs inside a training loop) rather than one-shot."""
+        return self.spec.runtime
+
+    def exists_in(self, pair: ToolVersion) -> bool:
+        tool, version = pair
+        return tool in self.tools and in_range(self.tools[tool], version)
+
+    def versions(self) -> list[ToolVersion]:
+        """The releases where this modifier (this meaning of the name) exists."""
+        return versions_where(self.tools)
+
+    def args_in(self, pair: ToolVersion) -> dict[str, Arg]:
+        """The arguments this modifier takes in a release, by name."""
+        tool, version = pair
+        return {
+            a.name: a for a in self.spec.args
+            if not a.tools or (tool in a.tools and in_range(a.tools[tool], version))
+        }
+
+    def required_in(self, pair: ToolVersion) -> list[str]:
+        tool, version = pair
+        return [n for n, t in self.required.items() if tool in t and in_range(t[tool], version)]
+
+    def deprecation_in(self, name: str, pair: ToolVersion) -> Deprecation | None:
+        tool, version = pair
+        for d in self.deprecated:
+            if d.arg == name and tool in d.tools and in_range(d.tools[tool], version):
+                return d
+        return None
+
+
+def declare(
+    name: str, description: str, category: str, tools: Mapping[str, str],
+    args: tuple[Arg, ...], *, training: bool = False, example: Mapping[str, Any] | None = None,
+    **extra: Any,
+) -> CoreSpec:
+    """A :class:`CoreSpec` whose ModifierSpec gets the base arguments appended."""
+    spec = ModifierSpec(
+        name=name, description=description, category=category,
+        args=(*args, *BASE_ARGS), example=dict(example or {}),
+        look=Look(name.removesuffix("Modifier")), runtime=training,
+        schema_extra={"additionalProperties": False},
+    )
+    return CoreSpec(spec=spec, tools=dict(tools), **extra)
+
+
+@functools.cache
+def _all() -> tuple[CoreSpec, ...]:
+    from . import catalogue_prune, catalogue_quant, catalogue_train
+
+    found = [*catalogue_quant.SPECS, *catalogue_prune.SPECS, *catalogue_train.SPECS]
+    seen: dict[ToolVersion, set[str]] = {}
+    for s in found:
+        for pair in s.versions():
+            if s.name in seen.setdefault(pair, set()):
+                raise RuntimeError(f"{s.name} is declared twice for {pair}")
+            seen[pair].add(s.name)
+    return tuple(sorted(found, key=lambda s: s.name))
+
+
+def core_specs() -> tuple[CoreSpec, ...]:
+    """Every declaration (every variant), in name order."""
+    return _all()
+
+
+def core_names() -> list[str]:
+    """Every modifier name of the dialect, sorted."""
+    return sorted({s.name for s in _all()})
+
+
+def core_variants(name: str) -> tuple[CoreSpec, ...]:
+    """Every variant declared for ``name`` (empty when the name is unknown)."""
+    return tuple(s for s in _all() if s.name == name)
+
+
+def variant_in(name: str, pair: ToolVersion) -> CoreSpec | None:
+    """The variant of ``name`` that exists in a release, or None."""
+    for s in core_variants(name):
+        if s.exists_in(pair):
+            return s
+    return None
+
+
+def core_spec(name: str, compat: Compat | None = None) -> CoreSpec | None:
+    """The declaration of ``name``: the variant in ``compat``'s release, or without
+    ``compat`` the newest variant; None when there is none."""
+    if compat is not None:
+        return variant_in(name, compat.pair)
+    variants = core_variants(name)
+    if not variants:
+        return None
+    order = {p: i for i, p in enumerate(all_versions())}
+    return max(variants, key=lambda s: max((order[p] for p in s.versions()), default=-1))

@@ -1,0 +1,221 @@
+"""Validating a stage/group ("core") recipe, version by version: :func:`core_diagnostics`.
+
+Three kinds of check, each aware of the ``--compat`` choice (a :class:`Compat`, or None for
+"every version": what all versions reject is an error, what only some reject a warning that
+names them):
+
+- every modifier entry against the catalogue (:func:`~recipe_spec.core_dialect.check_modifier`),
+  each problem at the key or value it is about;
+- the layout as each tool reads it (C002): keys a tool drops without a word, and the
+  mis-indented recipe that llm-compressor 0.7+ reads as an empty one;
+- ``eval(...)`` strings (C003) and the AWQ ordering rule (C004).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from .. import codes
+from ..codes import Code
+from ..diagnostics import Diagnostic, Severity, Span
+from ..frozen import FrozenDict, thaw
+from ..recipe import Modifier, Recipe
+from ..variables import did_you_mean
+from .arg_check import Problem, check_modifier
+from .catalogue import variant_in
+from .reader import STAGE_KEYS, _group_key, _stage_key
+from .versions import Compat, newest, summarize, versions_where
+
+__all__ = ["core_diagnostics"]
+
+_KIND_CODES: dict[str, Code] = {
+    "unknown_modifier": codes.M001, "dotted_name": codes.M001, "unknown_arg": codes.M002,
+    "misplaced": codes.M002, "missing_required": codes.M003, "type": codes.M004,
+    "enum": codes.M006, "preset": codes.M006, "deprecated": codes.M007, "null_args": codes.S006,
+    "removed_arg": codes.C001, "renamed_arg": codes.C001, "not_in_version": codes.C001,
+}
+_EVAL = re.compile(r"\beval\(")
+_QUANTIZERS = frozenset({"QuantizationModifier", "GPTQModifier", "AutoRoundModifier"})
+
+
+def _affects(tools: dict[str, str], compat: Compat | None) -> tuple[bool, str]:
+    """Whether the releases in ``tools`` include the chosen one (or, without a choice, any),
+    and those releases in words."""
+    where = versions_where(tools)
+    if compat is None:
+        return bool(where), summarize(where)
+    return compat.pair in where, compat.label
+
+
+class _Checker:
+    def __init__(self, recipe: Recipe, compat: Compat | None):
+        self.recipe, self.compat = recipe, compat
+        self.doc = recipe.document
+        self.out: list[Diagnostic] = []
+
+    def span(self, path: tuple[Any, ...], key: bool = False) -> Span:
+        loc = self.doc.loc(path) if self.doc is not None else None
+        while loc is None and path:
+            path = path[:-1]
+            loc = self.doc.loc(path) if self.doc is not None else None
+            key = True
+        if loc is None:
+            return Span.point(1)
+        return (loc.key_span or loc.span) if key else loc.span
+
+    def add(self, code: Code, message: str, hint: str, span: Span, severity: Severity | None = None) -> None:
+        self.out.append(code(message, hint, span, severity).in_file(self.recipe.path))
+
+    # -- modifiers ----------------------------------------------------------------------------
+    def modifier(self, m: Modifier) -> None:
+        for p in check_modifier(m.type, thaw(m.raw_args), self.compat):
+            self.problem(m, p)
+
+    def problem(self, m: Modifier, p: Problem) -> None:
+        if self.compat is None and p.kind == "not_in_version" and not p.path and p.severity == "warning" \
+                and variant_in(m.type, ("llmcompressor", newest("llmcompressor"))) is not None:
+            return  # older releases lacked it, the maintained tool has it: not worth a warning
+        code = _KIND_CODES.get(p.kind, codes.M008)
+        severity = Severity.ERROR if p.severity == "error" else Severity.WARNING
+        on_key = p.kind in ("unknown_arg", "misplaced", "removed_arg", "renamed_arg", "deprecated")
+        span = self.span(m.args_path + tuple(p.path), key=on_key) if p.path else m.span
+        where = "" if not p.versions or p.versions in p.message or p.versions == "every version" else f" ({p.versions})"
+        self.add(code, p.message + where, _sentence(p.hint), span, severity)
+
+    # -- layout as each tool reads it -----------------------------------------------------------
+    def ignored(self, tools: dict[str, str], message: str, hint: str, span: Span,
+                error: bool = False) -> None:
+        hit, versions = _affects(tools, self.compat)
+        if hit:
+            severity = Severity.ERROR if error and self.compat is not None else Severity.WARNING
+            self.add(codes.C002, f"{message} ({versions})", hint, span, severity)
+
+    def layout(self, root: FrozenDict) -> None:
+        stages = [k for k, v in root.items() if _stage_key(k) and isinstance(v, FrozenDict)]
+        bare = [k for k in root if _group_key(k)]
+        for key in bare:
+            if key == "modifiers":
+                self.add(codes.C002, "a group called plain 'modifiers' is never read: SparseML "
+                         "stops on it (it reads 'stages' instead) and llm-compressor drops it",
+                         "Rename it '<name>_modifiers' and put it under a '<name>_stage:' key, "
+                         "e.g. 'default_stage:' / 'default_modifiers:'.",
+                         self.span((key,), key=True), Severity.ERROR)
+                continue
+            empty = not stages
+            self.ignored(
+                {"llmcompressor": ">=0.7"},
+                f"'{key}' sits at the top level: llm-compressor reads groups only inside "
+                f"'*_stage' mappings and drops it" + (", so the recipe is empty" if empty else ""),
+                "Indent it under a '<name>_stage:' key (SparseML read it as its 'default' stage).",
+                self.span((key,), key=True), error=empty,
+            )
+        for key, value in root.items():
+            if _stage_key(key) and not isinstance(value, FrozenDict):
+                self.add(codes.C002, f"stage '{key}' holds no mapping, so every tool skips it"
+                         + (f"; its groups ({', '.join(bare)}) are not indented under it" if bare else ""),
+                         "Indent the stage's '*_modifiers:' groups below it.", self.span((key,), key=True))
+            elif key == "stages" and isinstance(value, FrozenDict):
+                self.ignored({"llmcompressor": ">=0.7"}, "'stages:' is not read: llm-compressor "
+                             "reads only top-level '<name>_stage:' keys",
+                             "Write each stage as a top-level '<name>_stage:' key.",
+                             self.span((key,), key=True), error=not stages)
+        for _name, body, base in self.stage_bodies(root):
+            for key, value in body.items():
+                if _group_key(key):
+                    continue
+                span = self.span(base + (key,), key=True)
+                if key == "run_type":
+                    self.run_type(value, span, base + (key,))
+                elif key not in STAGE_KEYS:
+                    hint = did_you_mean(str(key), [*STAGE_KEYS, "<name>_modifiers"])
+                    self.add(codes.C002, f"stage key '{key}' is dropped without a word by every tool",
+                             (hint + " " if hint else "") + "A stage holds '*_modifiers:' groups, "
+                             "'run_type', 'args' and 'enabled'.", span)
+
+    def stage_bodies(self, root: FrozenDict) -> Iterator[tuple[str, FrozenDict, tuple[Any, ...]]]:
+        for key, value in root.items():
+            if _stage_key(key) and isinstance(value, FrozenDict):
+                yield key, value, (key,)
+            elif key == "stages" and isinstance(value, FrozenDict):
+                for name, body in value.items():
+                    if isinstance(body, FrozenDict):
+                        yield str(name), body, ("stages", name)
+
+    def run_type(self, value: Any, span: Span, path: tuple[Any, ...]) -> None:
+        if value not in ("train", "oneshot"):
+            hit, versions = _affects({"sparseml": "", "llmcompressor": "<0.5"}, self.compat)
+            if hit:
+                self.add(codes.M006, f"run_type '{value}' is not 'train' or 'oneshot' ({versions})",
+                         "Write 'run_type: oneshot' or 'run_type: train'.", self.span(path))
+        elif self.compat is not None:
+            self.ignored({"llmcompressor": ">=0.5"}, "run_type is ignored: llm-compressor runs "
+                         "every stage given to oneshot()", "Select a stage with oneshot(..., stage=...) "
+                         "instead.", span)
+
+    # -- eval() and ordering ----------------------------------------------------------------------
+    def evals(self) -> None:
+        for m in self.recipe.modifiers:
+            for keys, text in _strings(m.raw_args, ()):
+                if not _EVAL.search(text):
+                    continue
+                span = self.span(m.args_path + keys)
+                inner = text[text.index("eval(") + 5:]
+                if "(" in inner.split(")", 1)[0] or inner.count(")") > 1:
+                    self.add(codes.C003, f"'{text}': no tool evaluates nested parentheses in eval()",
+                             "Compute the inner part into a variable of its own.", span, Severity.ERROR)
+                    continue
+                hit, versions = _affects({"llmcompressor": ">=0.6"}, self.compat)
+                if hit:
+                    self.add(codes.C003, f"'{text}' is not evaluated: it reaches {m.type} as text "
+                             f"({versions})", "Write the value itself.", span,
+                             Severity.ERROR if self.compat is not None else None)
+
+    def awq(self) -> None:
+        mods = self.recipe.modifiers
+        for i, m in enumerate(mods):
+            if m.type != "AWQModifier" or any(n.type in _QUANTIZERS for n in mods[i + 1:]):
+                continue
+            hit, versions = _affects({"llmcompressor": ">=0.11"}, self.compat)
+            if hit:
+                self.add(codes.C004, f"AWQModifier is not followed by a quantization modifier "
+                         f"({versions})", "Add a QuantizationModifier or GPTQModifier after it, "
+                         "with the scheme.", m.span,
+                         None if self.compat is not None or _only(versions) else Severity.WARNING)
+
+
+def _only(versions: str) -> bool:
+    return versions == summarize(versions_where({"sparseml": "", "llmcompressor": ""}))
+
+
+def _sentence(hint: str) -> str:
+    hint = hint.strip()
+    if hint and hint[0].islower():
+        hint = hint[0].upper() + hint[1:]
+    return hint + ("." if hint and hint[-1] not in ".?!:" else "")
+
+
+def _strings(value: Any, keys: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], str]]:
+    if isinstance(value, str):
+        yield keys, value
+    elif isinstance(value, FrozenDict):
+        for k, v in value.items():
+            yield from _strings(v, keys + (k,))
+    elif isinstance(value, tuple):
+        for i, v in enumerate(value):
+            yield from _strings(v, keys + (i,))
+
+
+def core_diagnostics(recipe: Recipe, compat: Compat | None = None) -> list[Diagnostic]:
+    """Every diagnostic of a core-dialect ``recipe`` under ``compat`` (None: every version)."""
+    checker = _Checker(recipe, compat)
+    root = recipe.document.value if recipe.document is not None else None
+    if isinstance(root, FrozenDict):
+        checker.layout(root)
+    for m in recipe.modifiers:
+        checker.modifier(m)
+    checker.evals()
+    checker.awq()
+    return checker.out
+

@@ -1,0 +1,324 @@
+"""The nested quantization arguments of the core dialect (compressed-tensors structures).
+
+``config_groups`` maps group names to a ``QuantizationScheme`` (``targets``, ``weights``,
+``input_activations``, ``output_activations``, ``format``); each of the three argument slots
+and ``kv_cache_scheme`` hold a ``QuantizationArgs`` mapping (``num_bits``, ``type``,
+``strategy``...). ``scheme`` is a preset name (``"W4A16"``) or ``{PRESET: [targets]}``.
+SparseML 1.8's ``config_groups`` has the same shape as llm-compressor's.
+
+Which fields, enum values and presets exist depends on the compressed-tensors release a tool
+release used: :data:`CT_OF` gives the one pinned by llm-compressor's ``setup.py``
+(``compressed-tensors==X``) or, where it was unpinned (llm-compressor 0.1-0.3, SparseML
+1.8/1.9), the one current at the tool's release date. SparseML 1.6/1.7 have none.
+
+>>> [p for p in preset_names(("llmcompressor", Version.parse("0.13"))) if p.startswith("MX")]
+['MXFP4', 'MXFP4A16', 'MXFP8', 'MXFP8A16']
+>>> "FP8_BLOCK" in preset_names(("llmcompressor", Version.parse("0.6")))
+False
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .versions import ToolVersion, Version, in_range
+
+__all__ = [
+    "CT_OF", "QuantField", "ARGS_FIELDS", "SCHEME_FIELDS", "PRESETS",
+    "ct_version", "fields_in", "field_schema", "preset_names", "all_preset_names",
+    "canonical_preset", "Rec", "type_problems", "check_quant",
+]
+
+_V = Version.parse
+
+#: compressed-tensors release used by each tool release.
+CT_OF: dict[ToolVersion, Version] = {
+    ("sparseml", _V("1.8")): _V("0.4"), ("sparseml", _V("1.9")): _V("0.9"),
+    ("llmcompressor", _V("0.1")): _V("0.5"), ("llmcompressor", _V("0.2")): _V("0.6"),
+    ("llmcompressor", _V("0.3")): _V("0.8"), ("llmcompressor", _V("0.4")): _V("0.9"),
+    ("llmcompressor", _V("0.5")): _V("0.9"), ("llmcompressor", _V("0.6")): _V("0.10"),
+    ("llmcompressor", _V("0.7")): _V("0.11"), ("llmcompressor", _V("0.8")): _V("0.12"),
+    ("llmcompressor", _V("0.9")): _V("0.13"), ("llmcompressor", _V("0.10")): _V("0.14"),
+    ("llmcompressor", _V("0.11")): _V("0.16"), ("llmcompressor", _V("0.12")): _V("0.17"),
+    ("llmcompressor", _V("0.13")): _V("0.18"),
+}
+
+
+def ct_version(pair: ToolVersion) -> Version | None:
+    """The compressed-tensors release of a tool release (None: it has none)."""
+    return CT_OF.get(pair)
+
+
+@dataclass(frozen=True)
+class QuantField:
+    """One field of a compressed-tensors structure.
+
+    ``ct``: compressed-tensors versions where it exists; ``schemas``: (ct range, schema)
+    pairs, the first whose range matches applies (schemas use ``type``/``enum``/``items``,
+    see :mod:`recipe_spec.core_dialect.arg_check`); ``nested``: ``"args"`` when the value is
+    itself a QuantizationArgs mapping.
+    """
+
+    name: str
+    description: str
+    schemas: tuple[tuple[str, Mapping[str, Any]], ...]
+    ct: str = ""
+    required: bool = False
+    nested: str | None = None
+
+
+def _f(name: str, description: str, schema: Mapping[str, Any], ct: str = "", **kw: Any) -> QuantField:
+    return QuantField(name, description, (("", schema),), ct, **kw)
+
+
+_STRATEGIES = ["tensor", "channel", "group", "block", "token"]
+
+#: ``QuantizationArgs`` fields (compressed-tensors ``quantization/quant_args.py``).
+ARGS_FIELDS: tuple[QuantField, ...] = (
+    _f("num_bits", "Bits per quantized value.", {"type": "integer", "minimum": 1}),
+    _f("type", "Value type.", {"enum": ["int", "float"], "ci": True}),
+    _f("symmetric", "Symmetric (no zero point) or asymmetric.", {"type": "boolean"}),
+    _f("group_size", "Columns per group for the group strategy.", {"type": ["integer", "null"]}),
+    QuantField("strategy", "Granularity of scales.", (
+        (">=0.13", {"enum": [*_STRATEGIES, "tensor_group", "attn_head", None], "ci": True}),
+        (">=0.10", {"enum": [*_STRATEGIES, "tensor_group", None], "ci": True}),
+        ("", {"enum": [*_STRATEGIES, None], "ci": True}),
+    )),
+    QuantField("block_structure", "Block shape for the block strategy.", (
+        (">=0.11", {"type": ["array", "null"], "items": {"type": "integer"}}),
+        ("", {"type": ["string", "null"]}),
+    )),
+    QuantField("dynamic", "Compute scales at run time (\"local\": NVFP4 local scales).", (
+        (">=0.10", {"type": "boolean", "enum": [True, False, "local"], "ci": True}),
+        ("", {"type": "boolean"}),
+    )),
+    QuantField("actorder", "GPTQ activation ordering.", (
+        (">=0.9", {"enum": [True, False, None, "group", "weight", "dynamic", "static"], "ci": True}),
+        ("", {"enum": [True, False, None, "group", "weight"], "ci": True}),
+    ), ct=">=0.6"),
+    _f("scale_dtype", "Dtype of the scales.", {"type": ["string", "null"]}, ct=">=0.13"),
+    _f("zp_dtype", "Dtype of the zero points.", {"type": ["string", "null"]}, ct=">=0.13"),
+    _f("observer", "Observer name (e.g. minmax, mse).", {"type": ["string", "null"]}),
+    _f("observer_kwargs", "Observer keyword arguments.", {"type": "object"}),
+)
+
+#: ``QuantizationScheme`` fields (compressed-tensors ``quantization/quant_scheme.py``).
+SCHEME_FIELDS: tuple[QuantField, ...] = (
+    _f("targets", "Layer names, 're:' patterns or class names.",
+       {"type": "array", "items": {"type": "string"}}, required=True),
+    _f("weights", "Weight quantization.", {"type": ["object", "null"]}, nested="args"),
+    _f("input_activations", "Input activation quantization.", {"type": ["object", "null"]},
+       nested="args"),
+    _f("output_activations", "Output activation quantization.", {"type": ["object", "null"]},
+       nested="args"),
+    _f("format", "Compression format of the saved checkpoint.", {"type": ["string", "null"]},
+       ct=">=0.11"),
+)
+
+_W2_W7 = ("W2A4", "W2A8", "W2A16", "W3A4", "W3A8", "W3A16", "W4A4", "W5A8", "W5A16", "W6A8",
+          "W6A16", "W7A8", "W7A16")
+
+#: Preset scheme name -> compressed-tensors range where ``PRESET_SCHEMES`` has it
+#: (read at the tags v0.4.0, 0.5.0 ... 0.18.0). Names are matched case-insensitively.
+PRESETS: dict[str, str] = {
+    "W8A8": "", "W4A16": "",
+    "W8A16": ">=0.5", "W4A8": ">=0.5", "FP8": ">=0.5", "FP8_DYNAMIC": ">=0.5",
+    "UNQUANTIZED": ">=0.6", "INT8": ">=0.7",
+    "W4A16_ASYM": ">=0.10", "NVFP4A16": ">=0.10", "NVFP4": ">=0.10",
+    "FP8_BLOCK": ">=0.11", "MXFP4A16": ">=0.13", "MXFP4": ">=0.13", "W4AFP8": ">=0.14",
+    "MXFP8A16": ">=0.15", "MXFP8": ">=0.15",
+    **{name: ">=0.18" for name in _W2_W7},
+}
+
+
+def fields_in(fields: tuple[QuantField, ...], pair: ToolVersion) -> dict[str, QuantField]:
+    """The fields that exist in a tool release, by name (none without compressed-tensors)."""
+    ct = ct_version(pair)
+    if ct is None:
+        return {}
+    return {f.name: f for f in fields if in_range(f.ct, ct)}
+
+
+def field_schema(field: QuantField, pair: ToolVersion) -> Mapping[str, Any]:
+    """The schema of ``field`` in a tool release."""
+    ct = ct_version(pair) or Version((0,))
+    for rng, schema in field.schemas:
+        if in_range(rng, ct):
+            return schema
+    return field.schemas[-1][1]
+
+
+def preset_names(pair: ToolVersion) -> list[str]:
+    """The preset scheme names a tool release accepts, sorted."""
+    ct = ct_version(pair)
+    if ct is None:
+        return []
+    return sorted(n for n, rng in PRESETS.items() if in_range(rng, ct))
+
+
+def all_preset_names() -> list[str]:
+    """Every preset name of any compressed-tensors release, sorted."""
+    return sorted(PRESETS)
+
+
+def canonical_preset(name: str) -> str | None:
+    """The preset spelled as declared (``"w4a16"`` -> ``"W4A16"``), or None."""
+    upper = name.upper()
+    return upper if upper in PRESETS else None
+
+
+# -- checking values ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Rec:
+    """One problem found in one release (before releases are merged into a Problem);
+    ``subject`` tells apart problems at the same path (the missing argument's name)."""
+
+    path: tuple[Any, ...]
+    kind: str
+    message: str
+    hint: str = ""
+    subject: str = ""
+
+
+_PY_TYPES: dict[str, tuple[type, ...]] = {
+    "integer": (int,), "number": (int, float), "boolean": (bool,), "string": (str,),
+    "array": (list, tuple), "object": (Mapping,), "null": (type(None),),
+}
+
+
+def _is(value: Any, type_name: str) -> bool:
+    if isinstance(value, bool) and type_name in ("integer", "number"):
+        return False
+    return isinstance(value, _PY_TYPES[type_name])
+
+
+def _same(a: Any, b: Any, ci: bool) -> bool:
+    if isinstance(a, str) and isinstance(b, str):
+        return a.lower() == b.lower() if ci else a == b
+    return type(a) is type(b) and a == b
+
+
+def type_problems(value: Any, schema: Mapping[str, Any], path: tuple[Any, ...]) -> list[Rec]:
+    """Problems of ``value`` against a schema fragment (``type``, ``enum`` with ``ci`` for
+    case-insensitive strings, ``items``, ``minimum``/``maximum``, ``pattern``)."""
+    import re
+
+    if isinstance(value, str) and value.strip().startswith("eval("):
+        return []
+    enum = schema.get("enum")
+    if enum is not None:
+        if any(_same(value, e, bool(schema.get("ci"))) for e in enum):
+            return []
+        shown = ", ".join(repr(e) for e in enum if e is not None)
+        if isinstance(value, str):
+            words = [e for e in enum if isinstance(e, str)]
+            close = difflib.get_close_matches(value.lower(), words, n=1, cutoff=0.5)
+            return [Rec(path, "enum", f"{value!r} is not one of {shown}",
+                        f"did you mean {close[0]!r}?" if close else f"write one of {shown}")]
+        return [Rec(path, "type", f"{value!r} is not one of {shown}", f"write one of {shown}")]
+    types = schema.get("type")
+    if types is not None:
+        names = [types] if isinstance(types, str) else list(types)
+        if not any(_is(value, t) for t in names):
+            return [Rec(path, "type", f"expected {' or '.join(names)}, got "
+                        f"{type(value).__name__} {value!r}")]
+    out: list[Rec] = []
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            out.append(Rec(path, "type", f"{value} is below the minimum {schema['minimum']}"))
+        if "maximum" in schema and value > schema["maximum"]:
+            out.append(Rec(path, "type", f"{value} is above the maximum {schema['maximum']}"))
+    if isinstance(value, str) and "pattern" in schema and not re.search(schema["pattern"], value):
+        out.append(Rec(path, "type", f"{value!r} does not match {schema['pattern']}"))
+    if isinstance(value, (list, tuple)) and "items" in schema:
+        for i, item in enumerate(value):
+            out += type_problems(item, schema["items"], (*path, i))
+    return out
+
+
+def _check_fields(value: Any, fields: tuple[QuantField, ...], pair: ToolVersion,
+                  path: tuple[Any, ...], what: str, *, need_targets: bool = False) -> list[Rec]:
+    if not isinstance(value, Mapping):
+        return [Rec(path, "type", f"{what} must be a mapping, got {type(value).__name__}")]
+    present = fields_in(fields, pair)
+    declared = {f.name for f in fields}
+    other = ARGS_FIELDS if fields is SCHEME_FIELDS else SCHEME_FIELDS
+    out: list[Rec] = []
+    for key, item in value.items():
+        sub = (*path, key)
+        if key in present:
+            field = present[key]
+            out += type_problems(item, field_schema(field, pair), sub)
+            if field.nested == "args" and isinstance(item, Mapping):
+                out += _check_fields(item, ARGS_FIELDS, pair, sub, "QuantizationArgs")
+        elif key in declared:
+            out.append(Rec(sub, "not_in_version", f"{what} has no field {key}"))
+        elif key in {f.name for f in other}:
+            where = ("weights: (or input_activations:/output_activations:)"
+                     if fields is SCHEME_FIELDS else "the group, next to weights:")
+            out.append(Rec(sub, "misplaced", f"{key} is not a field of {what}",
+                           f"move it under {where}"))
+        else:
+            close = difflib.get_close_matches(str(key), sorted(present), n=1, cutoff=0.6)
+            out.append(Rec(sub, "unknown_arg", f"{what} has no field {key}",
+                           f"did you mean {close[0]}?" if close else
+                           f"fields: {', '.join(sorted(present))}"))
+    if need_targets and "targets" not in value:
+        out.append(Rec(path, "missing_required", f"{what} requires targets", "give targets",
+                       subject="targets"))
+    return out
+
+
+def _check_preset(name: Any, pair: ToolVersion, path: tuple[Any, ...]) -> list[Rec]:
+    if not isinstance(name, str):
+        return [Rec(path, "type", f"a preset name must be a string, got {name!r}")]
+    canonical = canonical_preset(name)
+    if canonical is None:
+        close = difflib.get_close_matches(name.upper(), all_preset_names(), n=1, cutoff=0.6)
+        return [Rec(path, "preset", f"no preset scheme {name!r}",
+                    f"did you mean {close[0]}?" if close else
+                    f"presets: {', '.join(preset_names(pair))}")]
+    if canonical not in preset_names(pair):
+        return [Rec(path, "preset", f"no preset {canonical}")]
+    return []
+
+
+def check_quant(shape: str, value: Any, pair: ToolVersion, path: tuple[Any, ...]) -> list[Rec]:
+    """Problems of a quantization structure: ``shape`` is ``"groups"`` (config_groups),
+    ``"scheme"`` (preset or ``{PRESET: targets}``) or ``"args"`` (QuantizationArgs)."""
+    if isinstance(value, str) and value.strip().startswith("eval("):
+        return []
+    if shape == "args":
+        return _check_fields(value, ARGS_FIELDS, pair, path, "QuantizationArgs")
+    if shape == "scheme":
+        if isinstance(value, str):
+            return _check_preset(value, pair, path)
+        if not isinstance(value, Mapping):
+            return []  # the argument's own type check reports it
+        out: list[Rec] = []
+        for key, targets in value.items():
+            sub = (*path, key)
+            if isinstance(targets, Mapping):
+                out += _check_fields(targets, SCHEME_FIELDS, pair, sub, "QuantizationScheme")
+                continue
+            out += _check_preset(key, pair, sub)
+            out += type_problems(targets, {"type": ["string", "array"],
+                                           "items": {"type": "string"}}, sub)
+        return out
+    if not isinstance(value, Mapping):
+        return []
+    out = []
+    for group, scheme in value.items():
+        sub = (*path, group)
+        if group in {f.name for f in SCHEME_FIELDS} | {f.name for f in ARGS_FIELDS}:
+            out.append(Rec(sub, "misplaced", f"config_groups maps group names to schemes; "
+                           f"{group} is a scheme field", f"write config_groups: → group_0: → "
+                           f"{group}:"))
+            continue
+        out += _check_fields(scheme, SCHEME_FIELDS, pair, sub, "QuantizationScheme",
+                             need_targets=True)
+    return out

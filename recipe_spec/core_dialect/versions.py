@@ -1,0 +1,203 @@
+"""The tools that read core-dialect recipes, their releases, and version ranges.
+
+Two tools read the stage/group ("core") dialect: SparseML 1.6 to 1.9 (``sparseml.core``)
+and llm-compressor (every minor release from 0.1). Catalogue entries say where something
+exists with a *tools map*: tool name -> version range string (``""`` means every release of
+that tool; a tool missing from the map does not have it).
+
+>>> Version.parse("0.13") > Version.parse("0.9")
+True
+>>> in_range(">=0.7,<0.12", Version.parse("0.11"))
+True
+>>> Compat.parse("llmcompressor==0.8").label
+'llm-compressor 0.8'
+>>> summarize(versions_where({"llmcompressor": ">=0.8"}))
+'llm-compressor ≥0.8'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+__all__ = [
+    "Version", "Compat", "TOOLS", "TOOL_LABELS", "RELEASES", "ToolVersion",
+    "in_range", "all_versions", "versions_where", "summarize", "newest",
+]
+
+
+@dataclass(frozen=True, order=True)
+class Version:
+    """A dotted release number compared as a tuple of integers (``0.9 < 0.13``)."""
+
+    parts: tuple[int, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> Version:
+        """``"1.8"`` -> ``Version((1, 8))``; a ValueError for anything but dotted integers."""
+        if not re.fullmatch(r"\d+(\.\d+)*", text.strip()):
+            raise ValueError(f"not a version number: {text!r}")
+        return cls(tuple(int(p) for p in text.strip().split(".")))
+
+    def __str__(self) -> str:
+        return ".".join(str(p) for p in self.parts)
+
+
+#: The released minor versions of each tool, oldest first (verified against the tags of
+#: neuralmagic/sparseml and vllm-project/llm-compressor; 0.13.0 is llm-compressor's newest tag).
+RELEASES: dict[str, tuple[Version, ...]] = {
+    "sparseml": tuple(Version.parse(v) for v in ("1.6", "1.7", "1.8", "1.9")),
+    "llmcompressor": tuple(Version.parse(f"0.{m}") for m in range(1, 14)),
+}
+
+#: Tool names as the CLI spells them, in timeline order (llm-compressor continues SparseML).
+TOOLS: tuple[str, ...] = ("sparseml", "llmcompressor")
+
+#: Tool names as messages spell them.
+TOOL_LABELS: dict[str, str] = {"sparseml": "SparseML", "llmcompressor": "llm-compressor"}
+
+#: One release of one tool.
+ToolVersion = tuple[str, Version]
+
+_CLAUSE = re.compile(r"^(>=|<=|==|!=|>|<)?\s*(\d+(?:\.\d+)*)$")
+
+
+def in_range(spec: str, version: Version) -> bool:
+    """Whether ``version`` satisfies ``spec``: comma-joined clauses such as ``">=0.7,<0.12"``
+    (operators ``>= <= > < == !=``; a bare number means ``==``; ``""`` matches everything).
+
+    >>> [in_range("<=0.7", Version.parse(v)) for v in ("0.7", "0.8")]
+    [True, False]
+    """
+    for clause in filter(None, (c.strip() for c in spec.split(","))):
+        m = _CLAUSE.match(clause)
+        if m is None:
+            raise ValueError(f"bad version range clause {clause!r} in {spec!r}")
+        op, bound = m.group(1) or "==", Version.parse(m.group(2))
+        ok = {
+            ">=": version >= bound, "<=": version <= bound, ">": version > bound,
+            "<": version < bound, "==": version == bound, "!=": version != bound,
+        }[op]
+        if not ok:
+            return False
+    return True
+
+
+def all_versions() -> list[ToolVersion]:
+    """Every known release of every tool, SparseML first, each oldest first."""
+    return [(tool, v) for tool in TOOLS for v in RELEASES[tool]]
+
+
+def versions_where(tools_map: Mapping[str, str]) -> list[ToolVersion]:
+    """The releases a tools map covers, in :func:`all_versions` order.
+
+    >>> [str(v) for _, v in versions_where({"sparseml": ">=1.8"})]
+    ['1.8', '1.9']
+    """
+    for tool in tools_map:
+        if tool not in RELEASES:
+            raise ValueError(f"unknown tool {tool!r}; valid: {', '.join(TOOLS)}")
+    return [(t, v) for t, v in all_versions() if t in tools_map and in_range(tools_map[t], v)]
+
+
+def newest(tool: str) -> Version:
+    """The newest known release of ``tool``."""
+    return RELEASES[tool][-1]
+
+
+def _runs(tool: str, chosen: set[Version]) -> list[str]:
+    releases = RELEASES[tool]
+    runs: list[list[int]] = []
+    for i, v in enumerate(releases):
+        if v in chosen:
+            if runs and runs[-1][-1] == i - 1:
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+    out = []
+    for run in runs:
+        first, last = releases[run[0]], releases[run[-1]]
+        if run[0] == 0 and run[-1] == len(releases) - 1:
+            out.append("")
+        elif len(run) == 1:
+            out.append(str(first))
+        elif run[0] == 0:
+            out.append(f"≤{last}")
+        elif run[-1] == len(releases) - 1:
+            out.append(f"≥{first}")
+        else:
+            out.append(f"{first}–{last}")
+    return out
+
+
+def summarize(pairs: Iterable[ToolVersion]) -> str:
+    """A short human phrase for a set of releases, e.g. ``"SparseML 1.8–1.9, llm-compressor
+    ≤0.7"``; ``"every version"`` when it is all of them, ``""`` when it is none.
+
+    >>> summarize(all_versions())
+    'every version'
+    >>> summarize([("sparseml", Version.parse("1.6")), ("sparseml", Version.parse("1.7"))])
+    'SparseML ≤1.7'
+    """
+    chosen = set(pairs)
+    if chosen >= set(all_versions()):
+        return "every version"
+    parts = []
+    for tool in TOOLS:
+        runs = _runs(tool, {v for t, v in chosen if t == tool})
+        if runs:
+            label = TOOL_LABELS[tool]
+            parts.append(label if runs == [""] else f"{label} {', '.join(runs)}")
+    return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Compat:
+    """The tool release a recipe is checked against (the CLI's ``--compat``)."""
+
+    tool: str
+    version: Version
+
+    @classmethod
+    def parse(cls, text: str) -> Compat:
+        """``"sparseml"``, ``"sparseml==1.8"``, ``"llmcompressor"``, ``"llmcompressor==0.13"``;
+        no version means the newest. Unknown tools or versions raise a ValueError that lists
+        the valid choices.
+
+        >>> str(Compat.parse("sparseml"))
+        'sparseml==1.9'
+        """
+        tool, sep, ver = text.strip().partition("==")
+        tool = tool.strip().lower().replace("-", "").replace("_", "")
+        if tool not in RELEASES:
+            raise ValueError(
+                f"unknown tool {text.strip()!r}; valid: "
+                + ", ".join(f"{t}[=={'|'.join(str(v) for v in RELEASES[t])}]" for t in TOOLS)
+            )
+        if not sep:
+            return cls(tool, newest(tool))
+        try:
+            parsed = Version.parse(ver)
+        except ValueError:
+            parsed = None
+        if parsed is not None and len(parsed.parts) > 2:
+            parsed = Version(parsed.parts[:2])  # 0.7.1 reads as its minor release 0.7
+        if parsed not in RELEASES[tool]:
+            raise ValueError(
+                f"unknown {TOOL_LABELS[tool]} version {ver.strip()!r}; valid: "
+                + ", ".join(str(v) for v in RELEASES[tool])
+            )
+        return cls(tool, parsed)
+
+    @property
+    def pair(self) -> ToolVersion:
+        return (self.tool, self.version)
+
+    @property
+    def label(self) -> str:
+        """``"SparseML 1.8"`` / ``"llm-compressor 0.13"``."""
+        return f"{TOOL_LABELS[self.tool]} {self.version}"
+
+    def __str__(self) -> str:
+        return f"{self.tool}=={self.version}"
