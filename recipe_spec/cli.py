@@ -228,6 +228,16 @@ def _lint(args: argparse.Namespace) -> int:
     from .lint import lint
 
     _known_backend(args.target, "--target")
+    compat = _compat(args.compat)
+    if args.model and os.path.isdir(args.model) and not args.params:
+        from .checkpoint import CheckpointError, read_checkpoint
+        from .core_dialect.lint_model import lint_against_checkpoint
+
+        try:
+            names = read_checkpoint(args.model)
+        except CheckpointError as exc:
+            raise InputError(str(exc)) from None
+        return _check_files(args, args.paths, lambda p, v: lint_against_checkpoint(p, names, compat, v))
     framework, records = _model_records(args)
     return _check_files(
         args, args.paths, lambda p, v: lint(p, records, framework, v, target=args.target)
@@ -545,7 +555,14 @@ def build_parser() -> argparse.ArgumentParser:
     li.add_argument("paths", nargs="+", metavar="RECIPE", help="recipe files or directories")
     li.add_argument(
         "--model", metavar="SPEC",
-        help="package.module:callable returning a model, a .keras file, or a .pt/.pth/.safetensors state_dict",
+        help="package.module:callable returning a model, a .keras file, a .pt/.pth/.safetensors "
+        "state_dict, or a Hugging Face checkpoint directory (config.json + *.safetensors; "
+        "stage/group recipes; no weight is read)",
+    )
+    li.add_argument(
+        "--compat", metavar="TOOL[==VERSION]",
+        help="stage/group recipes: match and validate as sparseml[==1.6..1.9] or "
+        "llmcompressor[==0.1..0.13] does (default: both, newest releases)",
     )
     li.add_argument("--params", metavar="FILE", help="a parameter manifest written by `recipe-spec params`")
     li.add_argument(

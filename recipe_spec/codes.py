@@ -403,3 +403,10 @@ P006 = _code(
     "meant to be quantized (or kept in float) is not.",
     "- !QuantizationModifier\n  ignore: [classifer]", "Use a layer name (or, for ignore, a layer type) of the model.",
 )
+P007 = _code(
+    "P007", "warning", "ignore removes everything the modifier targets",
+    "An `ignore` list that covers every module the `targets` select leaves the modifier with "
+    "nothing to do; llm-compressor runs it without a word (`ignore: [\"re:.*\"]`, "
+    "llm-compressor #91).",
+    "GPTQModifier:\n  targets: [Linear]\n  ignore: ['re:.*']", "Narrow the ignore patterns.",
+)
