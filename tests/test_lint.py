@@ -34,7 +34,9 @@ def test_every_p_code_has_a_fixture() -> None:
     from recipe_spec.codes import CODES
 
     covered = {c for p in FIXTURES.glob("*.yaml") for c, _, _ in _expected(p)}
-    assert {c for c in CODES if c.startswith("P")} == covered
+    # P007 (an ignore that removes every target) is a stage/group recipe's finding against a
+    # checkpoint: tests/test_core_lint_model.py::test_ignore_everything.
+    assert {c for c in CODES if c.startswith("P")} - {"P007"} == covered
 
 
 def test_no_match_names_the_closest_parameters() -> None:
