@@ -37,6 +37,7 @@ from .yaml_reader import (
     Loc,
     Resolver12,
     Tagged,
+    merged,
     scalar_value,
 )
 
@@ -417,21 +418,7 @@ class EventBuilder:
 
     def merge_values(self, path: tuple[Any, ...]) -> dict[Any, Any]:
         value = self.build(path + ("<<",), 0)
-        sources = value if isinstance(value, tuple) else (value,)
-        out: dict[Any, Any] = {}
-        for source in sources:
-            if not isinstance(source, FrozenDict):
-                self.diagnostics.append(
-                    codes.Y001(
-                        "a merge key '<<' needs a mapping or a list of mappings",
-                        "Merge an anchored mapping: `<<: *defaults`.",
-                        self.locs[path + ("<<",)].span,
-                    )
-                )
-                continue
-            for key, val in source.items():
-                out.setdefault(key, val)
-        return out
+        return merged(value, lambda: self.locs[path + ("<<",)].span, self.diagnostics)
 
 
 _STR = _STD + "str"

@@ -324,21 +324,27 @@ class _Builder:
 
     def merge_values(self, item: Any, path: Path) -> dict[Any, Any]:
         value = self.build(item, path + ("<<",), None)
-        sources = value if isinstance(value, tuple) else (value,)
-        out: dict[Any, Any] = {}
-        for source in sources:
-            if not isinstance(source, FrozenDict):
-                self.diagnostics.append(
-                    codes.Y001(
-                        "a merge key '<<' needs a mapping or a list of mappings",
-                        "Merge an anchored mapping: `<<: *defaults`.",
-                        self.locs[path + ("<<",)].span,
-                    )
+        return merged(value, lambda: self.locs[path + ("<<",)].span, self.diagnostics)
+
+
+def merged(value: Any, span: Any, diagnostics: list[Diagnostic]) -> dict[Any, Any]:
+    """The entries a merge key ``<<`` brings in from ``value`` (a mapping or a list of
+    mappings; the first one giving a key wins); Y001 at ``span()`` for anything else."""
+    sources = value if isinstance(value, tuple) else (value,)
+    out: dict[Any, Any] = {}
+    for source in sources:
+        if not isinstance(source, FrozenDict):
+            diagnostics.append(
+                codes.Y001(
+                    "a merge key '<<' needs a mapping or a list of mappings",
+                    "Merge an anchored mapping: `<<: *defaults`.",
+                    span(),
                 )
-                continue
-            for key, val in source.items():
-                out.setdefault(key, val)
-        return out
+            )
+            continue
+        for key, val in source.items():
+            out.setdefault(key, val)
+    return out
 
 
 def _yaml_error(exc: yaml.YAMLError, line_offset: int, text: str) -> Diagnostic:

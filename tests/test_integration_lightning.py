@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ pytest.importorskip("lightning")
 
 import lightning.pytorch as pl  # noqa: E402
 import torch  # noqa: E402
+from integration_common import imported_by_recipe_spec, recipe_lr, run_doc_blocks  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from recipe_spec.integrations.lightning import CHECKPOINT_KEY, RecipeCallback  # noqa: E402
@@ -93,27 +93,6 @@ def fit(tmp: Path, accumulation: int = 1, epochs: int | None = None, ckpt_path: 
     return trainer, callback, net
 
 
-def doc_blocks(heading: str) -> list[str]:
-    """The ```python blocks of the ``## heading`` section of docs/integrations.md."""
-    page = (Path(__file__).resolve().parent.parent / "docs" / "integrations.md").read_text(encoding="utf-8")
-    section = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", page, re.S | re.M)
-    assert section, heading
-    blocks = re.findall(r"^```python\n(.*?)^```$", section.group(1), re.S | re.M)
-    assert blocks, heading
-    return blocks
-
-
-def recipe_lr(plan: Any, step: int) -> float:
-    """The rate the recipe has set when optimizer step ``step`` runs (last 'lr' event <= step)."""
-    value = None
-    for k in range(step + 1):
-        for event in plan.events_at(k):
-            if event.target == "lr":
-                value = float(event.value)
-    assert value is not None
-    return value
-
-
 def check_run(trainer: pl.Trainer, callback: RecipeCallback, net: Net, spe: int) -> None:
     assert callback.steps_per_epoch == spe
     assert trainer.global_step == callback.max_epochs * spe
@@ -160,20 +139,13 @@ def test_resume_from_checkpoint_matches(tmp_path: Path) -> None:
 
 
 def test_import_recipe_spec_does_not_import_lightning() -> None:
-    import subprocess
-    import sys
-
-    code = "import sys, recipe_spec, recipe_spec.integrations; print('lightning' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert imported_by_recipe_spec("lightning") is False
 
 
 def test_docs_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The lightning examples of docs/integrations.md run as written, one after the other."""
     monkeypatch.chdir(tmp_path)
-    namespace: dict[str, Any] = {"__name__": "integrations_doc"}
-    for i, block in enumerate(doc_blocks('Lightning')):
-        exec(compile(block, f"docs/integrations.md (lightning block {i})", "exec"), namespace)
+    run_doc_blocks('Lightning', 'lightning')
 
 
 INF_BATCHES = {3, 12}  # global batch indices whose loss is made infinite (the scaler skips them)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
 import torch  # noqa: E402
+from integration_common import imported_by_recipe_spec, recipe_lr, run_doc_blocks  # noqa: E402
 from transformers import (  # noqa: E402
     BertConfig,
     BertForSequenceClassification,
@@ -110,28 +110,6 @@ def targeted(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in model.named_parameters() if n.endswith("query.weight")}
 
 
-def doc_blocks(heading: str) -> list[str]:
-    """The ```python blocks of the ``## heading`` section of docs/integrations.md."""
-    page = (Path(__file__).resolve().parent.parent / "docs" / "integrations.md").read_text(encoding="utf-8")
-    section = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", page, re.S | re.M)
-    assert section, heading
-    blocks = re.findall(r"^```python\n(.*?)^```$", section.group(1), re.S | re.M)
-    assert blocks, heading
-    return blocks
-
-
-def recipe_lr(plan: Any, step: int) -> float:
-    """The learning rate the recipe has set when optimizer step ``step`` runs: the value of the
-    last 'lr' event at or before it."""
-    value = None
-    for k in range(step + 1):
-        for event in plan.events_at(k):
-            if event.target == "lr":
-                value = float(event.value)
-    assert value is not None
-    return value
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Trainer, RecipeCallback, Any]:
     return train(tmp_path_factory.mktemp("full"))
@@ -216,17 +194,10 @@ def test_scheduler_replaced_with_warning(tmp_path: Path) -> None:
 
 
 def test_import_recipe_spec_does_not_import_transformers() -> None:
-    import subprocess
-    import sys
-
-    code = "import sys, recipe_spec, recipe_spec.integrations; print('transformers' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert imported_by_recipe_spec("transformers") is False
 
 
 def test_docs_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The transformers examples of docs/integrations.md run as written, one after the other."""
     monkeypatch.chdir(tmp_path)
-    namespace: dict[str, Any] = {"__name__": "integrations_doc"}
-    for i, block in enumerate(doc_blocks('Hugging Face `Trainer`')):
-        exec(compile(block, f"docs/integrations.md (transformers block {i})", "exec"), namespace)
+    run_doc_blocks('Hugging Face `Trainer`', 'transformers')

@@ -181,12 +181,7 @@ class _Checker:
             if hit:
                 self.add(codes.C004, f"AWQModifier is not followed by a quantization modifier "
                          f"({versions})", "Add a QuantizationModifier or GPTQModifier after it, "
-                         "with the scheme.", m.span,
-                         None if self.compat is not None or _only(versions) else Severity.WARNING)
-
-
-def _only(versions: str) -> bool:
-    return versions == summarize(versions_where({"sparseml": "", "llmcompressor": ""}))
+                         "with the scheme.", m.span, None if self.compat is not None else Severity.WARNING)
 
 
 def _sentence(hint: str) -> str:

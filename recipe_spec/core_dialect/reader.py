@@ -186,6 +186,8 @@ def build_core(b: _Builder, root: FrozenDict, overrides: Mapping[str, Any] | Non
             "Put 'ModifierName: {...}' entries under a '<name>_modifiers:' key inside a "
             "'<name>_stage:' mapping.", Span.point(1 + b.doc.line_offset)))
 
+    from ..loader import _with_args
+
     b.apply_overrides(overrides or {}, global_raw, [p[2] for p in parts])
     evaluator = VariableEvaluator(b.doc)
     evaluator.known_names([*global_raw, *(n for p in parts for n in p[2])])
@@ -196,8 +198,8 @@ def build_core(b: _Builder, root: FrozenDict, overrides: Mapping[str, Any] | Non
         values = evaluator.resolve_scope(raw, outer=global_values, scope_name=name) if raw else {}
         visible = ChainMap(values, global_values)
         if has_eval:
-            groups = [Group(g.name, tuple(_evaluated(m, evaluator, visible) for m in g.modifiers), g.span)
-                      for g in groups]
+            groups = [Group(g.name, tuple(_with_args(m, evaluator.evaluate_tree(m.raw_args, m.args_path, visible))
+                                          for m in g.modifiers), g.span) for g in groups]
         stages.append(Stage(
             name, tuple(groups), variables=freeze(values),
             raw_variables=FrozenDict({k: v for k, (v, _) in raw.items()}), span=span,
@@ -217,12 +219,3 @@ def build_core(b: _Builder, root: FrozenDict, overrides: Mapping[str, Any] | Non
         warnings=tuple(d.in_file(b.source.path) for d in b.diagnostics if d.severity is not Severity.ERROR),
         dialect="core",
     )
-
-
-def _evaluated(m: Modifier, evaluator: VariableEvaluator, visible: Mapping[str, Any]) -> Modifier:
-    args = evaluator.evaluate_tree(m.raw_args, m.args_path, visible)
-    if args is m.args:
-        return m
-    from dataclasses import replace
-
-    return replace(m, args=args)
