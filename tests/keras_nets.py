@@ -44,7 +44,9 @@ def copy_weights(net, model: keras.Model, same_function: bool = True) -> None:
     element instead: the two then compute different functions, but every kernel holds the same
     values at the same (transposed) places, so masks (block masks included) compare position
     by position."""
-    sd = {k: v.detach().numpy() for k, v in net.state_dict().items()}
+    # copies: on JAX a Keras variable set from a NumPy array may share its memory, and the
+    # torch net's BatchNorm would then update the twin's statistics in place
+    sd = {k: v.detach().numpy().copy() for k, v in net.state_dict().items()}
     for name in ("conv1", "conv2"):
         model.get_layer(name).set_weights([sd[f"{name}.weight"].transpose(2, 3, 1, 0), sd[f"{name}.bias"]])
     model.get_layer("bn1").set_weights([sd["bn1.weight"], sd["bn1.bias"], sd["bn1.running_mean"], sd["bn1.running_var"]])

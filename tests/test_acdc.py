@@ -139,12 +139,14 @@ def test_keras_momentum_reset_at_dense_phase() -> None:
     sparsity: list[float] = []
 
     class Probe(keras.callbacks.Callback):
+        # ``self.model``, not ``model``: on JAX, Callback.model hands the trainer's state back
+        # to the variables first (KERAS_BACKEND=jax runs this file too)
         def on_train_batch_begin(self, batch, logs=None):  # after the recipe's callback
             seen.append(sum(float(np.abs(keras.ops.convert_to_numpy(v)).sum())
-                            for v in optimizer.variables if v.name.endswith("_momentum")))
+                            for v in self.model.optimizer.variables if v.name.endswith("_momentum")))
 
         def on_train_batch_end(self, batch, logs=None):
-            sparsity.append(float((model.get_layer("fc1").get_weights()[0] == 0).mean()))
+            sparsity.append(float((self.model.get_layer("fc1").get_weights()[0] == 0).mean()))
 
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(80, 6)).astype("float32"), rng.normal(size=(80, 3)).astype("float32")

@@ -185,7 +185,7 @@ def test_layout_matches_the_frameworks() -> None:
             tx = torch.from_numpy(x)
             ty = tmodule(tx.movedim(-1, 1) if x.ndim > 2 else tx)
             ty = ty.movedim(1, -1) if x.ndim > 2 else ty
-        np.testing.assert_allclose(np.asarray(klayer(x)), ty.numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(klayer(x)), ty.numpy(), rtol=1e-4, atol=1e-5)
     emb = keras.layers.Embedding(10, 4)
     emb.build((None,))
     table = np.asarray(emb.embeddings)

@@ -84,13 +84,13 @@ def test_qat_under_fit() -> None:
             "qat": [layer.name for layer in qat_layers(m)],
             "bn_mean": m.get_layer("bn1").moving_mean.numpy().copy(),
             "kernel": fc1.kernel.numpy().copy(),
-            "pred": np.asarray(m(sample, training=False)),
+            "pred": keras.ops.convert_to_numpy(m(sample, training=False)),
         }
         if hasattr(fc1, "input_fake_quant"):
             fq = fc1.input_fake_quant
             out["observer"] = (float(fq.min_val.numpy()), float(fq.max_val.numpy()), float(fq.observed.numpy()))
             out["enabled"] = float(fq.observer_enabled.numpy())
-            used = np.asarray(fc1.kernel_fake_quant.fake_quant(fc1.kernel, observe=False))
+            used = keras.ops.convert_to_numpy(fc1.kernel_fake_quant.fake_quant(fc1.kernel, observe=False))
             out["used_kernel"] = used
         return out
 
@@ -112,9 +112,9 @@ def test_qat_under_fit() -> None:
     fc1 = model.get_layer("fc1")
     original = fc1.__dict__["_qat_original_call"]
     sub = keras.Model(model.input, model.get_layer("fc1").input)
-    feats = np.asarray(sub(x[:8], training=False))
-    quantized = np.asarray(fc1(feats))
-    floating = np.asarray(original(feats))
+    feats = keras.ops.convert_to_numpy(sub(x[:8], training=False))
+    quantized = keras.ops.convert_to_numpy(fc1(feats))
+    floating = keras.ops.convert_to_numpy(original(feats))
     assert not np.allclose(quantized, floating)
     # observers move in epochs 1-2, frozen from epoch 3 (range and BN stats)
     assert seen[1]["observer"] != seen[2]["observer"]
@@ -146,7 +146,7 @@ def test_layer_pruning_identity_window() -> None:
 
     def look(m):
         bn = m.get_layer("bn1")
-        return np.allclose(np.asarray(bn(t, training=False)), t), bn.moving_mean.numpy().copy(), bn.gamma.trainable
+        return np.allclose(keras.ops.convert_to_numpy(bn(t, training=False)), t), bn.moving_mean.numpy().copy(), bn.gamma.trainable
 
     probe = Probe(look)
     with warnings.catch_warnings(record=True) as caught:

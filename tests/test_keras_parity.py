@@ -151,6 +151,7 @@ def test_parity_of_constant_pruning_weight_decay_trainable_and_qat_start() -> No
     class Rows(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
             held = kman.runtime.masks.params.get("fc1/kernel")
+            assert self.model.optimizer is kopt  # on JAX, Callback.model syncs the trainer's state
             keras_rows.append((
                 None if held is None else held.mask.copy(),
                 float(keras.ops.convert_to_numpy(kopt.weight_decay)),

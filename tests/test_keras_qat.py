@@ -53,7 +53,7 @@ def _pair(fuse: bool) -> dict:
     tmodel.train()
     with torch.no_grad():
         tout = tmodel(x).numpy()
-    kout = np.asarray(model(x.numpy().transpose(0, 2, 3, 1), training=True))
+    kout = keras.ops.convert_to_numpy(model(x.numpy().transpose(0, 2, 3, 1), training=True))
     tfq, kfq = tmodel.conv1.weight_fake_quant, model.get_layer("conv1").kernel_fake_quant
     kbn = model.get_layer("bn1")
     fc2_in = model.get_layer("fc2").input_fake_quant
@@ -90,17 +90,19 @@ def test_conv_bn_fold_matches_pytorch() -> None:
     # Outputs. Torch's fake-quant multiplies by 1/scale where Keras divides by scale, so a value
     # lying exactly on a rounding boundary may round the other way in one framework: one such
     # flip at fc2's input moves an output by one input step times a fc2 weight, and a flip
-    # deeper in the net reaches the output damped by the layers after it. The tolerance is
-    # that one step (about 2e-4 here); the frameworks agree far closer when nothing flips.
-    tol = folded["fc2_step"] * folded["fc2_wmax"]
+    # deeper in the net reaches the output damped by the layers after it. A flipped value that
+    # is an observer's minimum or maximum also moves that layer's grid by a fraction of a step
+    # (JAX's BatchNorm, 1e-6 from torch's, flips one at conv2's input here). The tolerance is
+    # two such steps (about 4e-4 here); the frameworks agree far closer when nothing flips.
+    step = folded["fc2_step"] * folded["fc2_wmax"]
     fold_gap = np.abs(folded["keras"] - folded["torch"]).max()
     plain_gap = np.abs(plain["keras"] - plain["torch"]).max()
     fold_effect = np.abs(folded["keras"] - plain["keras"]).max()
-    assert fold_gap <= tol, (fold_gap, tol)
-    assert plain_gap <= tol, (plain_gap, tol)
+    assert fold_gap <= 2 * step, (fold_gap, step)
+    assert plain_gap <= 2 * step, (plain_gap, step)
     # the fold changes the output by several tolerances: a missing or wrong fold would show
-    assert fold_effect > 3 * tol, (fold_effect, tol)
-    assert np.abs(folded["torch"] - plain["torch"]).max() > 3 * tol
+    assert fold_effect > 3 * step, (fold_effect, step)
+    assert np.abs(folded["torch"] - plain["torch"]).max() > 3 * step
 
 
 def test_fold_is_skipped_through_an_activation() -> None:
@@ -141,6 +143,6 @@ def test_restore_names_missing_layers_and_reads_states_without_fold() -> None:
     for twin, fold in ((unfolded, {}), (folded, {"conv1": "bn1"})):
         twin.set_weights([w.numpy() for w in model.weights if "fake_quant" not in w.path])
         QuantizationState.restore(twin, {**old, "folded": fold})
-    out = np.asarray(model(x, training=True))
-    np.testing.assert_array_equal(out, np.asarray(unfolded(x, training=True)))
-    assert not np.allclose(out, np.asarray(folded(x, training=True)))
+    out = keras.ops.convert_to_numpy(model(x, training=True))
+    np.testing.assert_array_equal(out, keras.ops.convert_to_numpy(unfolded(x, training=True)))
+    assert not np.allclose(out, keras.ops.convert_to_numpy(folded(x, training=True)))

@@ -382,7 +382,7 @@ def test_training_mfac_errors_reach_fit() -> None:
 
 
 def test_jax_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keras' JAX trainer never calls ``optimizer.apply``: refused at modify() and apply()."""
+    """Keras' JAX trainer's gradients cannot leave its compiled step: refused at modify() and apply()."""
     case = load("04")
     with float64():
         model = twin(case)

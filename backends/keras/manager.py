@@ -21,9 +21,17 @@ import numpy as np
 import keras
 from recipe_spec.runtime import RecipeRuntime
 
+from . import jax_state
 from .checkpoint import RecipeCheckpoint, load_recipe_state, recipe_state_path, save_recipe_state
 from .distillation import KerasDistillation
-from .optim import reset_momentum, set_value, take_over_learning_rate, take_over_weight_decay
+from .jax_state import StateAccess, tolerate_frozen, untolerate_frozen
+from .optim import (
+    reset_momentum,
+    set_value,
+    step_variables,
+    take_over_learning_rate,
+    take_over_weight_decay,
+)
 from .params import named_variables, numpy_value, param_records
 from .precision import MixedPrecisionSteps
 from .pruning import MaskedVariable, MaskSet, StepMasks
@@ -100,11 +108,17 @@ class KerasManager(RecipeRuntime):
         ``distillation_teacher``: as on PyTorch (a model, ``"self"`` or ``"disable"``); ``fit``
         then mixes the distillation term into the loss (:mod:`recipe_spec_keras.distillation`)."""
         self._check_model(model, "modify")
+        from .jax_state import check_recipe
+
+        check_recipe(optimizer)
         targets = self.emitted_targets()
         if "lr" in targets:
             take_over_learning_rate(optimizer)
         if "weight_decay" in targets:
             take_over_weight_decay(optimizer)
+        jax_state.track(optimizer, step_variables(optimizer))  # JAX: the compiled step's state
+        tolerate_frozen(optimizer, model)
+        self.masks.access.model = model
         self._attach(model, optimizer, steps_per_epoch, epoch, grad_sampler)
         self.distillation = KerasDistillation.attach(self, distillation_teacher)
         if self.second_order_steps is not None:  # modify() again: stop watching the old optimizer
@@ -141,6 +155,10 @@ class KerasManager(RecipeRuntime):
         if not isinstance(model, (keras.Model, keras.layers.Layer)):
             return super().apply(model)
         self._check_model(model, "apply")
+        from .jax_state import check_recipe
+
+        check_recipe(None, oneshot=True)
+        self.masks.access.model = model
         self._attach(model, None, 1, 0.0, grad_sampler, oneshot=True)
         self.oneshot()
 
@@ -154,7 +172,9 @@ class KerasManager(RecipeRuntime):
     def _second_order_host(self, grad_sampler: Any) -> Any:
         from .second_order import KerasHost, check_keras_backend
 
-        check_keras_backend("M-FAC and OBS pruning")
+        gradient_modifiers = sorted({m.type for m in self.recipe.modifiers
+                                     if m.type in ("MFACPruningModifier", "OBSPruningModifier", "MovementPruningModifier")})
+        check_keras_backend(" and ".join(gradient_modifiers) if gradient_modifiers else "M-FAC and OBS pruning")
         return KerasHost(self, grad_sampler)
 
     def loss_update(self, loss: Any, student_outputs: Any = None, student_inputs: Any = None,
@@ -170,6 +190,7 @@ class KerasManager(RecipeRuntime):
         own ``compute_loss`` back) and stop watching gradients."""
         super().finalize(model)
         self.step_masks.uninstall()  # all True: a step traced with the wrapper keeps it
+        untolerate_frozen(self.optimizer)
         self.distillation.close(self.model)
         if self.second_order_steps is not None:
             self.second_order_steps.stop()
@@ -179,6 +200,12 @@ class KerasManager(RecipeRuntime):
         self.step_masks.uninstall()
         if self.second_order_steps is not None:
             self.second_order_steps.stop()
+
+    @property
+    def state(self) -> StateAccess:
+        """Reads and writes the model's and optimizer's variables where they live now (on JAX
+        during ``fit``: the trainer's state, :mod:`recipe_spec_keras.jax_state`)."""
+        return self.masks.access
 
     def _index_params(self) -> None:
         self._vars = {name: (variable, type(layer).__name__) for name, variable, layer in named_variables(self.model)}
@@ -211,11 +238,12 @@ class KerasManager(RecipeRuntime):
         if self.second_order_steps is not None:
             self.second_order_steps.end()
         if self._unfreeze_after_step:
+            self.masks.access.sync()  # JAX: the trainer's state follows the trainable flags
             for name in self._unfreeze_after_step:
                 self._vars[name][0].trainable = True
             self._unfreeze_after_step = []
             self._retrace()
-        self.masks.apply()
+        self.masks.after_step()
         self.step_masks.end()
         self.step_count += 1
 
@@ -226,7 +254,7 @@ class KerasManager(RecipeRuntime):
     def _hold(self, name: str, modifier: int, from_zeros: bool, mask: Any = None) -> MaskedVariable:
         variable, layer_type = self._vars[name]
         if from_zeros:
-            mask = numpy_value(variable) != 0
+            mask = self.masks.access.read(variable) != 0
         elif mask is not None:
             mask = np.asarray(mask)
         return self.masks.hold(name, variable, layer_type, modifier, mask=mask)
@@ -235,6 +263,7 @@ class KerasManager(RecipeRuntime):
         return bool(self._vars[name][0].trainable)
 
     def _set_trainable(self, name: str, flag: bool) -> None:
+        self.masks.access.sync()  # JAX: the trainer's state follows the trainable flags
         self._vars[name][0].trainable = flag
 
     def _set_trainable_flags(self, flags: Mapping[str, bool]) -> None:
@@ -257,10 +286,10 @@ class KerasManager(RecipeRuntime):
             self._retrace()
 
     def _set_optimizer_value(self, key: str, value: float, groups: Any) -> None:
-        set_value(self.optimizer, key, value, groups)
+        set_value(self.optimizer, key, value, groups, access=self.masks.access)
 
     def _reset_momentum(self) -> None:
-        reset_momentum(self.optimizer)
+        reset_momentum(self.optimizer, access=self.masks.access)
 
     def _retrace(self) -> None:
         """Trainable flags are read when the train function is traced: trace it again."""
@@ -282,6 +311,7 @@ class KerasManager(RecipeRuntime):
         if self.layers is None:
             self.layers = LayerSwap()
         layers = event.params if isinstance(event.params, (list, tuple)) else [event.params]
+        self.masks.access.sync()  # JAX: the trainer reads the new structure's variables
         if event.value == "remove":
             self.layers.remove(self.model, event.modifier, [str(x) for x in layers])
         else:
@@ -291,6 +321,7 @@ class KerasManager(RecipeRuntime):
     def _on_quantization(self, event: Event, m: Modifier) -> None:
         from .quantization import QuantizationState
 
+        self.masks.access.sync()  # JAX: the trainer reads the observers' variables too
         self.mixed_precision.quantization_starts()  # float32 from QAT on (retraced below)
         self.quantization = QuantizationState.start(self.model, m, event.modifier)
         self._refresh()  # the observer variables are new model variables
@@ -298,10 +329,12 @@ class KerasManager(RecipeRuntime):
 
     def _on_observers(self, event: Event, m: Modifier) -> None:
         if self.quantization is not None:
+            self.masks.access.sync()  # JAX: assigned below, read again by the trainer
             self.quantization.disable_observers()  # a variable: no retrace needed
 
     def _on_bn_stats(self, event: Event, m: Modifier) -> None:
         if self.quantization is not None:
+            self.masks.access.sync()  # JAX: the trainer reads the variables again
             self.quantization.freeze_bn_stats()
             self._retrace_all()  # Keras reads BatchNormalization.momentum when tracing
 
@@ -315,7 +348,7 @@ class KerasManager(RecipeRuntime):
     def _extra_state(self) -> dict[str, Any]:
         # a learning rate taken over from a LearningRateSchedule is the recipe's own variable,
         # which model.save() does not store: the recipe state carries it
-        return {"optimizer": _optimizer_values(self.optimizer),
+        return {"optimizer": _optimizer_values(self.optimizer, self.masks.access),
                 "distillation": self.distillation.state()}
 
     def _load_structure(self, state: Mapping[str, Any]) -> None:
@@ -335,8 +368,8 @@ class KerasManager(RecipeRuntime):
 
     def _load_extra(self, state: Mapping[str, Any]) -> None:
         for key, value in state.get("optimizer", {}).items():
-            if value is not None and _optimizer_values(self.optimizer).get(key) is not None:
-                set_value(self.optimizer, key, float(value))
+            if value is not None and _optimizer_values(self.optimizer, self.masks.access).get(key) is not None:
+                set_value(self.optimizer, key, float(value), access=self.masks.access)
         self.distillation.load(state.get("distillation", {}), self)
 
     def checkpoint_callback(self, filepath: Any, save_freq: Any = "epoch") -> RecipeCheckpoint:
@@ -352,10 +385,13 @@ class KerasManager(RecipeRuntime):
         return self.epoch
 
 
-def _optimizer_values(optimizer: Any) -> dict[str, float | None]:
+def _optimizer_values(optimizer: Any, access: Any = None) -> dict[str, float | None]:
     """The learning rate and weight decay in force when they are variables (else None)."""
     out: dict[str, float | None] = {}
     for key, attr in (("lr", "_learning_rate"), ("weight_decay", "weight_decay")):
         variable = getattr(optimizer, attr, None) if optimizer is not None else None
-        out[key] = float(numpy_value(variable)) if isinstance(variable, keras.Variable) else None
+        if not isinstance(variable, keras.Variable):
+            out[key] = None
+        else:
+            out[key] = float(access.read(variable) if access is not None else numpy_value(variable))
     return out

@@ -18,7 +18,7 @@ import keras
 from .params import numpy_value
 
 __all__ = [
-    "take_over_learning_rate", "take_over_weight_decay", "set_value", "current_value",
+    "take_over_learning_rate", "take_over_weight_decay", "set_value", "current_value", "step_variables",
     "watch_gradients", "unwatch_gradients", "mask_gradients", "unmask_gradients", "reset_momentum",
 ]
 
@@ -44,26 +44,42 @@ def take_over_weight_decay(optimizer: Any) -> None:
         optimizer.weight_decay = _variable(optimizer, "recipe_weight_decay", float(current or 0.0))
 
 
-def set_value(optimizer: Any, key: str, value: float, groups: Sequence[int] | None = None) -> None:
+def set_value(optimizer: Any, key: str, value: float, groups: Sequence[int] | None = None,
+              access: Any = None) -> None:
     """Set the learning rate (``lr``) or weight decay. Keras optimizers have one parameter
-    group: param_groups other than ``[0]`` are refused with a clear error."""
+    group: param_groups other than ``[0]`` are refused with a clear error. ``access``: a
+    :class:`~recipe_spec_keras.jax_state.StateAccess` (on JAX, the write reaches the state of a
+    running ``fit``)."""
     if groups is not None and list(groups) not in ([0], []):
         raise ValueError(
             f"param_groups {list(groups)}: a Keras optimizer has a single parameter group (0)"
         )
-    if key == "lr":
-        optimizer._learning_rate.assign(float(value))
+    variable = optimizer._learning_rate if key == "lr" else optimizer.weight_decay
+    if access is not None:
+        access.write(variable, float(value))
     else:
-        optimizer.weight_decay.assign(float(value))
+        variable.assign(float(value))
 
 
-def current_value(optimizer: Any, key: str) -> float:
+def step_variables(optimizer: Any) -> list[Any]:
+    """The learning rate and weight decay variables the recipe took over (JAX: they become
+    optimizer variables, :func:`recipe_spec_keras.jax_state.track`)."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    out = []
+    for attr in ("_learning_rate", "weight_decay"):
+        variable = getattr(inner, attr, None)
+        if isinstance(variable, keras.Variable):
+            out.append(variable)
+    return out
+
+
+def current_value(optimizer: Any, key: str, access: Any = None) -> float:
     """The value in force (for tests and checkpoints)."""
     variable = optimizer._learning_rate if key == "lr" else optimizer.weight_decay
-    return float(numpy_value(variable))
+    return float(access.read(variable) if access is not None else numpy_value(variable))
 
 
-def reset_momentum(optimizer: Any) -> int:
+def reset_momentum(optimizer: Any, access: Any = None) -> int:
     """Zero every first-moment slot of ``optimizer`` (the ``*_momentum`` variables of SGD,
     RMSprop, Adam and AdamW: the same state as PyTorch's ``momentum_buffer`` / ``exp_avg``);
     returns how many were zeroed. AC/DC's ``momentum_buffer_reset``."""
@@ -71,21 +87,31 @@ def reset_momentum(optimizer: Any) -> int:
     count = 0
     for variable in inner.variables:
         if variable.name.endswith("_momentum"):
-            variable.assign(keras.ops.zeros_like(variable))
+            zeros = keras.ops.zeros(tuple(variable.shape), dtype=variable.dtype)
+            if access is not None:
+                access.write(variable, zeros)
+            else:
+                variable.assign(zeros)
             count += 1
     return count
 
 
 # -- wrappers of the optimizer's apply (gradients masked, or handed to the recipe) -------------
-def _wrap_apply(optimizer: Any, key: str, transform: Callable[[list[Any], Any], list[Any]]) -> None:
-    """Wrap ``optimizer.apply`` (which ``apply_gradients`` calls) on the instance: every update
-    first runs ``grads = transform(grads, trainable_variables)``. Wrappers of different ``key``
-    stack (the latest runs first) and each comes off by itself (:func:`_unwrap_apply`);
-    installing a ``key`` again replaces it."""
+def _wrap_apply(optimizer: Any, key: str, transform: Callable[[list[Any], Any], list[Any]],
+                after: Callable[[list[Any], Any], None] | None = None) -> None:
+    """Wrap ``optimizer.apply`` (which ``apply_gradients`` and, on JAX, ``stateless_apply``
+    call) on the instance: every update first runs ``grads = transform(grads,
+    trainable_variables)``, and ``after(grads, trainable_variables)`` once it is done. Wrappers
+    of different ``key`` stack (the latest runs first) and each comes off by itself
+    (:func:`_unwrap_apply`); installing a ``key`` again replaces it."""
     _unwrap_apply(optimizer, key)
 
     def apply(grads: Any, trainable_variables: Any = None) -> Any:
-        return apply.inner(transform(list(grads), trainable_variables), trainable_variables)  # type: ignore[attr-defined]
+        grads = transform(list(grads), trainable_variables)
+        out = apply.inner(grads, trainable_variables)  # type: ignore[attr-defined]
+        if after is not None:
+            after(grads, trainable_variables)
+        return out
 
     apply.inner = optimizer.apply  # type: ignore[attr-defined]
     apply.recipe_key = key  # type: ignore[attr-defined]
@@ -119,7 +145,8 @@ def _present(optimizer: Any, trainable_variables: Any) -> list[Any]:
 
 
 def mask_gradients(optimizer: Any, masks: Sequence[tuple[Any, Any]],
-                   update_masks: Sequence[tuple[Any, Any]] = (), pending: Any = None) -> None:
+                   update_masks: Sequence[tuple[Any, Any]] = (), pending: Any = None,
+                   after_masks: Sequence[tuple[Any, Any]] = ()) -> None:
     """Mask every update of ``optimizer`` inside the compiled step, as SparseML's gradient hook
     and pre-step mask update do on PyTorch:
 
@@ -133,10 +160,15 @@ def mask_gradients(optimizer: Any, masks: Sequence[tuple[Any, Any]],
       (SparseML prunes inside ``optimizer.step()``). Under a ``tf.distribute`` strategy this
       runs on every replica's copy, as Keras' own weight decay does.
 
-    Installing it again replaces the masks; :func:`unmask_gradients` undoes it. Keras on JAX
-    does not call ``apply`` inside ``fit``: there it has no effect."""
+    - ``after_masks``: ``variable = where(mask, variable, 0)`` after the update (Keras on JAX,
+      where the masks cannot be assigned between steps without a sync: the trainer holds the
+      weights as the compiled step's state; ``stateless_apply`` calls this ``apply``).
+
+    Installing it again replaces the masks; :func:`unmask_gradients` undoes it. A variable
+    without a gradient (frozen) is left alone."""
     by_id = {id(variable): mask for variable, mask in masks}
     zeroing = list(update_masks)
+    after_by_id = {id(variable): mask for variable, mask in after_masks}
 
     def select(grads: list[Any], trainable_variables: Any) -> list[Any]:
         present = _present(optimizer, trainable_variables)
@@ -151,15 +183,30 @@ def mask_gradients(optimizer: Any, masks: Sequence[tuple[Any, Any]],
                 g = keras.ops.where(mask.value, g, keras.ops.zeros((), dtype=g.dtype))
             out.append(g)
         if zeroing:
-            _zero_pending(zeroing, pending)
+            with_grad = {id(v) for g, v in zip(grads, present, strict=False) if g is not None}
+            _zero_pending([(v, m) for v, m in zeroing if id(v) in with_grad], pending)
         return out + grads[len(out):]
 
-    _wrap_apply(optimizer, "mask", select)
+    def mask_after(grads: list[Any], trainable_variables: Any) -> None:
+        present = _present(optimizer, trainable_variables)
+        for g, variable in zip(grads, present, strict=False):
+            mask = after_by_id.get(id(variable))
+            if g is not None and mask is not None:
+                variable.assign(keras.ops.where(mask.value, variable.value, keras.ops.zeros((), dtype=variable.dtype)))
+
+    _wrap_apply(optimizer, "mask", select, mask_after if after_by_id else None)
 
 
 def _zero_pending(pairs: Sequence[tuple[Any, Any]], pending: Any) -> None:
     """``variable = where(mask, variable, 0)`` for each pair when ``pending`` holds True (a graph
-    condition on TensorFlow: a step with no new mask does no work)."""
+    condition on TensorFlow: a step with no new mask does no work; on JAX one ``where`` per
+    variable inside the compiled step)."""
+    if keras.backend.backend() == "jax":
+        flag = keras.ops.logical_not(pending.value)
+        for variable, mask in pairs:
+            keep = keras.ops.logical_or(mask.value, flag)
+            variable.assign(keras.ops.where(keep, variable.value, keras.ops.zeros((), dtype=variable.dtype)))
+        return
     if keras.backend.backend() != "tensorflow":
         if bool(keras.ops.convert_to_numpy(pending.value)):
             for variable, mask in pairs:

@@ -25,8 +25,8 @@ import numpy as np
 
 from recipe_spec.runtime import global_mask_type_message, non_finite_message
 
+from .jax_state import StateAccess, is_jax, track, untrack
 from .masks import compute_mask, global_unstructured_masks
-from .params import numpy_value
 
 __all__ = ["MaskedVariable", "MaskSet", "NonFiniteWeightsError", "StepMasks"]
 
@@ -73,13 +73,17 @@ class MaskedVariable:
         return self._dense
 
 
-def _assign_masked(entry: MaskedVariable) -> None:
+def _assign_masked(entry: MaskedVariable, access: StateAccess | None = None) -> None:
     """``variable = where(mask, variable, 0)`` on the device: masked entries become exactly 0.0,
-    the others keep their bits."""
+    the others keep their bits. ``access``: where the value lives on JAX during ``fit``."""
     import keras
 
     # where, not multiply: a masked -0.0, inf or NaN becomes +0.0, like np.where
-    entry.variable.assign(keras.ops.where(entry._on_device.value, entry.variable.value, entry._zero))
+    if access is None:
+        entry.variable.assign(keras.ops.where(entry._on_device.value, entry.variable.value, entry._zero))
+    else:
+        masked = keras.ops.where(entry._on_device.value, access.value(entry.variable), entry._zero)
+        access.write(entry.variable, masked)
 
 
 def _batched(entries: tuple[MaskedVariable, ...]) -> Any:
@@ -113,6 +117,10 @@ class MaskSet:
         self.defer_zeroing = False
         #: masks released since :meth:`StepMasks.end` whose zeroing may still be due
         self.released: dict[str, np.ndarray] = {}
+        #: reads and writes the variables where they live (Keras on JAX: the trainer's state)
+        self.access = StateAccess()
+        #: masks the compiled step itself enforces after the update (JAX, :class:`StepMasks`)
+        self.in_step: frozenset[str] = frozenset()
 
     def hold(self, name: str, variable: Any, layer_type: str, owner: int, mask: np.ndarray | None = None) -> MaskedVariable:
         entry = self.params.get(name)
@@ -162,7 +170,11 @@ class MaskSet:
         if changed_only and not self._changed:
             return
         entries = tuple(e for e in self.params.values() if not e.sync())
-        if entries:
+        if is_jax():
+            self._batch = (entries, None)  # one where per variable: they may live in fit's state
+            for entry in entries:
+                _assign_masked(entry, self.access)
+        elif entries:
             if self._batch is None or self._batch[0] != entries:
                 self._batch = (entries, _batched(entries))
             batched = self._batch[1]
@@ -173,8 +185,17 @@ class MaskSet:
                 batched()
         self._changed = False
 
+    def after_step(self) -> None:
+        """After an optimizer step: apply every mask the compiled step did not apply itself."""
+        if not self.in_step:
+            self.apply()
+            return
+        entries = [e for n, e in self.params.items() if n not in self.in_step and not e.sync()]
+        for entry in entries:
+            _assign_masked(entry, self.access if is_jax() else None)
+
     def update(self, entries: list[MaskedVariable], sparsity: float, mask_type: Any, global_sparsity: bool, step: int) -> None:
-        values = [numpy_value(e.variable) for e in entries]
+        values = [self.access.read(e.variable) for e in entries]
         for entry, value in zip(entries, values, strict=True):
             if not np.isfinite(value).all():
                 raise NonFiniteWeightsError(non_finite_message(entry.name, step, sparsity))
@@ -189,7 +210,7 @@ class MaskSet:
             entry.invalidate()
             entry.applied_sparsity = sparsity
             if not self.defer_zeroing:
-                entry.variable.assign(np.where(mask, value, np.zeros((), value.dtype)))
+                self.access.write(entry.variable, np.where(mask, value, np.zeros((), value.dtype)))
         self.generation += 1
 
 
@@ -208,8 +229,12 @@ class StepMasks:
       previous step's weights, and the update zeroes them after the gradient, before the
       update. A step whose events changed no mask does not zero anything (``pending``).
 
-    Without an optimizer, or on Keras' JAX backend (whose trainer never calls
-    ``optimizer.apply``), nothing is installed and the events zero the weights themselves.
+    On Keras' JAX backend the trainer holds the weights as the compiled step's state, so the
+    masks are also applied there after the update (the *after masks*: the held masks), and
+    every mask variable is an optimizer variable (:func:`recipe_spec_keras.jax_state.track`):
+    ``stateless_apply`` maps it to the step's state and calls the wrapped ``apply``.
+
+    Without an optimizer nothing is installed and the events zero the weights themselves.
     """
 
     def __init__(self, masks: MaskSet):
@@ -218,7 +243,9 @@ class StepMasks:
         self.gradient: dict[str, Any] = {}
         self.update: dict[str, Any] = {}
         self.pending: Any = None
+        self.after: dict[str, Any] = {}
         self._generation = -1
+        self._pending = False  # whether ``pending`` was set True since the last end()
 
     def install(self, optimizer: Any, variables: dict[str, Any]) -> bool:
         """Mask ``optimizer``'s updates of ``variables`` (name: variable); returns whether the
@@ -233,12 +260,18 @@ class StepMasks:
         self.update = {n: keras.Variable(m, dtype="bool", trainable=False, name="update_mask") for n, m in ones.items()}
         self.pending = keras.Variable(False, dtype="bool", trainable=False, name="update_mask_pending")
         self._generation = -1
+        self._pending = False
         if optimizer is None or not variables:
             return False
+        if is_jax():
+            self.after = {n: keras.Variable(m, dtype="bool", trainable=False, name="after_mask") for n, m in ones.items()}
+            track(optimizer, [*self.gradient.values(), *self.update.values(), *self.after.values(), self.pending])
+            self.masks.in_step = frozenset(self.after)
         mask_gradients(optimizer, [(variables[n], v) for n, v in self.gradient.items()],
-                       [(variables[n], v) for n, v in self.update.items()], self.pending)
+                       [(variables[n], v) for n, v in self.update.items()], self.pending,
+                       [(variables[n], v) for n, v in self.after.items()])
         self.optimizer = optimizer
-        self.masks.defer_zeroing = keras.backend.backend() in ("tensorflow", "torch")
+        self.masks.defer_zeroing = True
         return True
 
     def uninstall(self) -> None:
@@ -247,11 +280,16 @@ class StepMasks:
         from .optim import unmask_gradients
 
         unmask_gradients(self.optimizer)
+        untrack(self.optimizer, [*self.gradient.values(), *self.update.values(), *self.after.values(),
+                                 *([self.pending] if self.pending is not None else [])])
         self.optimizer = None
+        self.after = {}
         self.masks.defer_zeroing = False
+        self.masks.in_step = frozenset()
         self.sync(force=True)
         if self.pending is not None:
             self.pending.assign(False)
+        self._pending = False
 
     def begin(self) -> None:
         """After the step's events: the masks computed at this step zero their weights before
@@ -261,17 +299,23 @@ class StepMasks:
             return
         if self.masks.generation == self._generation and not self.masks.released:
             return
+        write = self.masks.access.write
         for name, variable in self.update.items():
             entry = self.masks.params.get(name)
             mask = entry.mask if entry is not None else self.masks.released.get(name)
-            variable.assign(mask if mask is not None else np.ones(tuple(variable.shape), dtype=bool))
-        self.pending.assign(True)
+            write(variable, mask if mask is not None else np.ones(tuple(variable.shape), dtype=bool))
+        for name, variable in self.after.items():
+            entry = self.masks.params.get(name)
+            write(variable, entry.mask if entry is not None else np.ones(tuple(variable.shape), dtype=bool))
+        write(self.pending, True)
+        self._pending = True
 
     def end(self) -> None:
         """After the optimizer step: nothing pending, and the gradient masks follow the masks
         now in force."""
-        if self.pending is not None and self.masks.defer_zeroing:
-            self.pending.assign(False)
+        if self.pending is not None and self.masks.defer_zeroing and self._pending:
+            self.masks.access.write(self.pending, False)
+            self._pending = False
         self.masks.released.clear()
         self.sync()
 
@@ -282,5 +326,8 @@ class StepMasks:
             return
         for name, variable in self.gradient.items():
             entry = self.masks.params.get(name)
-            variable.assign(entry.mask if entry is not None else np.ones(tuple(variable.shape), dtype=bool))
+            self.masks.access.write(variable, entry.mask if entry is not None else np.ones(tuple(variable.shape), dtype=bool))
+        for name, variable in self.after.items():  # JAX: the masks in force after the update
+            entry = self.masks.params.get(name)
+            self.masks.access.write(variable, entry.mask if entry is not None else np.ones(tuple(variable.shape), dtype=bool))
         self._generation = self.masks.generation

@@ -59,8 +59,8 @@ def check_keras_backend(what: str) -> None:
         raise NotImplementedError(
             f"{what} needs gradients, which recipe-spec takes on Keras' TensorFlow and torch "
             f"backends only, not on KERAS_BACKEND={name!r}: Keras' {name} trainer updates the "
-            "weights in a stateless compiled step that never calls optimizer.apply. Set "
-            "KERAS_BACKEND=tensorflow (or torch) before importing keras."
+            "weights in a stateless compiled step the gradients cannot leave for the host-side "
+            "pruning. Set KERAS_BACKEND=tensorflow (or torch) before importing keras."
         )
 
 
