@@ -2,7 +2,8 @@
 repeated) in one process, against a bare libyaml parse (`yaml.compose` with
 `yaml.CSafeLoader`, a user's own baseline) of the same texts in the same run.
 
-Target: full validation within 2x of the bare parse. Also times one `recipe-spec validate FILE`
+Target: full validation within 2x of the bare parse. Also prints the time per file of each
+dialect's corpus files (stage/group recipes no slower per file than ``!Modifier`` ones). Also times one `recipe-spec validate FILE`
 process (target: under 0.3 s wall; it must not import a framework).
 
     python benchmarks/bench_validate.py [--files 1000]
@@ -26,10 +27,16 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
 
 
-def corpus_files() -> list[Path]:
+def corpus_rows() -> list[dict[str, str]]:
     with (SHARED / "corpus" / "INDEX.tsv").open(newline="") as f:
-        rows = list(csv.DictReader(f, delimiter="\t"))
-    return [SHARED / r["stored_at"].split("/", 1)[1] for r in rows]
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+def corpus_files(dialect: str | None = None) -> list[Path]:
+    """The corpus files; ``dialect``: only the stage/group ones (``"core"``) or only the
+    ``!Modifier`` ones (``"modifier"``)."""
+    return [SHARED / r["stored_at"].split("/", 1)[1] for r in corpus_rows()
+            if dialect is None or r["format"].startswith("core") == (dialect == "core")]
 
 
 def front_matter_text(path: Path) -> str:
@@ -76,6 +83,22 @@ def main() -> None:
         f"ratio validate/compose: {ratio:.2f}x (target <= 2x: "
         f"{'met' if ratio <= 2 else 'not met'})"
     )
+
+    # per dialect: each file of a dialect validated in turn, best of the repeats, per file
+    per_file: dict[str, float] = {}
+    for dialect in ("modifier", "core"):
+        group = corpus_files(dialect)
+        best = float("inf")
+        for _ in range(args.repeats + 2):
+            t0 = time.perf_counter()
+            for p in group:
+                validate(p)
+            best = min(best, time.perf_counter() - t0)
+        per_file[dialect] = best / len(group)
+        print(f"per file, {dialect + ' dialect':16s}: {per_file[dialect] * 1e6:7.0f} µs "
+              f"({len(group)} corpus files)")
+    print(f"stage/group per file / !Modifier per file: {per_file['core'] / per_file['modifier']:.2f} "
+          "(target <= 1)")
 
     one = SHARED / "corpus" / "real" / (
         "sparseml__integrations__huggingface-transformers__recipes__90sparsity10epochs.yaml"

@@ -18,12 +18,13 @@ Strings beginning with ``eval(`` are not type-checked (the caller evaluates or r
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from . import quant_args as qa
-from .catalogue import CoreSpec, core_names, core_variants, variant_in
+from .catalogue import CoreSpec, Renamed, core_names, core_variants, variant_in
 from .quant_args import Rec, check_quant, type_problems
 from .versions import TOOLS, Compat, ToolVersion, all_versions, summarize
 
@@ -101,7 +102,8 @@ def check_modifier(name: str, args: Any, compat: Compat | None) -> list[Problem]
     if not isinstance(args, Mapping):
         return out + [Problem((), "error", "type", f"{name}'s arguments must be a mapping, got "
                               f"{type(args).__name__}", "", label)]
-    per = {p: _check_in(name, variant_in(name, p), args, p) for p in pairs}  # type: ignore[arg-type]
+    typed: dict[tuple[str, int], list[Rec]] = {}
+    per = {p: _check_in(name, variant_in(name, p), args, p, typed) for p in pairs}  # type: ignore[arg-type]
     return out + _merge(per, pairs, compat)
 
 
@@ -131,13 +133,14 @@ def _empty(name: str, args: Any, pairs: list[ToolVersion], compat: Compat | None
                     compat.label if compat else summarize(bad))]
 
 
-def _check_in(name: str, spec: CoreSpec, args: Mapping[str, Any], pair: ToolVersion) -> list[Rec]:
-    """Problems of ``args`` in one release."""
+def _check_in(name: str, spec: CoreSpec, args: Mapping[str, Any], pair: ToolVersion,
+              typed: dict[tuple[str, int], list[Rec]]) -> list[Rec]:
+    """Problems of ``args`` in one release. ``typed``: what was found so far for an argument
+    and a schema, or an argument and a release's argument set (the same in every release
+    that declares them alike)."""
     recs: list[Rec] = []
     present = spec.args_in(pair)
-    variants = core_variants(name)
-    known = {a.name for s in variants for a in s.spec.args}
-    renames = [r for s in variants for r in s.renamed]
+    known, renames = _known_and_renamed(name)
     for key, value in args.items():
         if not isinstance(key, str):
             recs.append(Rec((key,), "type", f"argument names must be strings, got {key!r}"))
@@ -147,7 +150,11 @@ def _check_in(name: str, spec: CoreSpec, args: Mapping[str, Any], pair: ToolVers
             dep = spec.deprecation_in(key, pair)
             if dep is not None:
                 recs.append(Rec(path, "deprecated", dep.message))
-            recs += type_problems(value, present[key].schema, path)
+            schema = present[key].schema
+            found = typed.get((key, id(schema)))
+            if found is None:
+                found = typed[(key, id(schema))] = type_problems(value, schema, path)
+            recs += found
             if key in spec.quant and value is not None:
                 recs += check_quant(spec.quant[key], value, pair, path)
             continue
@@ -158,9 +165,13 @@ def _check_in(name: str, spec: CoreSpec, args: Mapping[str, Any], pair: ToolVers
                             + "; SparseML ignores the old name, llm-compressor 0.7+ refuses it",
                             f"write {rename.new}"))
         elif key in known:
-            recs.append(_absent(name, spec, key, pair))
+            recs.append(_absent(name, key, pair))
         else:
-            recs.append(_unknown(name, key, value, present))
+            # the same answer in every release that takes the same arguments
+            found_unknown = typed.get((key, id(present)))
+            if found_unknown is None:
+                found_unknown = typed[(key, id(present))] = [_unknown(name, key, value, present)]
+            recs += found_unknown
     for req in spec.required_in(pair):
         if req not in args:
             recs.append(Rec((), "missing_required", f"{name} requires {req}", f"give {req}",
@@ -168,8 +179,19 @@ def _check_in(name: str, spec: CoreSpec, args: Mapping[str, Any], pair: ToolVers
     return recs
 
 
-def _absent(name: str, spec: CoreSpec, key: str, pair: ToolVersion) -> Rec:
+@functools.lru_cache(maxsize=1024)
+def _known_and_renamed(name: str) -> tuple[frozenset[str], tuple[Renamed, ...]]:
+    """Every argument name ``name`` takes in some release, and its renames."""
+    variants = core_variants(name)
+    return (frozenset(a.name for s in variants for a in s.spec.args),
+            tuple(r for s in variants for r in s.renamed))
+
+
+@functools.lru_cache(maxsize=4096)
+def _absent(name: str, key: str, pair: ToolVersion) -> Rec:
     """``key`` exists in some release but not this one: removed, or not there yet."""
+    spec = variant_in(name, pair)
+    assert spec is not None
     tool, version = pair
     earlier = [p for p in all_versions()
                if (p[0] == tool and p[1] < version) or TOOLS.index(p[0]) < TOOLS.index(tool)]
@@ -184,6 +206,15 @@ def _absent(name: str, spec: CoreSpec, key: str, pair: ToolVersion) -> Rec:
 
 def _unknown(name: str, key: str, value: Any, present: Mapping[str, Any]) -> Rec:
     """``key`` is in no release of ``name``: misplaced, or misspelt."""
+    group_like = isinstance(value, Mapping) and not _SCHEME_KEYS.isdisjoint(value)
+    return _unknown_cached(name, key, group_like, frozenset(present))
+
+
+_SCHEME_KEYS = frozenset(f.name for f in qa.SCHEME_FIELDS)
+
+
+@functools.lru_cache(maxsize=4096)
+def _unknown_cached(name: str, key: str, group_like: bool, present: frozenset[str]) -> Rec:
     path = (key,)
     if key in core_names() or key.endswith("Modifier"):
         return Rec(path, "misplaced", f"modifier {key} is nested inside {name}'s arguments",
@@ -191,7 +222,7 @@ def _unknown(name: str, key: str, value: Any, present: Mapping[str, Any]) -> Rec
     if "config_groups" in present:
         scheme_keys = {f.name for f in qa.SCHEME_FIELDS}
         args_keys = {f.name for f in qa.ARGS_FIELDS}
-        if isinstance(value, Mapping) and set(value) & scheme_keys:
+        if group_like:
             return Rec(path, "misplaced", f"{key} looks like a quantization group but sits "
                        f"directly under {name}", "move it under config_groups:")
         if key in scheme_keys - {"targets"} or key in args_keys:
@@ -226,16 +257,18 @@ def _merge(per: Mapping[ToolVersion, list[Rec]], pairs: list[ToolVersion],
     for pair in pairs:
         for rec in per[pair]:
             slots.setdefault((rec.path, rec.subject), {}).setdefault(pair, rec)
+    order = {p: i for i, p in enumerate(pairs)}
+    flagged = {p: {r.path for r in per[p] if r.path} for p in pairs}  # places a release rejects
     out: list[Problem] = []
     for (path, _), found in slots.items():
-        newest = found[max(found, key=pairs.index)]
+        newest = found[max(found, key=order.__getitem__)]
         if compat is not None:
             sev = "warning" if newest.kind == "deprecated" else "error"
             msg = newest.message + (f" in {compat.label}" if newest.kind in _VERSIONED else "")
             out.append(Problem(path, sev, newest.kind, msg, newest.hint, compat.label))
             continue
-        relevant = [p for p in pairs if not any(
-            r.path and len(r.path) < len(path) and path[:len(r.path)] == r.path for r in per[p])]
+        relevant = [p for p in pairs
+                    if not any(path[:k] in flagged[p] for k in range(1, len(path)))]
         if set(relevant) <= set(found) and newest.kind != "deprecated":
             out.append(Problem(path, "error", newest.kind, newest.message, newest.hint,
                                summarize(relevant)))
@@ -244,7 +277,7 @@ def _merge(per: Mapping[ToolVersion, list[Rec]], pairs: list[ToolVersion],
         for pair, rec in found.items():
             by_kind.setdefault(rec.kind, []).append(pair)
         for kind, where in by_kind.items():
-            rec = found[max(where, key=pairs.index)]
+            rec = found[max(where, key=order.__getitem__)]
             out.append(Problem(path, "warning", kind, f"{rec.message} in {summarize(where)}",
                                rec.hint, summarize(where)))
     return out

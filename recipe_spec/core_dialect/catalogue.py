@@ -88,6 +88,11 @@ class Translation:
         return not self.refused
 
 
+#: CoreSpec.args_in's answers: (id of a declaration, release) -> arguments. The declarations
+#: live as long as the process (:func:`_all` is cached), so their ids stay theirs.
+_ARGS_IN: dict[tuple[int, ToolVersion], dict[str, Arg]] = {}
+
+
 @dataclass(frozen=True)
 class CoreSpec:
     """One core-dialect modifier (one meaning of a name).
@@ -132,13 +137,17 @@ class CoreSpec:
         """The releases where this modifier (this meaning of the name) exists."""
         return versions_where(self.tools)
 
-    def args_in(self, pair: ToolVersion) -> dict[str, Arg]:
-        """The arguments this modifier takes in a release, by name."""
-        tool, version = pair
-        return {
-            a.name: a for a in self.spec.args
-            if not a.tools or (tool in a.tools and in_range(a.tools[tool], version))
-        }
+    def args_in(self, pair: ToolVersion) -> Mapping[str, Arg]:
+        """The arguments this modifier takes in a release, by name (do not modify)."""
+        key = (id(self), pair)
+        found = _ARGS_IN.get(key)
+        if found is None:
+            tool, version = pair
+            found = _ARGS_IN[key] = {
+                a.name: a for a in self.spec.args
+                if not a.tools or (tool in a.tools and in_range(a.tools[tool], version))
+            }
+        return found
 
     def required_in(self, pair: ToolVersion) -> list[str]:
         tool, version = pair
@@ -191,11 +200,13 @@ def core_names() -> list[str]:
     return sorted({s.name for s in _all()})
 
 
+@functools.lru_cache(maxsize=1024)
 def core_variants(name: str) -> tuple[CoreSpec, ...]:
     """Every variant declared for ``name`` (empty when the name is unknown)."""
     return tuple(s for s in _all() if s.name == name)
 
 
+@functools.lru_cache(maxsize=4096)
 def variant_in(name: str, pair: ToolVersion) -> CoreSpec | None:
     """The variant of ``name`` that exists in a release, or None."""
     for s in core_variants(name):

@@ -17,6 +17,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -33,15 +34,27 @@ class Version:
 
     parts: tuple[int, ...]
 
+    def __hash__(self) -> int:  # releases are dictionary keys everywhere: hash the tuple once
+        found: int | None = self.__dict__.get("_hash")
+        if found is None:
+            found = hash(self.parts)
+            object.__setattr__(self, "_hash", found)
+        return found
+
     @classmethod
     def parse(cls, text: str) -> Version:
         """``"1.8"`` -> ``Version((1, 8))``; a ValueError for anything but dotted integers."""
-        if not re.fullmatch(r"\d+(\.\d+)*", text.strip()):
-            raise ValueError(f"not a version number: {text!r}")
-        return cls(tuple(int(p) for p in text.strip().split(".")))
+        return _parse_version(text) if cls is Version else cls(_parse_version(text).parts)
 
     def __str__(self) -> str:
         return ".".join(str(p) for p in self.parts)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_version(text: str) -> Version:
+    if not re.fullmatch(r"\d+(\.\d+)*", text.strip()):
+        raise ValueError(f"not a version number: {text!r}")
+    return Version(tuple(int(p) for p in text.strip().split(".")))
 
 
 #: The released minor versions of each tool, oldest first (verified against the tags of
@@ -63,6 +76,7 @@ ToolVersion = tuple[str, Version]
 _CLAUSE = re.compile(r"^(>=|<=|==|!=|>|<)?\s*(\d+(?:\.\d+)*)$")
 
 
+@functools.lru_cache(maxsize=4096)  # the catalogue asks the same few questions all the time
 def in_range(spec: str, version: Version) -> bool:
     """Whether ``version`` satisfies ``spec``: comma-joined clauses such as ``">=0.7,<0.12"``
     (operators ``>= <= > < == !=``; a bare number means ``==``; ``""`` matches everything).
