@@ -84,12 +84,22 @@ class ScheduledModifierManager:
         return list(self.recipe.modifiers)
 
     @property
+    def _scheduled(self) -> Recipe:
+        """The recipe whose schedule runs: a stage/group recipe's ``!Modifier`` twins
+        (:mod:`recipe_spec.core_dialect.to_modifiers`) when it runs, else the recipe."""
+        if self.runtime is not None:
+            return self.runtime.recipe
+        from .core_dialect.to_modifiers import runnable
+
+        return runnable(self.recipe, None)
+
+    @property
     def max_epochs(self) -> int:
-        return max_epochs(self.recipe.modifiers)
+        return max_epochs(self._scheduled.modifiers)
 
     @property
     def min_epochs(self) -> int:
-        return min_epochs(self.recipe.modifiers)
+        return min_epochs(self._scheduled.modifiers)
 
     def _of(self, category: str) -> list[Modifier]:
         """The recipe's modifiers whose declaration is of ``category``."""
@@ -162,7 +172,7 @@ class ScheduledModifierManager:
         it turns False warns once (see :mod:`recipe_spec.precision`)."""
         from .precision import autocast_enabled
 
-        return autocast_enabled(self.recipe, self.runtime, epoch)
+        return autocast_enabled(self._scheduled, self.runtime, epoch)
 
     def wrap_scaler(self, scaler: Any) -> Any:
         """PyTorch: ``scaler = manager.wrap_scaler(scaler)`` after :meth:`modify` wraps a

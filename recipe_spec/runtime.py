@@ -67,15 +67,21 @@ def check_recipe_fits(recipe: Recipe, records: Sequence[ParamRecord], framework:
 def check_backend_runs(recipe: Recipe, backend: str, capabilities: frozenset[str], runtime: Any) -> None:
     """Refuse, before training, a recipe the backend cannot run as written: an unknown modifier
     (M001) or a one-shot one of the core dialect (S007), a modifier (or an argument) that
-    needs a capability the backend lacks (B001), each a located error; an event
+    needs a capability the backend lacks (B001), each a located error; a stage/group recipe
+    that reaches here could not be written as its ``!Modifier`` twins (B001 per modifier
+    refused, :mod:`recipe_spec.core_dialect.to_modifiers`); an event
     target with no handler on ``runtime`` (``_on_<target>``) is a backend defect, never
     dropped silently."""
     from .validation import _modifier_findings, backend_findings, positioned
 
-    if recipe.dialect == "core":
+    if recipe.dialect == "core":  # RecipeRuntime runs a runnable one as its twins already
+        from .core_dialect.to_modifiers import twin_recipe
         from .core_dialect.validate import refuse_to_run
 
-        raise RecipeError(refuse_to_run(recipe, backend))
+        refused = refuse_to_run(recipe, backend)
+        if refused:
+            raise RecipeError(refused)
+        recipe = twin_recipe(recipe)
     problems = [positioned(f, recipe) for f in _modifier_findings(recipe, None) if f.code.id in ("M001", "S007")]
     problems += [positioned(f, recipe) for f in backend_findings(recipe, backend, capabilities)]
     if problems:
@@ -160,7 +166,9 @@ class RecipeRuntime:
     state_version: ClassVar[int] = 1
 
     def __init__(self, recipe: Recipe):
-        self.recipe = recipe
+        from .core_dialect.to_modifiers import runnable
+
+        self.recipe = runnable(recipe, self.framework)  # a stage/group recipe's !Modifier twins
         self.plan: Plan | None = None
         self.model: Any = None
         self.optimizer: Any = None

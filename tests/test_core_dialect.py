@@ -138,6 +138,6 @@ def test_modify_refuses_a_stage_group_recipe_with_located_errors() -> None:
     with pytest.raises(RecipeError) as caught:
         manager.modify(model, torch.optim.SGD(model.parameters(), lr=0.1), steps_per_epoch=2)
     found = [(d.code, d.line, d.column) for d in caught.value.diagnostics]
-    assert found == [("B001", 3, 5), ("B001", 6, 5)]
-    messages = [d.message for d in caught.value.diagnostics]
-    assert "!ConstantPruningModifier" in messages[0] and "one-shot" in messages[1]
+    assert found == [("B001", 6, 5)]  # the training-time modifier runs (tests/test_core_training.py)
+    message = caught.value.diagnostics[0].message
+    assert "one-shot" in message and "llm-compressor" in message
