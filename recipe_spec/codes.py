@@ -394,7 +394,9 @@ P005 = _code(
     "A `re:` pattern that does not compile cannot select anything. Patterns run on a "
     "linear-time matcher (no backtracking, so `(a+)+` is as fast as `a+`); a backreference, "
     "lookaround, conditional or atomic group, or a pattern that expands to more than 1,000 "
-    "states (`(a{1,100}){1,100}`) is outside it and refused.",
+    "states (`(a{1,100}){1,100}`) is outside it and refused. In a stage/group recipe's "
+    "`targets` and `ignore`, which SparseML and llm-compressor compile with Python's `re`, "
+    "only what Python refuses is reported (`re:*lm_head`: nothing to repeat).",
     "params: ['re:conv[0-9']", "Fix the regex (Python `re` syntax); select without lookaround or backreferences.",
 )
 P006 = _code(
@@ -409,4 +411,27 @@ P007 = _code(
     "nothing to do; llm-compressor runs it without a word (`ignore: [\"re:.*\"]`, "
     "llm-compressor #91).",
     "GPTQModifier:\n  targets: [Linear]\n  ignore: ['re:.*']", "Narrow the ignore patterns.",
+)
+P008 = _code(
+    "P008", "warning", "regex pitfall in targets/ignore",
+    "SparseML and llm-compressor compare a target with the module's full dotted name "
+    "(`model.layers.0.mlp.down_proj`) or its class name: exactly, or after `re:` with "
+    "`re.match`, which starts at the beginning of the name. So regex text without `re:` "
+    "(`.*lm_head`), and a pattern or name that begins inside a layer (`re:mlp.down_proj`, "
+    "`q_proj`), match nothing, without a word from llm-compressor. So does a pattern whose "
+    "backslashes YAML changed: in double quotes `\"\\b\"` becomes a backspace, and `\\\\` "
+    "copied from Python source asks for a literal backslash (llm-compressor #1230, #1428, "
+    "PR #2803, vLLM #48508).",
+    "GPTQModifier:\n  scheme: W4A16\n  ignore: ['.*lm_head', 're:mlp.down_proj']",
+    "Write the pattern the hint gives: with `re:`, with a leading `.*` for the layers before "
+    "it, and in single quotes, where YAML keeps a backslash as typed.",
+)
+P009 = _code(
+    "P009", "info", "unescaped `.` in a `re:` pattern",
+    "In a regex `.` matches any character, so `re:mtp.layers.*` also matches `mtpXlayers`: "
+    "looser than meant, though a real model seldom has a name it wrongly catches. Where the "
+    "same pattern escapes another dot (`re:.*mixer.gate\\..*`) the plain one is a slip, "
+    "reported as a warning (PR #2803).",
+    "GPTQModifier:\n  scheme: W4A16\n  ignore: ['re:.*mixer.gate\\..*']",
+    "Write `\\.` for each literal dot: `'re:.*mixer\\.gate\\..*'`.",
 )

@@ -390,6 +390,12 @@ def _yaml_error(exc: yaml.YAMLError, line_offset: int, text: str) -> Diagnostic:
             "It is probably indented differently from the items above it (the block starts "
             f"on line {ctx_line}); align the '-' with the other items of the list."
         )
+    elif context and problem.startswith("found unknown escape character"):
+        hint = (
+            f"{context[:1].upper()}{context[1:]}{where}: in double quotes a backslash starts a "
+            "YAML escape (\\n, \\t); write a regular expression in single quotes, where it is "
+            "kept as typed ('re:.*layers\\.\\d+'), or double each backslash."
+        )
     elif context:
         hint = f"{context[:1].upper()}{context[1:]}{where}: check the indentation and punctuation."
     return codes.Y001(message, hint, span)

@@ -8,7 +8,8 @@ names them):
   each problem at the key or value it is about;
 - the layout as each tool reads it (C002): keys a tool drops without a word, and the
   mis-indented recipe that llm-compressor 0.7+ reads as an empty one;
-- ``eval(...)`` strings (C003) and the AWQ ordering rule (C004).
+- ``eval(...)`` strings (C003) and the AWQ ordering rule (C004);
+- regex pitfalls in ``targets``/``ignore`` (P005, P008, P009: :mod:`.pattern_checks`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..recipe import Modifier, Recipe
 from ..variables import did_you_mean
 from .arg_check import Problem, check_modifier
 from .catalogue import variant_in
+from .pattern_checks import pattern_findings, pattern_items
 from .reader import STAGE_KEYS, _group_key, _stage_key
 from .versions import Compat, newest, summarize, versions_where
 
@@ -54,6 +56,7 @@ class _Checker:
         self.recipe, self.compat = recipe, compat
         self.doc = recipe.document
         self.out: list[Diagnostic] = []
+        self.lines: list[str] | None = None  # the YAML text's lines, read when first needed
 
     def span(self, path: tuple[Any, ...], key: bool = False) -> Span:
         loc = self.doc.loc(path) if self.doc is not None else None
@@ -184,6 +187,32 @@ class _Checker:
                          "with the scheme.", m.span, None if self.compat is not None else Severity.WARNING)
 
 
+    def patterns(self) -> None:
+        for m in self.recipe.modifiers:
+            for keys, text, from_root in pattern_items(m.raw_args):
+                path = m.args_path + keys
+                loc = self.doc.loc(path) if self.doc is not None else None
+                style = loc.style if loc is not None else None
+                raw = self.written(loc.span) if loc is not None and style == '"' else None
+                span = loc.span if loc is not None else self.span(path)
+                for f in pattern_findings(text, style, raw, from_root):
+                    self.add(f.code, f.message, f.hint, span, f.severity)
+
+    def written(self, span: Span) -> str | None:
+        """The text of ``span`` as it stands in the file (a scalar with its quotes)."""
+        source = self.recipe.source
+        if source is None:
+            return None
+        if self.lines is None:
+            self.lines = source.yaml_text.splitlines()
+        lines = self.lines[span.line - 1 - source.line_offset:span.end_line - source.line_offset]
+        if not lines:
+            return None
+        if len(lines) == 1:
+            return lines[0][span.column - 1:span.end_column - 1]
+        return "\n".join([lines[0][span.column - 1:], *lines[1:-1], lines[-1][:span.end_column - 1]])
+
+
 def _sentence(hint: str) -> str:
     hint = hint.strip()
     if hint and hint[0].islower():
@@ -212,5 +241,6 @@ def core_diagnostics(recipe: Recipe, compat: Compat | None = None) -> list[Diagn
         checker.modifier(m)
     checker.evals()
     checker.awq()
+    checker.patterns()
     return checker.out
 
