@@ -5,6 +5,9 @@ Every file is produced by a pure function that returns its text; :func:`generate
 of them as ``{path relative to the repository root: text}``:
 
 - ``docs/modifiers/<Name>.md``, one page per modifier, and ``docs/modifiers/index.md``;
+- ``docs/modifiers/core/<Name>.md``, one page per modifier name of the stage/group dialect,
+  with ``index.md`` and ``quantization-arguments.md``
+  (:func:`recipe_spec.core_dialect.docpages.core_pages`);
 - ``docs/rules/<CODE>.md``, one page per diagnostic code, and ``docs/rules/index.md``;
 - ``docs/editors.md``, the editor set-up with the list of modifier tags;
 - ``docs/create.md``, automatic recipes, with the ``RecipeVariables`` table;
@@ -17,7 +20,7 @@ The output is deterministic (sorted, no dates), so the files can be committed an
     python -m recipe_spec.docgen --check  # exit 1 if a file is stale, missing or extra
 
 The repository root is the parent of the ``recipe_spec`` package (a source checkout).
-``docs/modifiers/`` and ``docs/rules/`` hold generated pages only, and ``schemas/modifiers/``
+``docs/modifiers/``, ``docs/modifiers/core/`` and ``docs/rules/`` hold generated pages only, and ``schemas/modifiers/``
 generated schemas only: a ``.md`` (or ``.schema.json``) file there that is not generated
 counts as extra (``--check``) and is removed when writing.
 """
@@ -62,7 +65,7 @@ __all__ = [
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 #: Folders (relative to the repository root) that hold nothing but generated pages.
-GENERATED_DIRS = ("docs/modifiers", "docs/rules")
+GENERATED_DIRS = ("docs/modifiers", "docs/modifiers/core", "docs/rules")
 
 #: The folder (relative to the repository root) that holds nothing but generated schema files.
 SCHEMA_DIR = "schemas/modifiers"
@@ -551,6 +554,10 @@ def modifier_index() -> str:
         "declaration needs (see [the design](../design.md)); `schemas/backends.json` writes that "
         "out, and `recipe-spec validate --backend NAME` reports a modifier the backend does not "
         "run ([B001](../rules/B001.md)), as `modify()` refuses it.",
+        "",
+        "The modifiers of the stage/group dialect (SparseML 1.6-1.9 and llm-compressor, see "
+        "[the dialect](../core-dialect.md)) have their own pages: "
+        "[stage/group modifiers](core/index.md).",
     ]
     return _page(lines)
 
@@ -860,6 +867,9 @@ def generate() -> dict[str, str]:
     for name in modifier_names():
         pages[f"docs/modifiers/{name}.md"] = modifier_page(name)
     pages["docs/modifiers/index.md"] = modifier_index()
+    from .core_dialect.docpages import core_pages
+
+    pages.update(core_pages())
     for code_id in sorted(CODES):
         pages[f"docs/rules/{code_id}.md"] = rule_page(code_id)
     pages["docs/rules/index.md"] = rule_index()

@@ -129,6 +129,8 @@ LOG_EQUALIZATION = declare(
     "LogarithmicEqualizationModifier", "SmoothQuant with logarithmic scales.",
     "quantization", {"sparseml": "", "llmcompressor": ""}, _SMOOTH_ARGS,
     required={"mappings": {"sparseml": ""}}, renamed=_SMOOTH_RENAMES,
+    example={"mappings": [[["re:.*q_proj", "re:.*k_proj", "re:.*v_proj"],
+                           "re:.*input_layernorm"]]},
 )
 
 _AWQ_GONE = ("AWQModifier is a transform since llm-compressor 0.11: put it on the "
@@ -170,7 +172,8 @@ AUTOROUND = declare(
         arg("sequential_targets", "Layer classes tuned one after another.",
             {"llmcompressor": "<0.11"}, type=["string", "array", "null"]),
     ),
-    quant=_QUANT,
+    quant=_QUANT, example={"targets": "Linear", "scheme": "W4A16", "ignore": ["lm_head"],
+                           "iters": 200},
 )
 
 _TRANSFORM_TYPE = arg("transform_type", "hadamard, random-hadamard or random-matrix.",
@@ -196,6 +199,7 @@ SPINQUANT = declare(
         arg("mappings", "Model layer mapping.", type=["object", "null"]),
         arg("norm_mappings", "Norm layer mappings.", type=["array", "null"]),
     ),
+    example={"rotations": ["R1", "R2"], "transform_type": "hadamard"},
 )
 
 QUIP = declare(
@@ -208,6 +212,7 @@ QUIP = declare(
         arg("targets", "Layers rotated.", **_STR_LIST),
         arg("ignore", "Layers not rotated.", **_STR_LIST),
     ),
+    example={"transform_type": "random-hadamard", "targets": ["Linear"], "ignore": ["lm_head"]},
 )
 
 SPECS: tuple[CoreSpec, ...] = (

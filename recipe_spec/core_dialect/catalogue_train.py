@@ -162,6 +162,8 @@ MAGNITUDE = declare(
     twin="MagnitudePruningModifier", translate=translate_magnitude,
     renamed=(*_TWIN_NAMES, Renamed("inter_func", "update_scheduler"),
              Renamed("mask_type", "mask_structure")),
+    example={"targets": ["re:.*q_proj.weight"], "init_sparsity": 0.05, "final_sparsity": 0.8,
+             "start": 0, "end": 10, "update": 1},
 )
 
 _QAT_ARGS = (
@@ -180,17 +182,20 @@ _QAT_ARGS = (
     arg("scheme_overrides", "Module type or name -> scheme.", type=["object", "null"]),
 )
 
+_QAT_EXAMPLE = {"start": 0, "disable_quantization_observer_epoch": 3,
+                "freeze_bn_stats_epoch": 3}
+
 QAT_QUANTIZATION = declare(
     "QuantizationModifier", "SparseML 1.6/1.7 quantization-aware training (QAT).",
     "quantization", {"sparseml": "<1.8"}, _QAT_ARGS, training=True,
-    twin="QuantizationModifier", translate=translate_legacy_quant,
+    twin="QuantizationModifier", translate=translate_legacy_quant, example=_QAT_EXAMPLE,
     notes="From SparseML 1.8 this class is LegacyQuantizationModifier.",
 )
 
 LEGACY_QUANTIZATION = declare(
     "LegacyQuantizationModifier", "SparseML quantization-aware training (QAT).",
     "quantization", {"sparseml": ">=1.8"}, _QAT_ARGS, training=True,
-    twin="QuantizationModifier", translate=translate_legacy_quant,
+    twin="QuantizationModifier", translate=translate_legacy_quant, example=_QAT_EXAMPLE,
 )
 
 DISTILLATION = declare(
@@ -211,6 +216,7 @@ DISTILLATION = declare(
     ),
     training=True, required={"targets": {"sparseml": "", "llmcompressor": ""}},
     twin="DistillationModifier", translate=translate_distillation,
+    example={"targets": ["re:model\\.layers\\.\\d+$"], "comparison": "kl_divergence", "start": 0},
 )
 
 SPECS: tuple[CoreSpec, ...] = (CONSTANT, MAGNITUDE, QAT_QUANTIZATION, LEGACY_QUANTIZATION,
