@@ -10,11 +10,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from recipe_spec_torch.second_order import fisher_inverse  # noqa: E402
+
 from recipe_spec import RecipeError, ScheduledModifierManager, loads  # noqa: E402
 from recipe_spec.numpy_ops import NUMPY_OPS  # noqa: E402
 from recipe_spec.second_order.fisher import FisherInverse  # noqa: E402
 from recipe_spec.second_order.scoring import obs_step  # noqa: E402
-from recipe_spec_torch.second_order import fisher_inverse  # noqa: E402
 
 
 def dense_inverse(g: np.ndarray, damp: float, block: int | None) -> np.ndarray:

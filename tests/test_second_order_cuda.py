@@ -8,8 +8,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from recipe_spec import ScheduledModifierManager  # noqa: E402
 from recipe_spec_torch import fisher_inverse  # noqa: E402
+
+from recipe_spec import ScheduledModifierManager  # noqa: E402
 
 RECIPE = """
 modifiers:
