@@ -94,7 +94,7 @@ def test_variants_renames_and_quantization_links() -> None:
 def test_index_says_what_recipe_spec_does() -> None:
     index = _read("index.md")
     (constant,) = core_variants("ConstantPruningModifier")
-    assert runs_as(constant).endswith("on PyTorch and Keras")
+    assert runs_as(constant).endswith("on the `keras` and `torch` backends")
     assert runs_as(constant) in index
     (gptq,) = core_variants("GPTQModifier")
     assert runs_as(gptq) == "validated and linted; run by llm-compressor"

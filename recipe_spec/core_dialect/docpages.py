@@ -47,7 +47,6 @@ __all__ = ["CORE_DIR", "core_pages", "core_page", "core_index", "quantization_pa
 #: The folder (relative to the repository root) of the generated core-dialect pages.
 CORE_DIR = "docs/modifiers/core"
 
-_BACKEND_LABELS = {"torch": "PyTorch", "keras": "Keras"}
 _QUANT_SHAPES = {
     "groups": "group name → [QuantizationScheme](quantization-arguments.md#quantizationscheme)",
     "scheme": "a [preset](quantization-arguments.md#presets) name, or {preset: targets}",
@@ -132,9 +131,11 @@ def example_text(s: CoreSpec) -> str:
 
 # -- what recipe-spec does with it -------------------------------------------------------------
 def _backends(twin: str) -> str:
-    have = _backends_of(twin)
-    labels = [_BACKEND_LABELS.get(b, b) for b in sorted(have, key=lambda b: (b != "torch", b))]
-    return " and ".join([", ".join(labels[:-1]), labels[-1]] if len(labels) > 1 else labels)
+    labels = [f"`{b}`" for b in sorted(_backends_of(twin))]  # backend names, as the index's columns
+    if not labels:
+        return ""
+    names = " and ".join([", ".join(labels[:-1]), labels[-1]] if len(labels) > 1 else labels)
+    return f"the {names} backend{'s' if len(labels) > 1 else ''}"
 
 
 def runs_as(s: CoreSpec, link: str = "../") -> str:
