@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from . import codes
 from .diagnostics import RecipeError, Span
@@ -156,28 +155,27 @@ _YAML_LINE = re.compile(r"""(?:["']?[A-Za-z_][\w.\-]*["']?[ \t]*:(?:[ \t]|$)|-[ 
 def read_source(path: str | os.PathLike[str]) -> Source:
     """Read a recipe file (``.yaml``, ``.yml``, ``.json`` or ``.md``)."""
     name = os.fspath(path)
-    p = Path(name)
     try:
-        size = p.stat().st_size
-        if p.is_dir():
-            raise IsADirectoryError(21, "it is a directory", name)
-        if size > MAX_BYTES:
-            raise RecipeError(
-                [
-                    codes.Y007(
-                        f"the file is {size / 1024 / 1024:.1f} MiB; recipes are at most "
-                        f"{MAX_BYTES // 1024 // 1024} MiB",
-                        "Is this the right file? Real recipes are a few kilobytes.",
-                        Span.point(1),
-                    ).in_file(name)
-                ]
-            )
-        data = p.read_bytes()
+        with open(name, "rb") as f:  # one open and one fstat: validate reads many small files
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_BYTES:
+                raise RecipeError(
+                    [
+                        codes.Y007(
+                            f"the file is {size / 1024 / 1024:.1f} MiB; recipes are at most "
+                            f"{MAX_BYTES // 1024 // 1024} MiB",
+                            "Is this the right file? Real recipes are a few kilobytes.",
+                            Span.point(1),
+                        ).in_file(name)
+                    ]
+                )
+            data = f.read()
     except OSError as exc:
+        why = "it is a directory" if isinstance(exc, IsADirectoryError) else exc.strerror or exc
         raise RecipeError(
             [
                 codes.Y007(
-                    f"cannot read the file: {exc.strerror or exc}",
+                    f"cannot read the file: {why}",
                     "Check the path and its permissions.",
                     Span.point(1),
                 ).in_file(name)
@@ -198,5 +196,5 @@ def read_source(path: str | os.PathLike[str]) -> Source:
                 ).in_file(name)
             ]
         ) from None
-    suffix = p.suffix.lower()
+    suffix = os.path.splitext(name)[1].lower()
     return from_text(text.replace("\r\n", "\n"), name, suffix if suffix == ".md" else "")
