@@ -103,6 +103,9 @@ def all_versions() -> list[ToolVersion]:
     return [(tool, v) for tool in TOOLS for v in RELEASES[tool]]
 
 
+_ALL = frozenset(all_versions())
+
+
 def versions_where(tools_map: Mapping[str, str]) -> list[ToolVersion]:
     """The releases a tools map covers, in :func:`all_versions` order.
 
@@ -154,8 +157,12 @@ def summarize(pairs: Iterable[ToolVersion]) -> str:
     >>> summarize([("sparseml", Version.parse("1.6")), ("sparseml", Version.parse("1.7"))])
     'SparseML ≤1.7'
     """
-    chosen = set(pairs)
-    if chosen >= set(all_versions()):
+    return _summarize(frozenset(pairs))
+
+
+@functools.lru_cache(maxsize=2048)  # messages name the same few sets of releases again and again
+def _summarize(chosen: frozenset[ToolVersion]) -> str:
+    if chosen >= _ALL:
         return "every version"
     parts = []
     for tool in TOOLS:
