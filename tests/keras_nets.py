@@ -10,6 +10,26 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
+#: A recipe that sets the LR and weight decay and prunes, for the tests that drive it from
+#: ``fit`` and from custom training loops (test_keras_loops.py, test_keras_jax.py): it runs
+#: LOOP_EPOCHS epochs of LOOP_STEPS steps on :func:`loop_data`, batch 4.
+LOOP_RECIPE = """
+modifiers:
+  - !LearningRateFunctionModifier {lr_func: cosine, init_lr: 0.05, final_lr: 0.001, start_epoch: 0, end_epoch: 3}
+  - !SetWeightDecayModifier {weight_decay: 0.001, start_epoch: 1}
+  - !GMPruningModifier {params: __ALL_PRUNABLE__, init_sparsity: 0.1, final_sparsity: 0.75,
+                        start_epoch: 0.5, end_epoch: 2, update_frequency: 0.5}
+"""
+LOOP_STEPS, LOOP_EPOCHS = 4, 3
+
+
+def loop_data() -> tuple[np.ndarray, np.ndarray]:
+    """One epoch of inputs for the twin (12x12x3) and targets (10), batch 4."""
+    rng = np.random.default_rng(0)
+    n = LOOP_STEPS * 4
+    return rng.normal(size=(n, 12, 12, 3)).astype("float32"), rng.normal(size=(n, 10)).astype("float32")
+
+
 #: PyTorch name -> the twin's Keras path, for the four prunable weights
 PRUNABLE = {"conv1.weight": "conv1/kernel", "conv2.weight": "conv2/kernel", "fc1.weight": "fc1/kernel", "fc2.weight": "fc2/kernel"}
 

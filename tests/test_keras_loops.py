@@ -20,24 +20,14 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from keras_nets import LOOP_EPOCHS as EPOCHS  # noqa: E402
+from keras_nets import LOOP_RECIPE as RECIPE  # noqa: E402
+from keras_nets import LOOP_STEPS as S  # noqa: E402
 from keras_nets import keras_twin  # noqa: E402
+from keras_nets import loop_data as _data  # noqa: E402
 
 from recipe_spec import ScheduledModifierManager  # noqa: E402
 from recipe_spec.schedule import compile_plan  # noqa: E402
-
-RECIPE = """
-modifiers:
-  - !LearningRateFunctionModifier {lr_func: cosine, init_lr: 0.05, final_lr: 0.001, start_epoch: 0, end_epoch: 3}
-  - !SetWeightDecayModifier {weight_decay: 0.001, start_epoch: 1}
-  - !GMPruningModifier {params: __ALL_PRUNABLE__, init_sparsity: 0.1, final_sparsity: 0.75,
-                        start_epoch: 0.5, end_epoch: 2, update_frequency: 0.5}
-"""
-S, EPOCHS = 4, 3
-
-
-def _data() -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(0)
-    return rng.normal(size=(S * 4, 12, 12, 3)).astype("float32"), rng.normal(size=(S * 4, 10)).astype("float32")
 
 
 def _row(manager, optimizer) -> dict:

@@ -26,7 +26,7 @@ from ..recipe import Modifier, Recipe
 from ..variables import did_you_mean
 from .arg_check import Problem, check_modifier
 from .catalogue import variant_in
-from .pattern_checks import pattern_findings, pattern_items
+from .pattern_checks import arg_strings, pattern_findings, pattern_items
 from .reader import STAGE_KEYS, _group_key, _stage_key
 from .versions import Compat, newest, summarize, versions_where
 
@@ -160,7 +160,7 @@ class _Checker:
     # -- eval() and ordering ----------------------------------------------------------------------
     def evals(self) -> None:
         for m in self.recipe.modifiers:
-            for keys, text in _strings(m.raw_args, ()):
+            for keys, text in arg_strings(m.raw_args):
                 if not _EVAL.search(text):
                     continue
                 span = self.span(m.args_path + keys)
@@ -218,17 +218,6 @@ def _sentence(hint: str) -> str:
     if hint and hint[0].islower():
         hint = hint[0].upper() + hint[1:]
     return hint + ("." if hint and hint[-1] not in ".?!:" else "")
-
-
-def _strings(value: Any, keys: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], str]]:
-    if isinstance(value, str):
-        yield keys, value
-    elif isinstance(value, FrozenDict):
-        for k, v in value.items():
-            yield from _strings(v, keys + (k,))
-    elif isinstance(value, tuple):
-        for i, v in enumerate(value):
-            yield from _strings(v, keys + (i,))
 
 
 def core_diagnostics(recipe: Recipe, compat: Compat | None = None) -> list[Diagnostic]:

@@ -40,7 +40,7 @@ from .. import codes
 from ..codes import Code
 from ..diagnostics import Severity
 
-__all__ = ["PatternFinding", "pattern_findings", "pattern_items", "PATTERN_KEYS"]
+__all__ = ["PatternFinding", "pattern_findings", "pattern_items", "arg_strings", "PATTERN_KEYS"]
 
 #: Arguments (at any depth: ``config_groups.<group>.targets``, SmoothQuant's nested
 #: ``mappings``, AWQ's ``smooth_layer``/``balance_layers``) whose strings are module targets.
@@ -79,20 +79,26 @@ class PatternFinding:
     severity: Severity | None = None
 
 
-def pattern_items(args: Any, keys: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], str, bool]]:
+def arg_strings(value: Any, keys: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], str]]:
+    """``(keys inside the arguments, string)`` for every string of a modifier's arguments."""
+    if isinstance(value, str):
+        yield keys, value
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from arg_strings(v, keys + (k,))
+    elif isinstance(value, tuple):
+        for i, v in enumerate(value):
+            yield from arg_strings(v, keys + (i,))
+
+
+def pattern_items(args: Any) -> Iterator[tuple[tuple[Any, ...], str, bool]]:
     """``(keys inside the arguments, string, matched from the model's root)`` for every
     target-like string of a modifier's arguments: below a :data:`PATTERN_KEYS` key, or a
     preset's list in ``scheme: {W4A16: [...]}``."""
-    if isinstance(args, str):
+    for keys, text in arg_strings(args):
         named = [k for k in keys if isinstance(k, str)]
         if any(k in PATTERN_KEYS for k in named) or (len(keys) >= 2 and keys[0] == "scheme"):
-            yield keys, args, not any(k in _RELATIVE_KEYS for k in named)
-    elif isinstance(args, Mapping):
-        for k, v in args.items():
-            yield from pattern_items(v, keys + (k,))
-    elif isinstance(args, tuple):
-        for i, v in enumerate(args):
-            yield from pattern_items(v, keys + (i,))
+            yield keys, text, not any(k in _RELATIVE_KEYS for k in named)
 
 
 def _quoted(text: str) -> str:
