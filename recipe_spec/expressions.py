@@ -22,6 +22,7 @@ evaluates in well under a millisecond per operation and a few kilobytes of memor
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import operator
 import reprlib
@@ -155,7 +156,9 @@ def _offset(node: ast.AST, line_starts: list[int]) -> int:
     return line_starts[line - 1] + col if line - 1 < len(line_starts) else col
 
 
+@functools.lru_cache(maxsize=2048)  # recipes repeat their expressions (eval(num_epochs) ...)
 def _parse(expr: str) -> tuple[ast.expr, list[int]]:
+    """The checked syntax tree of ``expr`` and its line starts (shared: never modified)."""
     if len(expr) > MAX_LENGTH:
         raise ExpressionError(
             f"the expression is {len(expr)} characters long (the limit is {MAX_LENGTH})",
@@ -259,6 +262,11 @@ def referenced_names(expr: str) -> list[str]:
     >>> referenced_names("a * b + min(a, 2)")
     ['a', 'b']
     """
+    return list(_names(expr))
+
+
+@functools.lru_cache(maxsize=2048)
+def _names(expr: str) -> tuple[str, ...]:
     body, _ = _parse(expr)
     seen: dict[str, None] = {}
     for node in ast.walk(body):
@@ -266,7 +274,7 @@ def referenced_names(expr: str) -> list[str]:
             isinstance(node.ctx, ast.Load) and node.id in _FUNCTIONS and _is_func(body, node)
         ):
             seen.setdefault(node.id, None)
-    return list(seen)
+    return tuple(seen)
 
 
 def _is_func(body: ast.AST, name: ast.Name) -> bool:

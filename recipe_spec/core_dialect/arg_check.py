@@ -103,8 +103,44 @@ def check_modifier(name: str, args: Any, compat: Compat | None) -> list[Problem]
         return out + [Problem((), "error", "type", f"{name}'s arguments must be a mapping, got "
                               f"{type(args).__name__}", "", label)]
     typed: dict[tuple[str, int], list[Rec]] = {}
-    per = {p: _check_in(name, variant_in(name, p), args, p, typed) for p in pairs}  # type: ignore[arg-type]
+    per: dict[ToolVersion, list[Rec]] = {}
+    for group in _alike(name, tuple(args), tuple(pairs)):
+        recs = _check_in(name, variant_in(name, group[0]), args, group[0], typed)  # type: ignore[arg-type]
+        for p in group:
+            per[p] = recs
     return out + _merge(per, pairs, compat)
+
+
+@functools.lru_cache(maxsize=4096)
+def _alike(name: str, keys: tuple[Any, ...], pairs: tuple[ToolVersion, ...]) -> tuple[tuple[ToolVersion, ...], ...]:
+    """``pairs`` in groups of releases where arguments named ``keys`` meet the same rules
+    (the same schemas, deprecations, renames, quantization fields and required arguments),
+    so :func:`_check_in` finds the same problems in each release of a group."""
+    known, renames = _known_and_renamed(name)
+    given = frozenset(keys)
+    groups: dict[tuple[Any, ...], list[ToolVersion]] = {}
+    for pair in pairs:
+        spec = variant_in(name, pair)
+        assert spec is not None
+        present = spec.args_in(pair)
+        sig: list[Any] = [tuple(r for r in spec.required_in(pair) if r not in given)]
+        for key in keys:
+            if not isinstance(key, str):
+                continue
+            if key in present:
+                shape = spec.quant.get(key)
+                sig.append((0, id(present[key].schema), id(spec.deprecation_in(key, pair)),
+                            shape, qa.ct_version(pair) if shape else None))
+                continue
+            rename = next((r for r in renames if r.old == key and r.new in present), None)
+            if rename is not None:
+                sig.append((1, id(rename)))
+            elif key in known:
+                sig.append((2, _absent(name, key, pair)))
+            else:
+                sig.append((3, frozenset(present)))
+        groups.setdefault(tuple(sig), []).append(pair)
+    return tuple(tuple(g) for g in groups.values())
 
 
 def _old_parser(pair: ToolVersion) -> bool:

@@ -20,6 +20,7 @@ False
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -205,8 +206,6 @@ def _same(a: Any, b: Any, ci: bool) -> bool:
 def type_problems(value: Any, schema: Mapping[str, Any], path: tuple[Any, ...]) -> list[Rec]:
     """Problems of ``value`` against a schema fragment (``type``, ``enum`` with ``ci`` for
     case-insensitive strings, ``items``, ``minimum``/``maximum``, ``pattern``)."""
-    import re
-
     if isinstance(value, str) and value.strip().startswith("eval("):
         return []
     enum = schema.get("enum")

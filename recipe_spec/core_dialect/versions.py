@@ -28,18 +28,23 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, order=True)
-class Version:
-    """A dotted release number compared as a tuple of integers (``0.9 < 0.13``)."""
+class Version(tuple[int, ...]):
+    """A dotted release number compared as a tuple of integers (``0.9 < 0.13``).
 
-    parts: tuple[int, ...]
+    A tuple itself, so that the release pairs keying dictionaries everywhere hash and
+    compare at C speed."""
 
-    def __hash__(self) -> int:  # releases are dictionary keys everywhere: hash the tuple once
-        found: int | None = self.__dict__.get("_hash")
-        if found is None:
-            found = hash(self.parts)
-            object.__setattr__(self, "_hash", found)
-        return found
+    __slots__ = ()
+
+    def __new__(cls, parts: tuple[int, ...]) -> Version:
+        return tuple.__new__(cls, parts)
+
+    @property
+    def parts(self) -> tuple[int, ...]:
+        return tuple(self)
+
+    def __repr__(self) -> str:
+        return f"Version({tuple(self)!r})"
 
     @classmethod
     def parse(cls, text: str) -> Version:
@@ -47,7 +52,7 @@ class Version:
         return _parse_version(text) if cls is Version else cls(_parse_version(text).parts)
 
     def __str__(self) -> str:
-        return ".".join(str(p) for p in self.parts)
+        return ".".join(map(str, self))
 
 
 @functools.lru_cache(maxsize=256)
