@@ -138,7 +138,39 @@ def read_events(text: str) -> tuple[list[Any], dict[str, int], bool]:
         raise yaml.composer.ComposerError(
             None, None, f"nesting deeper than {MAX_DEPTH} levels", deep.start_mark
         )
+    if text and text[-1] not in _BREAKS:
+        _pin_to_end(events, text)
     return events, anchors, has_alias
+
+
+_BREAKS = "\n\r\x85\u2028\u2029"
+
+
+class _Mark:
+    __slots__ = ("line", "column")
+
+    def __init__(self, line: int, column: int):
+        self.line, self.column = line, column
+
+
+def _pin_to_end(events: list[Any], text: str) -> None:
+    """libyaml closes a text that lacks a final line break on a line past its end (the
+    collections ending there end at "line N+1, column 1"); pin those marks to the end of the
+    last line, where the pure-Python reader puts them."""
+    past = events[-1].end_mark.line  # StreamEnd
+    lines = (text.count("\n") + text.count("\r") - text.count("\r\n") + text.count("\x85")
+             + text.count("\u2028") + text.count("\u2029"))
+    if past <= lines:
+        return
+    last_break = max(text.rfind(c) for c in _BREAKS)
+    end = _Mark(past - 1, len(text) - last_break - 1)
+    for e in reversed(events):
+        if e.start_mark.line < past and e.end_mark.line < past:
+            break
+        if e.start_mark.line >= past:
+            e.start_mark = end
+        if e.end_mark.line >= past:
+            e.end_mark = end
 
 
 class EventBuilder:

@@ -442,6 +442,13 @@ def read_yaml(text: str, line_offset: int = 0) -> Document:
                 if fast.diagnostics:
                     raise RecipeError(fast.diagnostics)
                 return Document(value, fast.locs, line_offset)
+    return read_yaml_nodes(text, line_offset)
+
+
+def read_yaml_nodes(text: str, line_offset: int = 0) -> Document:
+    """:func:`read_yaml` through PyYAML's pure-Python composer and a node graph: the reference
+    the event reader must equal, and the reader of texts it hands back (see
+    :mod:`recipe_spec.yaml_events`)."""
     try:
         root = _compose(text)
     except RecursionError:
