@@ -263,10 +263,10 @@ class EventBuilder:
             value = e.value
             if e.style or not e.implicit[0]:
                 return value
-            for tag, regexp in _RESOLVERS.get(value[:1], ()):
-                if regexp.match(value):
-                    return self.scalar(tag, value, e)
-            return value
+            found = _PLAIN.get(value, _MISS)
+            if found is _MISS:
+                return self.plain(value, e)
+            return value if found is _TEXT else found
         if cls is AliasEvent:
             self.i = self.anchors[e.anchor]
             value = self.node(self.ev[self.i], path, i + i + keyed, self.span(e, e))
@@ -328,14 +328,30 @@ class EventBuilder:
                 locs[path + (n,)] = i + i
                 value = e.value
                 if not e.style and e.implicit[0]:
-                    for tag, regexp in _RESOLVERS.get(value[:1], ()):
-                        if regexp.match(value):
-                            value = self.scalar(tag, value, e)
-                            break
+                    found = _PLAIN.get(value, _MISS)
+                    if found is _MISS:
+                        value = self.plain(value, e)
+                    elif found is not _TEXT:
+                        value = found
                 append(value)
             else:
                 append(self.build(path + (n,), 0))
             n += 1
+
+    def plain(self, text: str, e: Any) -> Any:
+        """The value of the plain scalar ``text`` (event ``e``) under the YAML 1.2 core schema,
+        remembered in :data:`_PLAIN` when it is short and valid."""
+        value: Any = text
+        for tag, regexp in _RESOLVERS.get(text[:1], ()):
+            if regexp.match(text):
+                count = len(self.diagnostics)
+                value = self.scalar(tag, text, e)
+                if len(self.diagnostics) != count:
+                    return value
+                break
+        if len(text) <= _PLAIN_LENGTH and len(_PLAIN) < _PLAIN_SIZE:
+            _PLAIN[text] = _TEXT if value is text else value
+        return value
 
     def scalar(self, tag: str, text: str, where: Any) -> Any:
         """The value of a scalar; ``where`` (a Span, or the event) is for a diagnostic."""
@@ -366,10 +382,11 @@ class EventBuilder:
                 if key == "<<":
                     merged.update(self.merge_values(path))
                     continue
-                for tag, regexp in _RESOLVERS.get(key[:1], ()):
-                    if regexp.match(key):
-                        key = self.scalar(tag, key, k)
-                        break
+                found = _PLAIN.get(key, _MISS)
+                if found is _MISS:
+                    key = self.plain(key, k)
+                elif found is not _TEXT:
+                    key = found
                 if key in first_seen:
                     self.duplicate(key, first_seen[key], k)
                     continue
@@ -381,10 +398,11 @@ class EventBuilder:
                     locs[path + (key,)] = i + i + 1
                     value = e.value
                     if not e.style and e.implicit[0]:
-                        for tag, regexp in _RESOLVERS.get(value[:1], ()):
-                            if regexp.match(value):
-                                value = self.scalar(tag, value, e)
-                                break
+                        found = _PLAIN.get(value, _MISS)
+                        if found is _MISS:
+                            value = self.plain(value, e)
+                        elif found is not _TEXT:
+                            value = found
                     result[key] = value
                 else:
                     result[key] = build(path + (key,), 1)
@@ -454,6 +472,15 @@ class EventBuilder:
 
 
 _STR = _STD + "str"
+
+#: Plain scalar text -> its value (``_TEXT``: the text itself). Recipes write the same keys
+#: and numbers again and again; the resolvers' regular expressions and the number parsing run
+#: once per text. Only short texts, and a bounded number of them, are kept.
+_PLAIN: dict[str, Any] = {}
+_PLAIN_SIZE = 8192
+_PLAIN_LENGTH = 64
+_TEXT = object()
+_MISS = object()
 
 
 def _resolve(value: str, plain: bool) -> str:
