@@ -85,7 +85,9 @@ class Fallback(Exception):
 def read_events(text: str) -> tuple[list[Any], dict[str, int], bool]:
     """Every event of ``text``, the index of each anchored node's event, and whether the
     text has aliases. Raises the composer's "nesting deeper" error at the first node past
-    MAX_DEPTH (before reading further), :class:`Fallback` for anything else wrong."""
+    MAX_DEPTH (before reading further); the composer's error for the first undefined alias or
+    duplicate anchor when the rest of the text parses; :class:`Fallback` for anything else
+    wrong (the pure-Python reader explains it)."""
     parser = CParser(text)
     events: list[Any] = []
     append = events.append
@@ -95,6 +97,7 @@ def read_events(text: str) -> tuple[list[Any], dict[str, int], bool]:
     documents = 0
     has_alias = False
     deep = None
+    problem = None  # the composer's first error: raised once the whole text has parsed
     try:
         while True:
             e = get()
@@ -106,8 +109,9 @@ def read_events(text: str) -> tuple[list[Any], dict[str, int], bool]:
                     break
                 if e.anchor is not None:
                     if e.anchor in anchors:
-                        raise Fallback
-                    anchors[e.anchor] = len(events) - 1
+                        problem = problem or _duplicate(e, events[anchors[e.anchor]])
+                    else:
+                        anchors[e.anchor] = len(events) - 1
             elif cls is MappingStartEvent or cls is SequenceStartEvent:
                 depth += 1
                 if depth > MAX_DEPTH:
@@ -115,8 +119,9 @@ def read_events(text: str) -> tuple[list[Any], dict[str, int], bool]:
                     break
                 if e.anchor is not None:
                     if e.anchor in anchors:
-                        raise Fallback
-                    anchors[e.anchor] = len(events) - 1
+                        problem = problem or _duplicate(e, events[anchors[e.anchor]])
+                    else:
+                        anchors[e.anchor] = len(events) - 1
             elif cls is MappingEndEvent or cls is SequenceEndEvent:
                 depth -= 1
             elif cls is AliasEvent:
@@ -124,7 +129,9 @@ def read_events(text: str) -> tuple[list[Any], dict[str, int], bool]:
                     deep = e
                     break
                 if e.anchor not in anchors:
-                    raise Fallback
+                    problem = problem or yaml.composer.ComposerError(
+                        None, None, f"found undefined alias {e.anchor!r}", e.start_mark
+                    )
                 has_alias = True
             elif cls is DocumentStartEvent:
                 documents += 1
@@ -134,6 +141,8 @@ def read_events(text: str) -> tuple[list[Any], dict[str, int], bool]:
                 break
     except yaml.YAMLError:
         raise Fallback from None
+    if problem is not None:
+        raise problem
     if deep is not None:
         raise yaml.composer.ComposerError(
             None, None, f"nesting deeper than {MAX_DEPTH} levels", deep.start_mark
@@ -141,6 +150,13 @@ def read_events(text: str) -> tuple[list[Any], dict[str, int], bool]:
     if text and text[-1] not in _BREAKS:
         _pin_to_end(events, text)
     return events, anchors, has_alias
+
+
+def _duplicate(e: Any, first: Any) -> yaml.composer.ComposerError:
+    return yaml.composer.ComposerError(
+        f"found duplicate anchor {e.anchor!r}; first occurrence", first.start_mark,
+        "second occurrence", e.start_mark,
+    )
 
 
 _BREAKS = "\n\r\x85\u2028\u2029"
