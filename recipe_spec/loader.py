@@ -139,7 +139,9 @@ class _Builder:
                 )
             )
             return None
-        for key, value in raw.items():
+        for key, value in raw._data.items():
+            if value.__class__ in _LEAVES:
+                continue
             nested = _contains_tagged(value)
             if nested is not None:
                 self.diagnostics.append(

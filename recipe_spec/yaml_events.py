@@ -333,15 +333,16 @@ class EventBuilder:
         items: list[Any] = []
         append = items.append
         n = 0
+        i = self.i  # the cursor, kept local; self.i is set around every call that moves it
         while True:
-            i = self.i
             e = ev[i]
             cls = e.__class__
             if cls is SequenceEndEvent:
+                self.i = i
                 return tuple(items)
             if cls is ScalarEvent and e.tag is None:  # as build() does, without the call
-                self.i = i + 1
                 locs[path + (n,)] = i + i
+                i += 1
                 value = e.value
                 if not e.style and e.implicit[0]:
                     found = _PLAIN.get(value, _MISS)
@@ -351,7 +352,9 @@ class EventBuilder:
                         value = found
                 append(value)
             else:
+                self.i = i
                 append(self.build(path + (n,), 0))
+                i = self.i
             n += 1
 
     def plain(self, text: str, e: Any) -> Any:
@@ -389,14 +392,17 @@ class EventBuilder:
         first_seen: dict[Any, Any] = {}  # key -> its event (a span only for a duplicate)
         merged: dict[Any, Any] = {}
         build, locs = self.build, self.locs
+        i = self.i  # the cursor, kept local; self.i is set around every call that moves it
         while True:
-            k = ev[self.i]
+            k = ev[i]
             cls = k.__class__
             if cls is ScalarEvent and k.tag is None and not k.style:  # a plain key: inline
-                self.i += 1
+                i += 1
                 key = k.value
                 if key == "<<":
+                    self.i = i
                     merged.update(self.merge_values(path))
+                    i = self.i
                     continue
                 found = _PLAIN.get(key, _MISS)
                 if found is _MISS:
@@ -404,14 +410,15 @@ class EventBuilder:
                 elif found is not _TEXT:
                     key = found
                 if key in first_seen:
+                    self.i = i
                     self.duplicate(key, first_seen[key], k)
+                    i = self.i
                     continue
                 first_seen[key] = k
-                i = self.i
                 e = ev[i]
                 if e.__class__ is ScalarEvent and e.tag is None:  # as build() does, without the call
-                    self.i = i + 1
                     locs[path + (key,)] = i + i + 1
+                    i += 1
                     value = e.value
                     if not e.style and e.implicit[0]:
                         found = _PLAIN.get(value, _MISS)
@@ -421,53 +428,65 @@ class EventBuilder:
                             value = found
                     result[key] = value
                 else:
+                    self.i = i
                     result[key] = build(path + (key,), 1)
+                    i = self.i
                 continue
+            self.i = i
             if cls is MappingEndEvent:
                 break
-            written = k
-            if cls is AliasEvent:
-                self.i += 1
-                k = ev[self.anchors[k.anchor]]
-                cls = k.__class__
-            elif cls is ScalarEvent:
-                self.i += 1
-            else:
-                key_span = self.span(k, ev[self.skip()])
-            if cls is ScalarEvent:
-                key_tag = k.tag
-                if key_tag is None or key_tag == "!":
-                    key_tag = _resolve(k.value, k.implicit[0])
-                if key_tag == _MERGE or (k.value == "<<" and not k.style):
-                    merged.update(self.merge_values(path))
-                    continue
-            else:
-                if k.tag == _MERGE:
-                    merged.update(self.merge_values(path))
-                    continue
-                if written is not k:  # an alias of a list or mapping
-                    key_span = self.span(written, written)
-                self.diagnostics.append(
-                    codes.Y005(
-                        "a mapping key must be a plain value, not a list or mapping",
-                        "Write the key as text.",
-                        key_span,
-                    )
-                )
-                self.skip()
-                continue
-            if key_tag.startswith(_STD):
-                key = self.scalar(key_tag, k.value, written)
-            else:
-                key = k.value
-            if key in first_seen:
-                self.duplicate(key, first_seen[key], written)
-                continue
-            first_seen[key] = written
-            result[key] = build(path + (key,), 1)
+            self.other_key(k, path, result, first_seen, merged)
+            i = self.i
         for key, value in merged.items():
             result.setdefault(key, value)
         return _frozen(result)
+
+    def other_key(self, k: Any, path: tuple[Any, ...], result: dict[Any, Any],
+                  first_seen: dict[Any, Any], merged: dict[Any, Any]) -> None:
+        """The entry at the cursor whose key (event ``k``) is not a plain untagged scalar: an
+        alias, a tagged or quoted key, a merge, or a list or mapping (refused)."""
+        ev = self.ev
+        cls = k.__class__
+        written = k
+        if cls is AliasEvent:
+            self.i += 1
+            k = ev[self.anchors[k.anchor]]
+            cls = k.__class__
+        elif cls is ScalarEvent:
+            self.i += 1
+        else:
+            key_span = self.span(k, ev[self.skip()])
+        if cls is ScalarEvent:
+            key_tag = k.tag
+            if key_tag is None or key_tag == "!":
+                key_tag = _resolve(k.value, k.implicit[0])
+            if key_tag == _MERGE or (k.value == "<<" and not k.style):
+                merged.update(self.merge_values(path))
+                return
+        else:
+            if k.tag == _MERGE:
+                merged.update(self.merge_values(path))
+                return
+            if written is not k:  # an alias of a list or mapping
+                key_span = self.span(written, written)
+            self.diagnostics.append(
+                codes.Y005(
+                    "a mapping key must be a plain value, not a list or mapping",
+                    "Write the key as text.",
+                    key_span,
+                )
+            )
+            self.skip()
+            return
+        if key_tag.startswith(_STD):
+            key = self.scalar(key_tag, k.value, written)
+        else:
+            key = k.value
+        if key in first_seen:
+            self.duplicate(key, first_seen[key], written)
+            return
+        first_seen[key] = written
+        result[key] = self.build(path + (key,), 1)
 
     def duplicate(self, key: Any, first: Any, written: Any) -> None:
         first_line = self.span(first, first).line
