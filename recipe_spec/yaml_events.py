@@ -71,6 +71,19 @@ def _span(line: int, column: int, end_line: int, end_column: int) -> Span:
     return s
 
 
+_set_tag, _set_value, _set_span = (
+    Tagged.tag.__set__, Tagged.value.__set__, Tagged.span.__set__  # type: ignore[attr-defined]
+)
+
+
+def _tagged(tag: str, value: Any, span: Span) -> Tagged:
+    t = _new(Tagged)
+    _set_tag(t, tag)
+    _set_value(t, value)
+    _set_span(t, span)
+    return t
+
+
 def _frozen(data: dict[Any, Any]) -> FrozenDict:
     out = _new(FrozenDict)
     out._data = data
@@ -304,13 +317,17 @@ class EventBuilder:
                 span = alias or self.span(e, e)
                 if local:
                     value = e.value
-                    return Tagged(tag[1:], value if value != "" or e.style else None, span)
+                    return _tagged(tag[1:], value if value != "" or e.style else None, span)
                 self.diagnostics.append(_tag_error(tag, span))
                 return None
             return self.scalar(tag, e.value, alias or e)
-        if tag is None or tag == "!":
-            tag = _SEQ if cls is SequenceStartEvent else _MAP
         locs[path] = None  # type: ignore[assignment]  # keeps the parent first
+        if tag is None or tag == "!":  # a plain list or mapping: most of them
+            self.i += 1
+            value = self.sequence(path) if cls is SequenceStartEvent else self.mapping(path)
+            locs[path] = (record, self.i)
+            self.i += 1
+            return value
         if not _builds(tag):
             end = self.skip()
             locs[path] = (record, end)
@@ -325,7 +342,7 @@ class EventBuilder:
         self.i += 1
         locs[path] = (record, end)
         if tag[:1] == "!" and tag[:2] != "!!" and tag != "!":
-            return Tagged(tag[1:], value, alias or self.span(e, self.ev[end]))
+            return _tagged(tag[1:], value, alias or self.span(e, self.ev[end]))
         return value
 
     def sequence(self, path: tuple[Any, ...]) -> tuple[Any, ...]:
