@@ -9,6 +9,7 @@ deprecations, which warn. Without one it checks every release that has the modif
 all of them reject is an error, what only some reject is a warning naming them.
 
 Strings beginning with ``eval(`` are not type-checked (the caller evaluates or reports them).
+The arguments may be frozen (FrozenDict, tuples): messages show values as plain dicts/lists.
 
 >>> [(p.kind, p.hint) for p in check_modifier(
 ...     "QuantizationModifier", {"sheme": "W8A8"}, Compat.parse("llmcompressor"))]
@@ -23,8 +24,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..frozen import thaw
 from . import quant_args as qa
-from .catalogue import CoreSpec, Renamed, core_names, core_variants, variant_in
+from .catalogue import Renamed, core_names, core_variants, variant_in
 from .quant_args import Rec, check_quant, type_problems
 from .versions import TOOLS, Compat, ToolVersion, all_versions, summarize
 
@@ -85,15 +87,14 @@ def check_modifier(name: str, args: Any, compat: Compat | None) -> list[Problem]
     if variants[0].renamed_to:
         return [Problem((), "error", "not_in_version", f"{name} exists in no release",
                         f"write {variants[0].renamed_to}", label)]
-    where = [p for p in all_versions() if variant_in(name, p)]
+    where, missing = _where(name)
     if compat is not None and compat.pair not in where:
         return [Problem((), "error", "not_in_version",
                         f"{name} does not exist in {compat.label} (it exists in "
                         f"{summarize(where)})", "", compat.label)]
-    pairs = [compat.pair] if compat else where
+    pairs = [compat.pair] if compat else list(where)
     out: list[Problem] = []
-    if compat is None and len(where) < len(all_versions()):
-        missing = [p for p in all_versions() if p not in where]
+    if compat is None and missing:
         out.append(Problem((), "warning", "not_in_version",
                            f"{name} does not exist in {summarize(missing)}", "",
                            summarize(missing)))
@@ -101,21 +102,33 @@ def check_modifier(name: str, args: Any, compat: Compat | None) -> list[Problem]
         return out + _empty(name, args, pairs, compat)
     if not isinstance(args, Mapping):
         return out + [Problem((), "error", "type", f"{name}'s arguments must be a mapping, got "
-                              f"{type(args).__name__}", "", label)]
+                              f"{type(thaw(args)).__name__}", "", label)]
     typed: dict[tuple[str, int], list[Rec]] = {}
-    per: dict[ToolVersion, list[Rec]] = {}
-    for group in _alike(name, tuple(args), tuple(pairs)):
-        recs = _check_in(name, variant_in(name, group[0]), args, group[0], typed)  # type: ignore[arg-type]
-        for p in group:
-            per[p] = recs
-    return out + _merge(per, pairs, compat)
+    parts = [(lo, hi, group, mask, _check_in(name, args, steps, tail, group[0], typed))
+             for lo, hi, group, mask, steps, tail in _alike(name, tuple(args), compat.pair if compat else None)]
+    return out + _merge(parts, compat)
+
+
+@functools.lru_cache(maxsize=1024)
+def _where(name: str) -> tuple[tuple[ToolVersion, ...], tuple[ToolVersion, ...]]:
+    """The releases that have a modifier ``name``, and those that lack it."""
+    where = tuple(p for p in all_versions() if variant_in(name, p))
+    return where, tuple(p for p in all_versions() if p not in where)
+
+
+#: Position of each release in :func:`all_versions`.
+_POS: dict[ToolVersion, int] = {p: i for i, p in enumerate(all_versions())}
 
 
 @functools.lru_cache(maxsize=4096)
-def _alike(name: str, keys: tuple[Any, ...], pairs: tuple[ToolVersion, ...]) -> tuple[tuple[ToolVersion, ...], ...]:
-    """``pairs`` in groups of releases where arguments named ``keys`` meet the same rules
-    (the same schemas, deprecations, renames, quantization fields and required arguments),
-    so :func:`_check_in` finds the same problems in each release of a group."""
+def _alike(name: str, keys: tuple[Any, ...], only: ToolVersion | None) -> tuple[tuple[Any, ...], ...]:
+    """The releases to check (``only``, or all that have ``name``) in groups where arguments
+    named ``keys`` meet the same rules (the same schemas, deprecations, renames, quantization
+    fields and required arguments), so :func:`_check_in` finds the same problems in each
+    release of a group. Each group as ``(position of its oldest release, of its newest,
+    releases, bit mask of the positions, steps, tail)``, ordered by oldest release, where
+    steps and tail are :func:`_plan`'s for the group's first release."""
+    pairs = (only,) if only is not None else _where(name)[0]
     known, renames = _known_and_renamed(name)
     given = frozenset(keys)
     groups: dict[tuple[Any, ...], list[ToolVersion]] = {}
@@ -140,7 +153,9 @@ def _alike(name: str, keys: tuple[Any, ...], pairs: tuple[ToolVersion, ...]) -> 
             else:
                 sig.append((3, frozenset(present)))
         groups.setdefault(tuple(sig), []).append(pair)
-    return tuple(tuple(g) for g in groups.values())
+    parts = [(min(_POS[p] for p in g), max(_POS[p] for p in g), tuple(g),
+              sum(1 << _POS[p] for p in g), *_plan(name, keys, g[0])) for g in groups.values()]
+    return tuple(sorted(parts, key=lambda part: part[0]))
 
 
 def _old_parser(pair: ToolVersion) -> bool:
@@ -169,49 +184,71 @@ def _empty(name: str, args: Any, pairs: list[ToolVersion], compat: Compat | None
                     compat.label if compat else summarize(bad))]
 
 
-def _check_in(name: str, spec: CoreSpec, args: Mapping[str, Any], pair: ToolVersion,
-              typed: dict[tuple[str, int], list[Rec]]) -> list[Rec]:
-    """Problems of ``args`` in one release. ``typed``: what was found so far for an argument
-    and a schema, or an argument and a release's argument set (the same in every release
-    that declares them alike)."""
-    recs: list[Rec] = []
+def _plan(name: str, keys: tuple[Any, ...], pair: ToolVersion) -> tuple[tuple[Any, ...], tuple[Rec, ...]]:
+    """What :func:`_check_in` does with arguments named ``keys`` in one release: per key a
+    step ``(kind, record, schema, quantization shape, release's arguments)`` (kind 0: report
+    ``record``; 1: a declared argument, check its value (``record``: its deprecation or
+    None); 2: unknown here, ask :func:`_unknown`), and the records that follow them (the
+    required arguments not given)."""
+    spec = variant_in(name, pair)
+    assert spec is not None
     present = spec.args_in(pair)
     known, renames = _known_and_renamed(name)
-    for key, value in args.items():
+    steps: list[tuple[Any, ...]] = []
+    for key in keys:
         if not isinstance(key, str):
-            recs.append(Rec((key,), "type", f"argument names must be strings, got {key!r}"))
+            steps.append((0, Rec((key,), "type", f"argument names must be strings, got {key!r}"),
+                          None, None, None))
             continue
         path = (key,)
         if key in present:
             dep = spec.deprecation_in(key, pair)
-            if dep is not None:
-                recs.append(Rec(path, "deprecated", dep.message))
-            schema = present[key].schema
-            found = typed.get((key, id(schema)))
-            if found is None:
-                found = typed[(key, id(schema))] = type_problems(value, schema, path)
-            recs += found
-            if key in spec.quant and value is not None:
-                recs += check_quant(spec.quant[key], value, pair, path)
+            steps.append((1, None if dep is None else Rec(path, "deprecated", dep.message),
+                          present[key].schema, spec.quant.get(key), None))
             continue
         rename = next((r for r in renames if r.old == key and r.new in present), None)
         if rename is not None:
-            recs.append(Rec(path, "renamed_arg", f"{name} has no argument {key}: it is called "
-                            f"{rename.new}" + (f" ({rename.note})" if rename.note else "")
-                            + "; SparseML ignores the old name, llm-compressor 0.7+ refuses it",
-                            f"write {rename.new}"))
+            steps.append((0, Rec(path, "renamed_arg", f"{name} has no argument {key}: it is called "
+                                 f"{rename.new}" + (f" ({rename.note})" if rename.note else "")
+                                 + "; SparseML ignores the old name, llm-compressor 0.7+ refuses it",
+                                 f"write {rename.new}"), None, None, None))
         elif key in known:
-            recs.append(_absent(name, key, pair))
+            steps.append((0, _absent(name, key, pair), None, None, None))
         else:
+            steps.append((2, None, None, None, present))
+    tail = tuple(Rec((), "missing_required", f"{name} requires {req}", f"give {req}", subject=req)
+                 for req in spec.required_in(pair) if req not in keys)
+    return tuple(steps), tail
+
+
+def _check_in(name: str, args: Mapping[Any, Any], steps: tuple[tuple[Any, ...], ...],
+              tail: tuple[Rec, ...], pair: ToolVersion, typed: dict[tuple[Any, int], list[Rec]]) -> list[Rec]:
+    """Problems of ``args`` in one release, following :func:`_plan`'s ``steps`` and ``tail``
+    (made for the same keys, in the same order). ``typed``: what was found so far for an
+    argument and a schema, or an argument and a release's argument set (the same in every
+    release that declares them alike)."""
+    recs: list[Rec] = []
+    for (key, value), (kind, rec, schema, shape, present) in zip(args.items(), steps, strict=True):
+        if kind == 1:
+            if rec is not None:
+                recs.append(rec)
+            found = typed.get((key, id(schema)))
+            if found is None:
+                found = typed[(key, id(schema))] = type_problems(value, schema, (key,))
+            if found:
+                recs += found
+            if shape is not None and value is not None:
+                recs += check_quant(shape, value, pair, (key,))
+        elif kind == 2:
             # the same answer in every release that takes the same arguments
-            found_unknown = typed.get((key, id(present)))
-            if found_unknown is None:
-                found_unknown = typed[(key, id(present))] = [_unknown(name, key, value, present)]
-            recs += found_unknown
-    for req in spec.required_in(pair):
-        if req not in args:
-            recs.append(Rec((), "missing_required", f"{name} requires {req}", f"give {req}",
-                            subject=req))
+            found = typed.get((key, id(present)))
+            if found is None:
+                found = typed[(key, id(present))] = [_unknown(name, key, value, present)]
+            recs += found
+        else:
+            recs.append(rec)
+    if tail:
+        recs += tail
     return recs
 
 
@@ -285,38 +322,69 @@ _VERSIONED = frozenset({"removed_arg", "not_in_version", "renamed_arg", "preset"
                         "missing_required", "deprecated"})
 
 
-def _merge(per: Mapping[ToolVersion, list[Rec]], pairs: list[ToolVersion],
+def _merge(parts: Sequence[tuple[int, int, tuple[ToolVersion, ...], int, list[Rec]]],
            compat: Compat | None) -> list[Problem]:
-    """One Problem per place. Without compat, a place is judged over the releases that
-    accept every enclosing key: error where all of them reject it, else a warning."""
-    slots: dict[tuple[Any, ...], dict[ToolVersion, Rec]] = {}
-    for pair in pairs:
-        for rec in per[pair]:
-            slots.setdefault((rec.path, rec.subject), {}).setdefault(pair, rec)
-    order = {p: i for i, p in enumerate(pairs)}
-    flagged = {p: {r.path for r in per[p] if r.path} for p in pairs}  # places a release rejects
+    """One Problem per place. ``parts``: groups of releases that found the same records (see
+    :func:`_alike`), with those records. Without compat, a place is judged over the releases
+    that accept every enclosing key: error where all of them reject it, else a warning.
+
+    Works group by group: the answer is the one of judging each release on its own (places
+    in the order the releases, oldest first, find them; the newest release's record speaks
+    for a place)."""
+    firsts: list[dict[tuple[Any, ...], Rec]] = []  # per part: place -> its first record
+    slots: dict[tuple[Any, ...], None] = {}
+    for part in parts:
+        first: dict[tuple[Any, ...], Rec] = {}
+        for rec in part[4]:
+            slot = (rec.path, rec.subject)
+            if slot not in first:
+                first[slot] = rec
+        firsts.append(first)
+        slots.update(dict.fromkeys(first))
+    flagged: list[set[tuple[Any, ...]]] | None = None  # per part: places its releases reject
+    everywhere = len(parts)
     out: list[Problem] = []
-    for (path, _), found in slots.items():
-        newest = found[max(found, key=order.__getitem__)]
+    for slot in slots:
+        path = slot[0]
+        having = [i for i, first in enumerate(firsts) if slot in first]
+        newest = firsts[having[-1] if len(having) == 1 else max(having, key=lambda i: parts[i][1])][slot]
         if compat is not None:
             sev = "warning" if newest.kind == "deprecated" else "error"
             msg = newest.message + (f" in {compat.label}" if newest.kind in _VERSIONED else "")
             out.append(Problem(path, sev, newest.kind, msg, newest.hint, compat.label))
             continue
-        relevant = [p for p in pairs
-                    if not any(path[:k] in flagged[p] for k in range(1, len(path)))]
-        if set(relevant) <= set(found) and newest.kind != "deprecated":
+        if len(path) <= 1:
+            relevant = range(everywhere)
+        else:
+            if flagged is None:
+                flagged = [{r.path for r in first.values() if r.path} for first in firsts]
+            relevant = [i for i, rejects in enumerate(flagged)
+                        if not any(path[:k] in rejects for k in range(1, len(path)))]
+        if newest.kind != "deprecated" and (len(having) == everywhere
+                                            or all(slot in firsts[i] for i in relevant)):
+            mask = 0
+            for i in relevant:
+                mask |= parts[i][3]
             out.append(Problem(path, "error", newest.kind, newest.message, newest.hint,
-                               summarize(relevant)))
+                               _summarize_mask(mask)))
             continue
-        by_kind: dict[str, list[ToolVersion]] = {}
-        for pair, rec in found.items():
-            by_kind.setdefault(rec.kind, []).append(pair)
+        by_kind: dict[str, list[int]] = {}
+        for i in having:
+            by_kind.setdefault(firsts[i][slot].kind, []).append(i)
         for kind, where in by_kind.items():
-            rec = found[max(where, key=order.__getitem__)]
-            out.append(Problem(path, "warning", kind, f"{rec.message} in {summarize(where)}",
-                               rec.hint, summarize(where)))
+            rec = firsts[max(where, key=lambda i: parts[i][1])][slot]
+            mask = 0
+            for i in where:
+                mask |= parts[i][3]
+            words = _summarize_mask(mask)
+            out.append(Problem(path, "warning", kind, f"{rec.message} in {words}", rec.hint, words))
     return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _summarize_mask(mask: int) -> str:
+    """:func:`summarize` of the releases whose positions are the bits of ``mask``."""
+    return summarize([p for p, i in _POS.items() if mask >> i & 1])
 
 
 class _NoSpec:

@@ -91,6 +91,10 @@ class Translation:
 #: CoreSpec.args_in's answers: (id of a declaration, release) -> arguments. The declarations
 #: live as long as the process (:func:`_all` is cached), so their ids stay theirs.
 _ARGS_IN: dict[tuple[int, ToolVersion], dict[str, Arg]] = {}
+#: CoreSpec.required_in's and deprecation_in's answers, by (id, release), each stored with
+#: the declaration it is about (so that a reused id is told apart).
+_REQUIRED_IN: dict[tuple[int, ToolVersion], tuple[Any, tuple[str, ...]]] = {}
+_DEPRECATED_IN: dict[tuple[int, ToolVersion], tuple[Any, dict[str, Deprecation]]] = {}
 
 
 @dataclass(frozen=True)
@@ -150,15 +154,26 @@ class CoreSpec:
         return found
 
     def required_in(self, pair: ToolVersion) -> list[str]:
-        tool, version = pair
-        return [n for n, t in self.required.items() if tool in t and in_range(t[tool], version)]
+        found = _REQUIRED_IN.get((id(self), pair))
+        if found is None or found[0] is not self:
+            tool, version = pair
+            found = _REQUIRED_IN[(id(self), pair)] = (self, tuple(
+                n for n, t in self.required.items() if tool in t and in_range(t[tool], version)))
+        return list(found[1])
 
     def deprecation_in(self, name: str, pair: ToolVersion) -> Deprecation | None:
-        tool, version = pair
-        for d in self.deprecated:
-            if d.arg == name and tool in d.tools and in_range(d.tools[tool], version):
-                return d
-        return None
+        return self.deprecations_in(pair).get(name)
+
+    def deprecations_in(self, pair: ToolVersion) -> Mapping[str, Deprecation]:
+        """Argument -> its deprecation in a release (do not modify)."""
+        found = _DEPRECATED_IN.get((id(self), pair))
+        if found is None or found[0] is not self:
+            tool, version = pair
+            found = _DEPRECATED_IN[(id(self), pair)] = (self, {})
+            for d in self.deprecated:  # the first declaration of an argument speaks for it
+                if tool in d.tools and in_range(d.tools[tool], version):
+                    found[1].setdefault(d.arg, d)
+        return found[1]
 
 
 def declare(

@@ -21,12 +21,12 @@ from typing import Any
 from .. import codes
 from ..codes import Code
 from ..diagnostics import Diagnostic, Severity, Span
-from ..frozen import FrozenDict, thaw
+from ..frozen import FrozenDict
 from ..recipe import Modifier, Recipe
 from ..variables import did_you_mean
 from .arg_check import Problem, check_modifier
 from .catalogue import variant_in
-from .pattern_checks import arg_strings, pattern_findings, pattern_items
+from .pattern_checks import arg_items, pattern_findings
 from .reader import STAGE_KEYS, _group_key, _stage_key
 from .versions import Compat, newest, summarize, versions_where
 
@@ -57,6 +57,14 @@ class _Checker:
         self.doc = recipe.document
         self.out: list[Diagnostic] = []
         self.lines: list[str] | None = None  # the YAML text's lines, read when first needed
+        self._strings: list[list[tuple[tuple[Any, ...], str, bool, bool]]] | None = None
+
+    def strings(self) -> list[list[tuple[tuple[Any, ...], str, bool, bool]]]:
+        """Per modifier, every string of its arguments (:func:`arg_items`), walked once for
+        :meth:`evals` and :meth:`patterns`."""
+        if self._strings is None:
+            self._strings = [arg_items(m.raw_args) for m in self.recipe.modifiers]
+        return self._strings
 
     def span(self, path: tuple[Any, ...], key: bool = False) -> Span:
         loc = self.doc.loc(path) if self.doc is not None else None
@@ -69,11 +77,13 @@ class _Checker:
         return (loc.key_span or loc.span) if key else loc.span
 
     def add(self, code: Code, message: str, hint: str, span: Span, severity: Severity | None = None) -> None:
-        self.out.append(code(message, hint, span, severity).in_file(self.recipe.path))
+        # what ``code(message, hint, span, severity).in_file(path)`` gives, built once
+        self.out.append(Diagnostic(code.id, severity or code.severity, message, hint, self.recipe.path,
+                                   span.line, span.column, span.end_line, span.end_column))
 
     # -- modifiers ----------------------------------------------------------------------------
     def modifier(self, m: Modifier) -> None:
-        for p in check_modifier(m.type, thaw(m.raw_args), self.compat):
+        for p in check_modifier(m.type, m.raw_args, self.compat):
             self.problem(m, p)
 
     def problem(self, m: Modifier, p: Problem) -> None:
@@ -159,9 +169,9 @@ class _Checker:
 
     # -- eval() and ordering ----------------------------------------------------------------------
     def evals(self) -> None:
-        for m in self.recipe.modifiers:
-            for keys, text in arg_strings(m.raw_args):
-                if not _EVAL.search(text):
+        for m, items in zip(self.recipe.modifiers, self.strings(), strict=True):
+            for keys, text, _, _ in items:
+                if "eval(" not in text or not _EVAL.search(text):
                     continue
                 span = self.span(m.args_path + keys)
                 inner = text[text.index("eval(") + 5:]
@@ -188,8 +198,15 @@ class _Checker:
 
 
     def patterns(self) -> None:
-        for m in self.recipe.modifiers:
-            for keys, text, from_root in pattern_items(m.raw_args):
+        # How a string was quoted matters only for a double-quoted scalar with a backslash
+        # (:meth:`written`); with no backslash in the text, a string that has no finding
+        # whatever its style needs no position.
+        source = self.recipe.source
+        unquoted = source is None or "\\" not in source.yaml_text
+        for m, items in zip(self.recipe.modifiers, self.strings(), strict=True):
+            for keys, text, target, from_root in items:
+                if not target or (unquoted and not pattern_findings(text, None, None, from_root)):
+                    continue
                 path = m.args_path + keys
                 loc = self.doc.loc(path) if self.doc is not None else None
                 style = loc.style if loc is not None else None

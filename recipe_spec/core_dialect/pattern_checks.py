@@ -40,7 +40,8 @@ from .. import codes
 from ..codes import Code
 from ..diagnostics import Severity
 
-__all__ = ["PatternFinding", "pattern_findings", "pattern_items", "arg_strings", "PATTERN_KEYS"]
+__all__ = ["PatternFinding", "pattern_findings", "pattern_items", "arg_strings", "arg_items",
+           "PATTERN_KEYS"]
 
 #: Arguments (at any depth: ``config_groups.<group>.targets``, SmoothQuant's nested
 #: ``mappings``, AWQ's ``smooth_layer``/``balance_layers``) whose strings are module targets.
@@ -99,6 +100,40 @@ def pattern_items(args: Any) -> Iterator[tuple[tuple[Any, ...], str, bool]]:
         named = [k for k in keys if isinstance(k, str)]
         if any(k in PATTERN_KEYS for k in named) or (len(keys) >= 2 and keys[0] == "scheme"):
             yield keys, text, not any(k in _RELATIVE_KEYS for k in named)
+
+
+def arg_items(args: Any) -> list[tuple[tuple[Any, ...], str, bool, bool]]:
+    """In one walk, ``(keys, string, target-like, matched from the model's root)`` for every
+    string of a modifier's arguments: what :func:`arg_strings` yields, each string marked as
+    :func:`pattern_items` would take it (and with its third element)."""
+    out: list[tuple[tuple[Any, ...], str, bool, bool]] = []
+    if isinstance(args, Mapping):
+        for k, v in args.items():
+            named = isinstance(k, str)
+            pattern = named and k in PATTERN_KEYS
+            relative = named and k in _RELATIVE_KEYS
+            if isinstance(v, str):
+                out.append(((k,), v, pattern, not relative))
+            else:  # strings below ``scheme`` are a preset's targets
+                _walk(v, (k,), pattern or k == "scheme", relative, out)
+    else:
+        _walk(args, (), False, False, out)
+    return out
+
+
+def _walk(value: Any, keys: tuple[Any, ...], pattern: bool, relative: bool,
+          out: list[tuple[tuple[Any, ...], str, bool, bool]]) -> None:
+    if isinstance(value, str):
+        out.append((keys, value, pattern, not relative))
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            if isinstance(k, str):
+                _walk(v, keys + (k,), pattern or k in PATTERN_KEYS, relative or k in _RELATIVE_KEYS, out)
+            else:
+                _walk(v, keys + (k,), pattern, relative, out)
+    elif isinstance(value, tuple):
+        for i, v in enumerate(value):
+            _walk(v, keys + (i,), pattern, relative, out)
 
 
 def _quoted(text: str) -> str:

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..frozen import thaw
 from .versions import ToolVersion, Version, in_range
 
 __all__ = [
@@ -203,60 +204,122 @@ def _same(a: Any, b: Any, ci: bool) -> bool:
     return type(a) is type(b) and a == b
 
 
+#: id(schema) -> (schema, its parts as :func:`type_problems` reads them); the schema is kept
+#: so that its id stays its own. Schemas are the catalogue's constants, so this stays small.
+_SHAPES: dict[int, tuple[Mapping[str, Any], tuple[Any, ...]]] = {}
+
+
+def _shape(schema: Mapping[str, Any]) -> tuple[Any, ...]:
+    """``(enum, ci, type names, Python types, whether a bool passes, minimum?, maximum?,
+    pattern?, items)`` of a schema fragment; the type parts are None without ``type``."""
+    found = _SHAPES.get(id(schema))
+    if found is not None and found[0] is schema:
+        return found[1]
+    types = schema.get("type")
+    names = py = ok_bool = None
+    if types is not None:
+        names = [types] if isinstance(types, str) else list(types)
+        py = tuple(t for n in names for t in _PY_TYPES[n]) if all(n in _PY_TYPES for n in names) else None
+        ok_bool = "boolean" in names
+    enum = schema.get("enum")
+    shape = (None if enum is None else tuple(enum), bool(schema.get("ci")), names, py, ok_bool,
+             "minimum" in schema, "maximum" in schema, "pattern" in schema, schema.get("items"))
+    if len(_SHAPES) > 4096:
+        _SHAPES.clear()
+    _SHAPES[id(schema)] = (schema, shape)
+    return shape
+
+
 def type_problems(value: Any, schema: Mapping[str, Any], path: tuple[Any, ...]) -> list[Rec]:
     """Problems of ``value`` against a schema fragment (``type``, ``enum`` with ``ci`` for
-    case-insensitive strings, ``items``, ``minimum``/``maximum``, ``pattern``)."""
-    if isinstance(value, str) and value.strip().startswith("eval("):
+    case-insensitive strings, ``items``, ``minimum``/``maximum``, ``pattern``). Values may be
+    frozen (tuples, FrozenDict): messages show them as the plain list/dict they stand for."""
+    is_str = isinstance(value, str)
+    if is_str and "eval(" in value and value.strip().startswith("eval("):
         return []
-    enum = schema.get("enum")
+    enum, ci, names, py, ok_bool, has_min, has_max, has_pattern, items = _shape(schema)
     if enum is not None:
-        if any(_same(value, e, bool(schema.get("ci"))) for e in enum):
-            return []
+        for e in enum:
+            if _same(value, e, ci):
+                return []
         shown = ", ".join(repr(e) for e in enum if e is not None)
-        if isinstance(value, str):
+        if is_str:
             words = [e for e in enum if isinstance(e, str)]
             close = difflib.get_close_matches(value.lower(), words, n=1, cutoff=0.5)
             return [Rec(path, "enum", f"{value!r} is not one of {shown}",
                         f"did you mean {close[0]!r}?" if close else f"write one of {shown}")]
-        return [Rec(path, "type", f"{value!r} is not one of {shown}", f"write one of {shown}")]
-    types = schema.get("type")
-    if types is not None:
-        names = [types] if isinstance(types, str) else list(types)
-        if not any(_is(value, t) for t in names):
-            return [Rec(path, "type", f"expected {' or '.join(names)}, got "
-                        f"{type(value).__name__} {value!r}")]
+        return [Rec(path, "type", f"{thaw(value)!r} is not one of {shown}", f"write one of {shown}")]
+    if names is not None:
+        if py is None:
+            ok = any(_is(value, t) for t in names)
+        elif isinstance(value, bool):
+            ok = ok_bool
+        else:
+            ok = isinstance(value, py)
+        if not ok:
+            return [_type_rec(path, names, value)]
     out: list[Rec] = []
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if "minimum" in schema and value < schema["minimum"]:
+    if (has_min or has_max) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if has_min and value < schema["minimum"]:
             out.append(Rec(path, "type", f"{value} is below the minimum {schema['minimum']}"))
-        if "maximum" in schema and value > schema["maximum"]:
+        if has_max and value > schema["maximum"]:
             out.append(Rec(path, "type", f"{value} is above the maximum {schema['maximum']}"))
-    if isinstance(value, str) and "pattern" in schema and not re.search(schema["pattern"], value):
+    if is_str and has_pattern and not re.search(schema["pattern"], value):
         out.append(Rec(path, "type", f"{value!r} does not match {schema['pattern']}"))
-    if isinstance(value, (list, tuple)) and "items" in schema:
-        for i, item in enumerate(value):
-            out += type_problems(item, schema["items"], (*path, i))
+    if items is not None and isinstance(value, (list, tuple)):
+        i_enum, _, i_names, i_py, i_bool, i_min, i_max, i_pattern, i_items = _shape(items)
+        if i_enum is None and i_py is not None and not (i_min or i_max or i_pattern or i_items is not None):
+            for i, item in enumerate(value):  # the common case: items of one plain type
+                if isinstance(item, bool):
+                    if i_bool:
+                        continue
+                elif isinstance(item, i_py) or (isinstance(item, str) and "eval(" in item
+                                                and item.strip().startswith("eval(")):
+                    continue
+                out.append(_type_rec((*path, i), i_names, item))
+        else:
+            for i, item in enumerate(value):
+                out += type_problems(item, items, (*path, i))
     return out
+
+
+def _type_rec(path: tuple[Any, ...], names: list[str], value: Any) -> Rec:
+    value = thaw(value)
+    return Rec(path, "type", f"expected {' or '.join(names)}, got {type(value).__name__} {value!r}")
+
+
+#: (id of a field tuple, release) -> what :func:`_check_fields` needs of it there.
+_FIELDS_OF: dict[tuple[int, ToolVersion], tuple[Any, ...]] = {}
+
+
+def _fields_of(fields: tuple[QuantField, ...], pair: ToolVersion) -> tuple[Any, ...]:
+    """``({name: (field, its schema)} in the release, every declared name, the names of the
+    other structure's fields)`` for :data:`ARGS_FIELDS` or :data:`SCHEME_FIELDS`."""
+    found = _FIELDS_OF.get((id(fields), pair))
+    if found is None or found[0] is not fields:
+        other = ARGS_FIELDS if fields is SCHEME_FIELDS else SCHEME_FIELDS
+        found = _FIELDS_OF[(id(fields), pair)] = (fields, (
+            {n: (f, field_schema(f, pair)) for n, f in fields_in(fields, pair).items()},
+            frozenset(f.name for f in fields), frozenset(f.name for f in other)))
+    return found[1]
 
 
 def _check_fields(value: Any, fields: tuple[QuantField, ...], pair: ToolVersion,
                   path: tuple[Any, ...], what: str, *, need_targets: bool = False) -> list[Rec]:
     if not isinstance(value, Mapping):
-        return [Rec(path, "type", f"{what} must be a mapping, got {type(value).__name__}")]
-    present = fields_in(fields, pair)
-    declared = {f.name for f in fields}
-    other = ARGS_FIELDS if fields is SCHEME_FIELDS else SCHEME_FIELDS
+        return [Rec(path, "type", f"{what} must be a mapping, got {type(thaw(value)).__name__}")]
+    present, declared, other_names = _fields_of(fields, pair)
     out: list[Rec] = []
     for key, item in value.items():
         sub = (*path, key)
         if key in present:
-            field = present[key]
-            out += type_problems(item, field_schema(field, pair), sub)
+            field, schema = present[key]
+            out += type_problems(item, schema, sub)
             if field.nested == "args" and isinstance(item, Mapping):
                 out += _check_fields(item, ARGS_FIELDS, pair, sub, "QuantizationArgs")
         elif key in declared:
             out.append(Rec(sub, "not_in_version", f"{what} has no field {key}"))
-        elif key in {f.name for f in other}:
+        elif key in other_names:
             where = ("weights: (or input_activations:/output_activations:)"
                      if fields is SCHEME_FIELDS else "the group, next to weights:")
             out.append(Rec(sub, "misplaced", f"{key} is not a field of {what}",
@@ -286,6 +349,9 @@ def _check_preset(name: Any, pair: ToolVersion, path: tuple[Any, ...]) -> list[R
     return []
 
 
+_PRESET_TARGETS: Mapping[str, Any] = {"type": ["string", "array"], "items": {"type": "string"}}
+
+
 def check_quant(shape: str, value: Any, pair: ToolVersion, path: tuple[Any, ...]) -> list[Rec]:
     """Problems of a quantization structure: ``shape`` is ``"groups"`` (config_groups),
     ``"scheme"`` (preset or ``{PRESET: targets}``) or ``"args"`` (QuantizationArgs)."""
@@ -305,8 +371,7 @@ def check_quant(shape: str, value: Any, pair: ToolVersion, path: tuple[Any, ...]
                 out += _check_fields(targets, SCHEME_FIELDS, pair, sub, "QuantizationScheme")
                 continue
             out += _check_preset(key, pair, sub)
-            out += type_problems(targets, {"type": ["string", "array"],
-                                           "items": {"type": "string"}}, sub)
+            out += type_problems(targets, _PRESET_TARGETS, sub)
         return out
     if not isinstance(value, Mapping):
         return []
