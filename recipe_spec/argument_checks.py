@@ -3,7 +3,9 @@
 :func:`_schema_findings` answers "valid" from the compiled pre-check
 (:mod:`recipe_spec.schema_fast`) for almost every modifier and runs jsonschema only for the
 exact messages when something is off; :func:`_numbers_ok` decides without building paths
-whether :func:`_bad_numbers` would find anything. Used by :mod:`recipe_spec.validation`.
+whether :func:`_bad_numbers` would find anything; :func:`_pattern_verdict` whether a ``re:``
+selector compiles; :func:`_fact` and :func:`_exact_params` what the rules read of the
+arguments. Used by :mod:`recipe_spec.validation`.
 """
 
 from __future__ import annotations
@@ -87,16 +89,43 @@ def _deprecated(name: str) -> dict[Any, str]:
     return {k: s.get("description", "") for k, s in props.items() if s and s.get("deprecated")}
 
 
-def _schema_findings(m: Modifier) -> Iterator[Finding]:
-    schema = modifier_schema(m.type)
-    deprecated = _deprecated(m.type)
+@functools.cache
+def _prechecks(name: str) -> tuple[Callable[[Any], bool] | None, dict[Any, str], Callable[[Any], bool] | None]:
+    """The compiled pre-check of modifier ``name``, its deprecated arguments, and the
+    pre-check that also requires every number to be usable (see :func:`_args_ok`)."""
+    return _check_of(name), _deprecated(name), compiled_check(modifier_schema(name), (_value_ok, _INT_LIMIT))
+
+
+def _args_ok(m: Modifier) -> bool:
+    """True when ``m``'s arguments pass the compiled pre-check and :func:`_numbers_ok`, in
+    one pass (False: either may fail). ``m.type`` must name a known modifier."""
+    fused = _prechecks(m.type)[2]
+    return fused is not None and fused(m.args)
+
+
+def _schema_ok(m: Modifier) -> bool:
+    """True when :func:`_schema_findings` would find nothing, decided by the compiled
+    pre-check alone (False: it may find something)."""
+    check, deprecated, _ = _prechecks(m.type)
+    args = m.args
+    return check is not None and (not deprecated or deprecated.keys().isdisjoint(args.keys())) and check(args)
+
+
+def _deprecated_findings(m: Modifier) -> Iterator[Finding]:
+    """M007 for each deprecated argument of ``m``."""
+    deprecated = _prechecks(m.type)[1]
     if deprecated:
         for key in m.args:
             if key in deprecated:
                 yield Finding(
                     codes.M007, f"'{key}' is deprecated in {m.type}", deprecated[key], m, (key,), on_key=True,
                 )
-    check = _check_of(m.type)
+
+
+def _schema_findings(m: Modifier) -> Iterator[Finding]:
+    schema = modifier_schema(m.type)
+    yield from _deprecated_findings(m)
+    check = _prechecks(m.type)[0]
     if check is not None and check(m.args):
         return
     instance = _jsonable(m.args)
@@ -186,8 +215,84 @@ def _bad_numbers(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple
             yield from _bad_numbers(v, path + (i,))
 
 
+_INT_LIMIT = 2**FLOAT_INT_BITS  # int.bit_length() > FLOAT_INT_BITS: not _INT_FLOOR < it < _INT_LIMIT
+_INT_FLOOR = -_INT_LIMIT
+
+
+def _num(value: Any) -> float | None:
+    """``value`` as a float when it is a number a schedule can use (finite, not a boolean)."""
+    c = value.__class__
+    if c is float:
+        return value if value - value == 0.0 else None  # inf - inf and nan - nan are nan
+    if c is int:
+        return float(value) if _INT_FLOOR < value < _INT_LIMIT else None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or (
+        isinstance(value, int) and value.bit_length() > FLOAT_INT_BITS  # reported by _number_findings
+    ):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
 def _numbers_ok(value: Any) -> bool:
     """Whether ``_bad_numbers(value)`` finds nothing (decided without building paths)."""
+    if value.__class__ is not FrozenDict:
+        return _value_ok(value)
+    data = value._data
+    try:
+        "".join(data)  # every key is text (the usual case)
+    except TypeError:
+        for k in data:
+            if k.__class__ is not str and not _value_ok(k):
+                return False
+    for v in data.values():  # the arguments of a modifier: mostly text, numbers and lists
+        c = v.__class__
+        if c is str or c is bool or v is None:
+            continue
+        if c is float:
+            if v - v != 0.0:  # inf - inf and nan - nan are nan
+                return False
+        elif c is int:
+            if not _INT_FLOOR < v < _INT_LIMIT:
+                return False
+        elif c is tuple:
+            if v and v[0].__class__ is str:
+                try:
+                    "".join(v)  # only text: no number
+                    continue
+                except TypeError:
+                    pass
+            for x in v:
+                c = x.__class__
+                if c is str:
+                    continue
+                if c is int:
+                    if not _INT_FLOOR < x < _INT_LIMIT:
+                        return False
+                elif not _value_ok(x):
+                    return False
+        elif not _value_ok(v):
+            return False
+    return True
+
+
+def _value_ok(value: Any) -> bool:
+    """Whether ``_bad_numbers(value)`` finds nothing, for any value."""
+    c = value.__class__
+    if c is float:
+        return bool(value - value == 0.0)
+    if c is str:
+        return True
+    if c is tuple:  # a list of text and plain numbers without a walk; anything else: the walk
+        for x in value:
+            c = x.__class__
+            if c is str or c is bool:
+                continue
+            if c is float and x - x == 0.0 or c is int and _INT_FLOOR < x < _INT_LIMIT:
+                continue
+            break
+        else:
+            return True
     isfinite = math.isfinite
     stack = [value]
     pop, extend = stack.pop, stack.extend
@@ -220,3 +325,73 @@ def _number_findings(m: Modifier) -> list[Finding]:
         out.append(Finding(codes.M005, f"{where} {what}", "Write a finite number, or -1 for 'never'."
                            if path and path[-1] == "end_epoch" else "Write a finite number.", m, path))
     return out
+
+
+# -- selector patterns ---------------------------------------------------------------------
+#: ``re:`` selector -> None when it compiles, else (message, hint); selectors repeat across
+#: files, and compiling one for the linear-time matcher costs far more than a lookup.
+_PATTERN_VERDICTS: dict[str, tuple[str, str] | None] = {}
+_PATTERN_CACHE_SIZE = 4096
+_PATTERN_CACHE_LENGTH = 1024
+
+
+def _pattern_verdict(selector: str) -> tuple[str, str] | None:
+    verdict = _PATTERN_VERDICTS.get(selector, False)
+    if verdict is not False:
+        return verdict  # type: ignore[return-value]
+    from .params import PatternError, compile_selectors
+
+    try:
+        compile_selectors([selector])
+        verdict = None
+    except PatternError as exc:
+        verdict = (exc.message, exc.hint)
+    if len(selector) <= _PATTERN_CACHE_LENGTH:
+        if len(_PATTERN_VERDICTS) >= _PATTERN_CACHE_SIZE:
+            _PATTERN_VERDICTS.clear()
+        _PATTERN_VERDICTS[selector] = verdict
+    return verdict
+
+
+# -- what the rules of recipe_spec.validation read of the arguments ------------------------
+#: What the rules read of one modifier, computed once per modifier and validation:
+#: (start_epoch, end_epoch as numbers or None, start_epoch with -1 when absent, the epoch
+#: window of :func:`recipe_spec.validation._range`, the modifier's declaration).
+_Fact = tuple[float | None, float | None, float | None, tuple[float, float] | None, Any]
+
+
+def _fact(m: Modifier, declaration: Callable[[str], Any]) -> _Fact:
+    args: Mapping[Any, Any] = m.args._data if m.args.__class__ is FrozenDict else m.args
+    start, end = args.get("start_epoch"), args.get("end_epoch")
+    start = start if start.__class__ is float and start - start == 0.0 else _num(start)
+    end = end if end.__class__ is float and end - end == 0.0 else _num(end)
+    s = start if start is not None else -1.0 if "start_epoch" not in args else None  # absent: -1
+    e = end if end is not None else -1.0 if "end_epoch" not in args else None
+    window = None if s is None or e is None else (max(s, 0.0) if s != -1 else 0.0, math.inf if e == -1 else e)
+    return start, end, s, window, declaration(m.type)
+
+
+_ALL_TOKENS = ("__ALL__", "__ALL_PRUNABLE__")
+
+
+def _exact_params(m: Modifier) -> list[tuple[int | None, str]]:
+    params = m.args.get("params")
+    items = enumerate(params) if isinstance(params, tuple) else ((None, params),)
+    if _plain_names(params):
+        return list(items)  # the usual case: names only, no pattern nor token
+    out = []
+    for i, p in items:  # (only a text starting with "__" reads "__ALL__" once upper-cased)
+        if isinstance(p, str) and not p.startswith("re:") and (not p.startswith("__") or p.upper() not in _ALL_TOKENS):
+            out.append((i, p))
+    return out
+
+
+def _plain_names(params: Any) -> bool:
+    """True when ``params`` is a list of texts none of which holds ``re:`` or ``__``."""
+    if params.__class__ is not tuple:
+        return False
+    try:
+        text = "\n".join(params)
+    except TypeError:
+        return False
+    return "re:" not in text and "__" not in text

@@ -16,17 +16,27 @@ from typing import Any
 from . import codes
 from .argument_checks import (  # noqa: F401  (_jsonable: the JSON form, for tests and tools)
     FLOAT_INT_BITS,
+    _args_ok,
     _bad_numbers,
+    _deprecated_findings,
+    _exact_params,
+    _Fact,
+    _fact,
     _jsonable,
+    _num,
     _number_findings,
     _numbers_ok,
+    _pattern_verdict,
+    _plain_names,
     _schema_findings,
+    _schema_ok,
 )
 from .codes import Code
 from .diagnostics import Diagnostic
 from .findings import Finding
+from .frozen import FrozenDict
 from .loader import RecipeInput, check
-from .modifiers import emits_of, pruning_names, schedule_of, spec
+from .modifiers import all_specs, spec
 from .recipe import Modifier, Recipe
 from .schedule.events import MAX_EVENTS
 from .schema_store import modifier_names
@@ -49,21 +59,18 @@ _NM = re.compile(r"^(\d+):(\d+)$")
 
 
 # -- rules beyond the schema (schema and number checks: recipe_spec.argument_checks) -------
-def _num(value: Any) -> float | None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return None
-    if isinstance(value, int) and value.bit_length() > FLOAT_INT_BITS:
-        return None  # reported by _number_findings
-    number = float(value)
-    return number if math.isfinite(number) else None
-
-
 def _range(m: Modifier) -> tuple[float, float] | None:
-    start = _num(m.args.get("start_epoch", -1))
-    end = _num(m.args.get("end_epoch", -1))
-    if start is None or end is None:
-        return None
-    return (max(start, 0.0) if start != -1 else 0.0, math.inf if end == -1 else end)
+    return _fact(m, all_specs().get)[3]
+
+
+def _facts(recipe: Recipe) -> list[tuple[Modifier, _Fact]]:
+    """Each modifier of ``recipe`` with its :data:`_Fact` (shared by the rules of one
+    :func:`validate_recipe` call through :class:`_WithoutModifiers`)."""
+    facts = getattr(recipe, "_facts", None)
+    if facts is None:
+        declaration = all_specs().get
+        facts = [(m, _fact(m, declaration)) for m in recipe.modifiers]
+    return facts
 
 
 def _rule_keys(m: Modifier) -> set[Any]:
@@ -73,8 +80,7 @@ def _rule_keys(m: Modifier) -> set[Any]:
 
 
 def rule_end_before_start(recipe: Recipe) -> Iterator[Finding]:
-    for m in recipe.modifiers:
-        start, end = _num(m.args.get("start_epoch")), _num(m.args.get("end_epoch"))
+    for m, (start, end, _, _, _) in _facts(recipe):
         if start is None or end is None:
             continue
         if end != -1 and end < start:
@@ -110,26 +116,26 @@ def rule_nm_mask_gradual(recipe: Recipe) -> Iterator[Finding]:
                 )
 
 
-def _lr_window(m: Modifier) -> tuple[float, float] | None:
-    if schedule_of(m.type) == "set_lr":
-        start = _num(m.args.get("start_epoch", -1))
+def _lr_window(m: Modifier, fact: _Fact) -> tuple[float, float] | None:
+    declared = fact[4]
+    if declared is not None and declared.schedule == "set_lr":
+        start = fact[2]
         if start is None:
             return None
         s = 0.0 if start < 0 else start
         return (s, s)
-    return _range(m)
+    return fact[3]
 
 
 def rule_lr_overlap(recipe: Recipe) -> Iterator[Finding]:
-    lrs = [m for m in recipe.modifiers if "lr" in emits_of(m.type)]
-    for i, a in enumerate(lrs):
-        for b in lrs[i + 1:]:
+    lrs = [(m, _lr_window(m, f)) for m, f in _facts(recipe) if f[4] is not None and "lr" in f[4].emits]
+    for i, (a, wa) in enumerate(lrs):
+        for b, wb in lrs[i + 1:]:
             if a.stage != b.stage:
                 continue
             groups_a, groups_b = a.args.get("param_groups"), b.args.get("param_groups")
             if isinstance(groups_a, tuple) and isinstance(groups_b, tuple) and not set(groups_a) & set(groups_b):
                 continue
-            wa, wb = _lr_window(a), _lr_window(b)
             if wa is None or wb is None:
                 continue
             if wa[0] == wa[1] and wb[0] == wb[1]:
@@ -150,26 +156,17 @@ def rule_lr_overlap(recipe: Recipe) -> Iterator[Finding]:
                 )
 
 
-def _exact_params(m: Modifier) -> list[tuple[int | None, str]]:
-    params = m.args.get("params")
-    items = [(None, params)] if isinstance(params, str) else list(enumerate(params)) if isinstance(params, tuple) else []
-    return [
-        (i, p) for i, p in items
-        if isinstance(p, str) and not p.startswith("re:") and p.upper() not in ("__ALL__", "__ALL_PRUNABLE__")
-    ]
-
-
 def rule_double_pruning(recipe: Recipe) -> Iterator[Finding]:
-    prunes = pruning_names()
-    pruners = [m for m in recipe.modifiers if m.type in prunes]
     seen: dict[str, list[tuple[Modifier, tuple[float, float]]]] = {}  # by name, in order
-    for m in pruners:
-        window = _range(m)
-        if window is None:
+    for m, (_, _, _, window, declared) in _facts(recipe):
+        if window is None or declared is None or not declared.prunes:
             continue
-        exact = _exact_params(m)
-        for i, name in exact:
-            for other, other_window in seen.get(name, ()):
+        for i, name in _exact_params(m):
+            others = seen.get(name)
+            if others is None:
+                seen[name] = [(m, window)]
+                continue
+            for other, other_window in others:
                 if other is m or other.stage != m.stage:
                     continue
                 if max(window[0], other_window[0]) < min(window[1], other_window[1]):
@@ -181,46 +178,27 @@ def rule_double_pruning(recipe: Recipe) -> Iterator[Finding]:
                         m, ("params",) if i is None else ("params", i),
                     )
                     break
-        for _, name in exact:
-            seen.setdefault(name, []).append((m, window))
+            others.append((m, window))  # (m's own entries are skipped above)
 
 
-#: ``re:`` selector -> None when it compiles, else (message, hint); selectors repeat across
-#: files, and compiling one for the linear-time matcher costs far more than a lookup.
-_PATTERN_VERDICTS: dict[str, tuple[str, str] | None] = {}
-_PATTERN_CACHE_SIZE = 4096
-_PATTERN_CACHE_LENGTH = 1024
-
-
-def _pattern_verdict(selector: str) -> tuple[str, str] | None:
-    verdict = _PATTERN_VERDICTS.get(selector, False)
-    if verdict is not False:
-        return verdict  # type: ignore[return-value]
-    from .params import PatternError, compile_selectors
-
-    try:
-        compile_selectors([selector])
-        verdict = None
-    except PatternError as exc:
-        verdict = (exc.message, exc.hint)
-    if len(selector) <= _PATTERN_CACHE_LENGTH:
-        if len(_PATTERN_VERDICTS) >= _PATTERN_CACHE_SIZE:
-            _PATTERN_VERDICTS.clear()
-        _PATTERN_VERDICTS[selector] = verdict
-    return verdict
+_SCALARS = frozenset({float, int, str, bool, type(None), tuple})  # never a Mapping
 
 
 def rule_bad_regex(recipe: Recipe) -> Iterator[Finding]:
     from .params import selector_items
 
     for m in recipe.modifiers:
-        groups = [(("params",), m.args.get("params"))]
-        final = m.args.get("final_sparsity")
-        if isinstance(final, Mapping):
+        args: Mapping[Any, Any] = m.args._data if m.args.__class__ is FrozenDict else m.args
+        params, final = args.get("params"), args.get("final_sparsity", ())
+        mapping = final.__class__ is FrozenDict or (final.__class__ not in _SCALARS and isinstance(final, Mapping))
+        if not mapping and (params is None or _plain_names(params)):
+            continue  # no selector, or no pattern
+        groups: list[tuple[tuple[Any, ...], Any]] = [(("params",), params)]
+        if mapping:
             groups += [(("final_sparsity", k), v) for k, v in final.items()]
         for path, params in groups:
-            for index, selector in selector_items(params):
-                if not selector.startswith("re:"):
+            for index, selector in enumerate(params) if params.__class__ is tuple else selector_items(params):
+                if not (isinstance(selector, str) and selector.startswith("re:")):
                     continue
                 verdict = _pattern_verdict(selector)
                 if verdict is not None:
@@ -230,10 +208,11 @@ def rule_bad_regex(recipe: Recipe) -> Iterator[Finding]:
 
 def rule_declared(recipe: Recipe) -> Iterator[Finding]:
     """Each modifier's own rules (``ModifierSpec.rules``)."""
-    for m in recipe.modifiers:
-        declared = spec(m.type)
-        for rule in declared.rules if declared is not None else ():
-            yield from rule(m)
+    for m, fact in _facts(recipe):
+        declared = fact[4]
+        if declared is not None and declared.rules:
+            for rule in declared.rules:
+                yield from rule(m)
 
 
 def rule_update_count(recipe: Recipe) -> Iterator[Finding]:
@@ -241,11 +220,10 @@ def rule_update_count(recipe: Recipe) -> Iterator[Finding]:
     ``lr_kwargs.step_size`` for StepLR) has more than :data:`MAX_EVENTS` points between its
     start and end epochs: no run could make that many updates, and a schedule preview or a
     plan that enumerated them would never finish."""
-    for m in recipe.modifiers:
-        window = _range(m)
-        if window is None or window[1] == math.inf:
+    for m, (_, _, _, window, declared) in _facts(recipe):
+        if window is None or window[1] == math.inf or declared is None:
             continue
-        kind = schedule_of(m.type)
+        kind = declared.schedule
         if kind in ("gradual", "acdc"):
             key: tuple[Any, ...] = ("update_frequency",)
             every = _num(m.args.get("update_frequency"))
@@ -319,8 +297,10 @@ def _backend_capabilities() -> dict[str, frozenset[str]]:
 
 
 def _modifier_findings(
-    recipe: Recipe, backend: str | None, numbers_ok: Mapping[int, bool] | None = None
+    recipe: Recipe, backend: str | None, numbers_ok: Mapping[int, bool] | None = None,
+    checked: set[int] | frozenset[int] = frozenset(),
 ) -> Iterator[Finding]:
+    """``checked``: the modifiers whose arguments already passed :func:`_args_ok`."""
     known = _known_names()
     dialect_reported = False
     for m in recipe.modifiers:
@@ -340,13 +320,16 @@ def _modifier_findings(
             hint = did_you_mean(m.type, known) or "`recipe-spec schema` lists every modifier."
             yield Finding(codes.M001, f"unknown modifier '{m.type}'", hint, m)
             continue
+        if id(m) in checked:
+            yield from _deprecated_findings(m)
+            continue
         ok = numbers_ok.get(id(m)) if numbers_ok is not None else None
         numbers = [] if ok or (ok is None and _numbers_ok(m.args)) else _number_findings(m)
         if numbers:
             # The schema and the rules compute with the numbers: only these are reported.
             yield from numbers
-            continue
-        yield from _schema_findings(m)
+        elif not _schema_ok(m):
+            yield from _schema_findings(m)
     if backend is not None:
         caps = _backend_capabilities().get(backend)
         if caps is None:
@@ -385,24 +368,30 @@ def validate_recipe(recipe: Recipe, backend: str | None = None, compat: Any = No
         from .core_dialect.validate import validate_core
 
         return validate_core(recipe, backend, compat)
-    numbers_ok = {id(m): _numbers_ok(m.args) for m in recipe.modifiers}
-    findings = list(_modifier_findings(recipe, backend, numbers_ok))
+    known = _known_names()
+    checked = {id(m) for m in recipe.modifiers if m.type in known and _args_ok(m)}  # the usual case
+    numbers_ok = {id(m): id(m) in checked or _numbers_ok(m.args) for m in recipe.modifiers}
+    findings = list(_modifier_findings(recipe, backend, numbers_ok, checked))
     bad = {id(f.modifier) for f in findings if f.code.id in ("M001", "S007")}
     bad |= {key for key, ok in numbers_ok.items() if not ok}
-    checked = _WithoutModifiers(recipe, bad) if bad else recipe  # rules never see bad arguments
+    view = _WithoutModifiers(recipe, bad)  # rules never see bad arguments
     for rule in RULES:
-        findings.extend(f for f in rule(checked) if id(f.modifier) not in bad)  # type: ignore[arg-type]
+        found = rule(view)  # type: ignore[arg-type]
+        findings.extend([f for f in found if id(f.modifier) not in bad] if bad else found)
     out = [positioned(f, recipe) for f in findings]
     return sorted(out, key=lambda d: (d.line, d.column, d.code))
 
 
 class _WithoutModifiers:
     """``recipe`` as the rules see it: its modifiers without those whose arguments already
-    failed (a wrong type, a number beyond a float's range), which the rules could not read."""
+    failed (a wrong type, a number beyond a float's range), which the rules could not read;
+    ``_facts``: each with what the rules read of it, computed once for all the rules."""
 
     def __init__(self, recipe: Recipe, bad: set[int]):
         self._recipe = recipe
-        self.modifiers = [m for m in recipe.modifiers if id(m) not in bad]
+        self.modifiers = [m for m in recipe.modifiers if id(m) not in bad] if bad else recipe.modifiers
+        declaration = all_specs().get
+        self._facts = [(m, _fact(m, declaration)) for m in self.modifiers]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._recipe, name)
