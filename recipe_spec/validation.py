@@ -41,6 +41,7 @@ from .recipe import Modifier, Recipe
 from .schedule.events import MAX_EVENTS
 from .schema_store import modifier_names
 from .variables import did_you_mean
+from .yaml_locs import gc_paused
 
 __all__ = [
     "Finding", "validate", "validate_recipe", "backend_findings", "positioned", "apply_noqa", "RULES",
@@ -430,11 +431,13 @@ def validate(
     >>> [d.code for d in validate("modifiers:\\n  - !EpochRangeModifier {start_epoch: 5, end_epoch: 2}")]
     ['E001']
     """
-    loaded, diagnostics = check(recipe, variables)
-    if loaded is not None:
-        diagnostics = diagnostics + validate_recipe(loaded, backend, compat)
-    text = loaded.source.text if loaded is not None and loaded.source is not None else _text_of(recipe)
-    return apply_noqa(diagnostics, text) if text else diagnostics
+    with gc_paused():  # what one file makes dies with it: no collection need look at it
+        loaded, diagnostics = check(recipe, variables)
+        if loaded is not None:
+            diagnostics = diagnostics + validate_recipe(loaded, backend, compat)
+        text = loaded.source.text if loaded is not None and loaded.source is not None else _text_of(recipe)
+        del loaded
+        return apply_noqa(diagnostics, text) if text else diagnostics
 
 
 def _text_of(recipe: RecipeInput) -> str:

@@ -28,7 +28,7 @@ from yaml import (
 from . import codes
 from .diagnostics import Diagnostic, RecipeError, Span
 from .frozen import FrozenDict
-from .yaml_locs import LazyLocs
+from .yaml_locs import LazyLocs, fast_span
 from .yaml_reader import (
     _ALLOWED_STD,
     _STD,
@@ -55,20 +55,8 @@ _RESOLVERS: dict[Any, list[tuple[str, Any]]] = Resolver12.yaml_implicit_resolver
 _STARTS = (MappingStartEvent, SequenceStartEvent)
 _ENDS = (MappingEndEvent, SequenceEndEvent)
 
-# Spans (of tagged values and diagnostics) skip __init__: set the slots directly (a frozen
-# dataclass's __init__ goes through object.__setattr__ for every field).
 _new = object.__new__
-_set_line, _set_column = Span.line.__set__, Span.column.__set__  # type: ignore[attr-defined]
-_set_end_line, _set_end_column = Span.end_line.__set__, Span.end_column.__set__  # type: ignore[attr-defined]
-
-
-def _span(line: int, column: int, end_line: int, end_column: int) -> Span:
-    s = _new(Span)
-    _set_line(s, line)
-    _set_column(s, column)
-    _set_end_line(s, end_line)
-    _set_end_column(s, end_column)
-    return s
+_span = fast_span
 
 
 _set_tag, _set_value, _set_span = (

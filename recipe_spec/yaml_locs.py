@@ -20,9 +20,36 @@ from yaml import AliasEvent, ScalarEvent
 from .diagnostics import Span
 from .yaml_reader import Loc
 
-__all__ = ["LazyLocs", "gc_paused"]
+__all__ = ["LazyLocs", "gc_paused", "fast_span"]
 
 _MISSING = object()
+
+# Spans and Locs are made without __init__: the slots are set directly (a frozen dataclass's
+# __init__ goes through object.__setattr__ for every field).
+_new = object.__new__
+_set_line, _set_column = Span.line.__set__, Span.column.__set__  # type: ignore[attr-defined]
+_set_end_line, _set_end_column = Span.end_line.__set__, Span.end_column.__set__  # type: ignore[attr-defined]
+_set_loc_span, _set_key_span, _set_style = (
+    Loc.span.__set__, Loc.key_span.__set__, Loc.style.__set__  # type: ignore[attr-defined]
+)
+
+
+def fast_span(line: int, column: int, end_line: int, end_column: int) -> Span:
+    """``Span(line, column, end_line, end_column)``, made faster."""
+    s = _new(Span)
+    _set_line(s, line)
+    _set_column(s, column)
+    _set_end_line(s, end_line)
+    _set_end_column(s, end_column)
+    return s
+
+
+def _loc(span: Span, key_span: Span | None, style: str | None) -> Loc:
+    loc = _new(Loc)
+    _set_loc_span(loc, span)
+    _set_key_span(loc, key_span)
+    _set_style(loc, style)
+    return loc
 
 
 class LazyLocs(dict):  # type: ignore[type-arg]
@@ -38,7 +65,7 @@ class LazyLocs(dict):  # type: ignore[type-arg]
 
     def span(self, start: Any, end: Any) -> Span:
         s, t, off = start.start_mark, end.end_mark, self.offset
-        return Span(s.line + 1 + off, s.column + 1, t.line + 1 + off, t.column + 1)
+        return fast_span(s.line + 1 + off, s.column + 1, t.line + 1 + off, t.column + 1)
 
     def make(self, record: Any) -> Loc:
         """The :class:`Loc` a recorded number (or (number, end index) pair) stands for."""
@@ -59,7 +86,7 @@ class LazyLocs(dict):  # type: ignore[type-arg]
             span = self.span(e, e)
             style = e.style or None
         key_span = self.span(ev[i - 1], ev[i - 1]) if record & 1 else None
-        return Loc(span, key_span, style)
+        return _loc(span, key_span, style)
 
     def _made(self, key: Any, record: Any) -> Any:
         if record is None or record.__class__ is Loc:
