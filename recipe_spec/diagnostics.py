@@ -29,6 +29,14 @@ class Span:
     end_line: int
     end_column: int
 
+    # Written out: the generated __init__ of a frozen dataclass sets each field through
+    # object.__setattr__; spans and diagnostics are made by the thousand.
+    def __init__(self, line: int, column: int, end_line: int, end_column: int) -> None:
+        _span_line(self, line)
+        _span_column(self, column)
+        _span_end_line(self, end_line)
+        _span_end_column(self, end_column)
+
     @classmethod
     def point(cls, line: int, column: int = 1) -> Span:
         """A zero-width span at ``line:column``."""
@@ -65,6 +73,20 @@ class Diagnostic:
     end_line: int | None = None
     end_column: int | None = None
 
+    def __init__(
+        self, code: str, severity: Severity, message: str, hint: str = "", file: str | None = None,
+        line: int = 1, column: int = 1, end_line: int | None = None, end_column: int | None = None,
+    ) -> None:
+        _d_code(self, code)
+        _d_severity(self, severity)
+        _d_message(self, message)
+        _d_hint(self, hint)
+        _d_file(self, file)
+        _d_line(self, line)
+        _d_column(self, column)
+        _d_end_line(self, end_line)
+        _d_end_column(self, end_column)
+
     def at(self, span: Span | None) -> Diagnostic:
         """This diagnostic moved to ``span`` (unchanged when ``span`` is None)."""
         if span is None:
@@ -99,6 +121,16 @@ class Diagnostic:
             "end_line": self.end_line if self.end_line is not None else self.line,
             "end_column": self.end_column if self.end_column is not None else self.column,
         }
+
+
+_span_line, _span_column, _span_end_line, _span_end_column = (
+    getattr(Span, f).__set__ for f in ("line", "column", "end_line", "end_column")
+)
+_d_code, _d_severity, _d_message, _d_hint, _d_file, _d_line, _d_column, _d_end_line, _d_end_column = (
+    getattr(Diagnostic, f).__set__ for f in (
+        "code", "severity", "message", "hint", "file", "line", "column", "end_line", "end_column"
+    )
+)
 
 
 class RecipeError(ValueError):

@@ -30,3 +30,12 @@ class Finding:
     keys: tuple[Any, ...] = ()
     on_key: bool = False
     severity: Severity | None = None
+
+    def __init__(
+        self, code: Code, message: str, hint: str, modifier: Modifier, keys: tuple[Any, ...] = (),
+        on_key: bool = False, severity: Severity | None = None,
+    ) -> None:
+        # written out: the generated __init__ of a frozen dataclass sets each field through
+        # object.__setattr__, and rules make findings by the thousand
+        self.__dict__.update(code=code, message=message, hint=hint, modifier=modifier, keys=keys,
+                             on_key=on_key, severity=severity)
