@@ -100,3 +100,30 @@ def test_messages_say_what_and_hint_says_how() -> None:
 def test_end_spans_cover_the_value() -> None:
     (d,) = validate(FIXTURES / "E001_end_before_start.yaml")
     assert (d.end_line, d.end_column) == (4, 17)
+
+
+NOQA_RECIPE = """\
+modifiers:
+  - !GMPruningModifier
+    params: __ALL_PRUNABLE__
+    init_sparsity: 0.05
+    final_sparsity: 0.8
+    start_epoch: 0
+    end_epoch: 10
+    update_frequency: 1
+    log_types: __ALL__{comment}
+"""
+
+
+@pytest.mark.parametrize("comment, silenced", [
+    ("", False),
+    ("  # noqa", True),
+    ("  # NOQA", True),
+    ("  # NoQa: M007", True),
+    ("  # noqa: e004, M007", True),
+    ("  # noqa: E004", False),
+    ("  # no qa", False),
+])
+def test_noqa_silences_what_it_names_on_its_line(comment: str, silenced: bool) -> None:
+    codes = [d.code for d in validate(NOQA_RECIPE.format(comment=comment))]
+    assert ("M007" not in codes) == silenced, codes
