@@ -34,7 +34,6 @@ from .yaml_reader import (
     _STD,
     MAX_DEPTH,
     MAX_VALUES,
-    Loc,
     Resolver12,
     Tagged,
     merged,
@@ -198,7 +197,7 @@ class EventBuilder:
         self.anchors = anchors
         self.i = 2  # after StreamStart and DocumentStart: the root node
         self.offset = line_offset
-        self.locs: dict[Any, Loc] = LazyLocs(events, anchors, line_offset)
+        self.locs: LazyLocs = LazyLocs(events, anchors, line_offset)
         self.diagnostics: list[Diagnostic] = []
 
     def span(self, start: Any, end: Any) -> Span:
@@ -334,9 +333,12 @@ class EventBuilder:
         return value
 
     def sequence(self, path: tuple[Any, ...]) -> tuple[Any, ...]:
-        ev, locs = self.ev, self.locs
+        ev = self.ev
         items: list[Any] = []
         append = items.append
+        indices: list[int] = []  # the plain scalar items' indices and numbers (LazyLocs.defer)
+        records: list[int] = []
+        add_index, add_record = indices.append, records.append
         n = 0
         i = self.i  # the cursor, kept local; self.i is set around every call that moves it
         while True:
@@ -344,9 +346,12 @@ class EventBuilder:
             cls = e.__class__
             if cls is SequenceEndEvent:
                 self.i = i
+                if indices:
+                    self.locs.defer(path, indices, records)
                 return tuple(items)
             if cls is ScalarEvent and e.tag is None:  # as build() does, without the call
-                locs[path + (n,)] = i + i
+                add_index(n)
+                add_record(i + i)
                 i += 1
                 value = e.value
                 if not e.style and e.implicit[0]:
@@ -396,7 +401,10 @@ class EventBuilder:
         result: dict[Any, Any] = {}
         first_seen: dict[Any, Any] = {}  # key -> its event (a span only for a duplicate)
         merged: dict[Any, Any] = {}
-        build, locs = self.build, self.locs
+        build = self.build
+        keys: list[Any] = []  # the plain scalar values' keys and numbers (LazyLocs.defer)
+        records: list[int] = []
+        add_key, add_record = keys.append, records.append
         i = self.i  # the cursor, kept local; self.i is set around every call that moves it
         while True:
             k = ev[i]
@@ -422,7 +430,8 @@ class EventBuilder:
                 first_seen[key] = k
                 e = ev[i]
                 if e.__class__ is ScalarEvent and e.tag is None:  # as build() does, without the call
-                    locs[path + (key,)] = i + i + 1
+                    add_key(key)
+                    add_record(i + i + 1)
                     i += 1
                     value = e.value
                     if not e.style and e.implicit[0]:
@@ -442,6 +451,8 @@ class EventBuilder:
                 break
             self.other_key(k, path, result, first_seen, merged)
             i = self.i
+        if keys:
+            self.locs.defer(path, keys, records)
         for key, value in merged.items():
             result.setdefault(key, value)
         return _frozen(result)

@@ -53,15 +53,51 @@ def _loc(span: Span, key_span: Span | None, style: str | None) -> Loc:
 
 
 class LazyLocs(dict):  # type: ignore[type-arg]
-    """A ``dict`` of path -> :class:`Loc` whose entries are made on first access."""
+    """A ``dict`` of path -> :class:`Loc` whose entries are made on first access.
 
-    __slots__ = ("ev", "anchors", "offset")
+    Plain scalars inside a list or mapping are recorded per container (:meth:`defer`: the
+    container's path, its keys or indices, their numbers) rather than as one entry per path:
+    most are never looked up, and their paths are made only when one is (or when the table
+    is read whole)."""
+
+    __slots__ = ("ev", "anchors", "offset", "pending")
 
     def __init__(self, events: list[Any], anchors: dict[str, int], line_offset: int):
         super().__init__()
         self.ev = events
         self.anchors = anchors
         self.offset = line_offset
+        self.pending: dict[Any, tuple[list[Any], list[int]]] = {}
+
+    def defer(self, path: Any, keys: list[Any], records: list[int]) -> None:
+        """Record the scalars ``keys`` (keys or indices) of the container at ``path``."""
+        old = self.pending.get(path)
+        if old is not None:  # the same path built again (two merges): the newer one wins
+            for key, record in zip(*old, strict=True):
+                if key not in keys:
+                    dict.__setitem__(self, path + (key,), record)
+        self.pending[path] = (keys, records)
+
+    def _pending(self, key: Any) -> Any:
+        """The record of path ``key`` among the deferred ones, or _MISSING."""
+        if key.__class__ is tuple and key:
+            found = self.pending.get(key[:-1])
+            if found is not None:
+                try:
+                    return found[1][found[0].index(key[-1])]
+                except ValueError:
+                    pass
+        return _MISSING
+
+    def _flush(self) -> None:
+        """Every deferred record as an entry of its own."""
+        pending = self.pending
+        if pending:
+            self.pending = {}
+            for path, (keys, records) in pending.items():
+                for key, record in zip(keys, records, strict=True):
+                    if not dict.__contains__(self, path + (key,)):
+                        dict.__setitem__(self, path + (key,), record)
 
     def span(self, start: Any, end: Any) -> Span:
         s, t, off = start.start_mark, end.end_mark, self.offset
@@ -96,13 +132,23 @@ class LazyLocs(dict):  # type: ignore[type-arg]
         return loc
 
     def __getitem__(self, key: Any) -> Any:
-        return self._made(key, dict.__getitem__(self, key))
+        record = dict.get(self, key, _MISSING)
+        if record is _MISSING:
+            record = self._pending(key) if self.pending else _MISSING
+            if record is _MISSING:
+                raise KeyError(key)
+        return self._made(key, record)
 
     def get(self, key: Any, default: Any = None) -> Any:
         record = dict.get(self, key, _MISSING)
         if record is _MISSING:
-            return default
+            record = self._pending(key) if self.pending else _MISSING
+            if record is _MISSING:
+                return default
         return self._made(key, record)
+
+    def __contains__(self, key: Any) -> bool:
+        return dict.__contains__(self, key) or (bool(self.pending) and self._pending(key) is not _MISSING)
 
     def setdefault(self, key: Any, default: Any = None) -> Any:
         if key in self:
@@ -111,11 +157,20 @@ class LazyLocs(dict):  # type: ignore[type-arg]
         return default
 
     def pop(self, key: Any, *default: Any) -> Any:
+        self._flush()
         if key in self:
             value = self[key]
             dict.pop(self, key)
             return value
         return dict.pop(self, key, *default)
+
+    def keys(self) -> Any:
+        self._flush()
+        return dict.keys(self)
+
+    def __len__(self) -> int:
+        self._flush()
+        return dict.__len__(self)
 
     def values(self) -> list[Any]:  # type: ignore[override]
         return [self[k] for k in list(self)]
@@ -140,6 +195,7 @@ class LazyLocs(dict):  # type: ignore[type-arg]
     __hash__ = None  # type: ignore[assignment]
 
     def __iter__(self) -> Iterator[Any]:
+        self._flush()
         return dict.__iter__(self)
 
     def __repr__(self) -> str:

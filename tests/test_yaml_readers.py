@@ -37,6 +37,8 @@ EDGE_CASES = [
     "<<: [{a: 1}, {b: 2}]\nc: 3\n",
     "m: &m {a: 1}\nn:\n  <<: [*m, {b: 2}]\n  a: 9\n",
     "<<: 5\n",
+    "m:\n  <<: {a: 1, c: 4}\n  <<: {a: 2, b: 3}\n  d: 5\n",
+    "m:\n  <<: [1, 2]\n  <<: [3]\n",
     "!!merge <<: {a: 1}\n",
     "? |\n  block\n: v\n'quoted': \"double\"\n",
     "1: one\n1.5: f\ntrue: t\nnull: n\n",
@@ -104,6 +106,11 @@ def assert_same(text: str) -> None:
     if nodes[0] == "error" and "found character '\\\\t' that cannot start any token" in nodes[1][0]:
         return  # PyYAML's pure-Python scanner refuses a tab after "key:" (libyaml and YAML allow it)
     assert outcome(read_yaml, text) == nodes
+    if nodes[0] == "doc":  # each location looked up on its own, before the table is read whole
+        fresh, reference = read_yaml(text, 3).locs, read_yaml_nodes(text, 3).locs
+        for path, loc in reference.items():
+            assert path in fresh and fresh.get(path) == loc == fresh[path], path
+        assert fresh.get(("no such key",)) is None and ("no such key",) not in fresh
 
 
 @pytest.mark.parametrize("text", EDGE_CASES)
