@@ -90,30 +90,31 @@ def _deprecated(name: str) -> dict[Any, str]:
 
 
 @functools.cache
-def _prechecks(name: str) -> tuple[Callable[[Any], bool] | None, dict[Any, str], Callable[[Any], bool] | None]:
-    """The compiled pre-check of modifier ``name``, its deprecated arguments, and the
-    pre-check that also requires every number to be usable (see :func:`_args_ok`)."""
-    return _check_of(name), _deprecated(name), compiled_check(modifier_schema(name), (_value_ok, _INT_LIMIT))
+def _fused_of(name: str) -> Callable[[Any], bool] | None:
+    """The compiled pre-check of modifier ``name`` that also requires every number to be
+    usable (see :func:`_args_ok`); the plain one (:func:`_check_of`) is compiled only for
+    arguments this one does not pass."""
+    return compiled_check(modifier_schema(name), (_value_ok, _INT_LIMIT))
 
 
 def _args_ok(m: Modifier) -> bool:
     """True when ``m``'s arguments pass the compiled pre-check and :func:`_numbers_ok`, in
     one pass (False: either may fail). ``m.type`` must name a known modifier."""
-    fused = _prechecks(m.type)[2]
+    fused = _fused_of(m.type)
     return fused is not None and fused(m.args)
 
 
 def _schema_ok(m: Modifier) -> bool:
     """True when :func:`_schema_findings` would find nothing, decided by the compiled
     pre-check alone (False: it may find something)."""
-    check, deprecated, _ = _prechecks(m.type)
+    check, deprecated = _check_of(m.type), _deprecated(m.type)
     args = m.args
     return check is not None and (not deprecated or deprecated.keys().isdisjoint(args.keys())) and check(args)
 
 
 def _deprecated_findings(m: Modifier) -> Iterator[Finding]:
     """M007 for each deprecated argument of ``m``."""
-    deprecated = _prechecks(m.type)[1]
+    deprecated = _deprecated(m.type)
     if deprecated:
         for key in m.args:
             if key in deprecated:
@@ -125,7 +126,7 @@ def _deprecated_findings(m: Modifier) -> Iterator[Finding]:
 def _schema_findings(m: Modifier) -> Iterator[Finding]:
     schema = modifier_schema(m.type)
     yield from _deprecated_findings(m)
-    check = _prechecks(m.type)[0]
+    check = _check_of(m.type)
     if check is not None and check(m.args):
         return
     instance = _jsonable(m.args)
