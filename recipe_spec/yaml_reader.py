@@ -3,9 +3,10 @@
 Why not ``yaml.safe_load``: it forgets positions, keeps the last of two duplicate keys without
 a word, reads ``8e-5`` as a string (YAML 1.1), expands alias bombs until memory runs out, and
 modifier tags would have to be registered on PyYAML's global loader. This reader builds plain
-immutable values itself from libyaml's event stream (:mod:`recipe_spec.yaml_events`),
-recording a :class:`Loc` (value span and key span) for every path; texts libyaml refuses are
-read again with PyYAML's pure-Python scanner and parser, for their clearer messages.
+immutable values itself from libyaml's event stream (:mod:`recipe_spec.yaml_stream`,
+:mod:`recipe_spec.yaml_events`), recording a :class:`Loc` (value span and key span) for every
+path; texts with a syntax error are read again with PyYAML's pure-Python scanner and parser,
+for their clearer messages.
 
 Scalars follow the YAML 1.2 core schema: ``8e-5`` and ``1.e-6`` are floats; ``true``/``false``
 (any case) are booleans; ``null``, ``~`` and the empty value are None; ``010`` is ten;
@@ -448,7 +449,7 @@ def read_yaml(text: str, line_offset: int = 0) -> Document:
 def read_yaml_nodes(text: str, line_offset: int = 0) -> Document:
     """:func:`read_yaml` through PyYAML's pure-Python composer and a node graph: the reference
     the event reader must equal, and the reader of texts it hands back (see
-    :mod:`recipe_spec.yaml_events`)."""
+    :mod:`recipe_spec.yaml_stream`)."""
     try:
         root = _compose(text)
     except RecursionError:
@@ -467,5 +468,6 @@ def read_yaml_nodes(text: str, line_offset: int = 0) -> Document:
     return Document(value, builder.locs, line_offset)
 
 
-from .yaml_events import CParser, EventBuilder, Fallback, read_events  # noqa: E402
+from .yaml_events import EventBuilder  # noqa: E402
 from .yaml_locs import gc_paused  # noqa: E402
+from .yaml_stream import CParser, Fallback, read_events  # noqa: E402

@@ -16,8 +16,8 @@ from fuzz_inputs import corpus_texts, make_input
 from recipe_spec.diagnostics import RecipeError
 from recipe_spec.frozen import FrozenDict
 from recipe_spec.source import from_text
-from recipe_spec.yaml_events import CParser, Fallback, read_events
 from recipe_spec.yaml_reader import Tagged, read_yaml, read_yaml_nodes
+from recipe_spec.yaml_stream import CParser, Fallback, read_events
 
 pytestmark = pytest.mark.skipif(CParser is None, reason="PyYAML without libyaml")
 
