@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from . import codes
 from .findings import Finding
 from .frozen import FrozenDict
+from .schedule.events import FLOAT_INT_LIMIT as _FLOAT_INT_LIMIT
 from .schema_check import fast_is_valid
 from .schema_fast import compiled_check
 from .schema_store import modifier_schema
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
     from .recipe import Modifier
 
-__all__ = ["FLOAT_INT_BITS"]
+__all__ = ["FLOAT_INT_LIMIT"]
 
 
 # -- schema --------------------------------------------------------------------------------
@@ -192,9 +193,9 @@ def _schema_findings(m: Modifier) -> Iterator[Finding]:
 
 
 # -- numbers -------------------------------------------------------------------------------
-#: Largest int accepted where a number is expected, in bits: the range of a float (about
-#: 1.8e308), which is what schedules compute with.
-FLOAT_INT_BITS = 1024
+#: Largest int accepted where a number is expected: the largest float (about 1.8e308),
+#: which is what schedules compute with.
+FLOAT_INT_LIMIT = _FLOAT_INT_LIMIT
 
 
 def _bad_numbers(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], str]]:
@@ -204,7 +205,7 @@ def _bad_numbers(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple
         return
     if isinstance(value, float) and not math.isfinite(value):
         yield path, f"must be a finite number, not {value}"
-    elif isinstance(value, int) and value.bit_length() > FLOAT_INT_BITS:
+    elif isinstance(value, int) and not -FLOAT_INT_LIMIT <= value <= FLOAT_INT_LIMIT:
         digits = len(str(abs(value))) if value.bit_length() < 14_000 else int(value.bit_length() * math.log10(2))
         yield path, f"is too large ({digits} digits; numbers must be below 1.8e308)"
     elif isinstance(value, Mapping):
@@ -216,7 +217,7 @@ def _bad_numbers(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple
             yield from _bad_numbers(v, path + (i,))
 
 
-_INT_LIMIT = 2**FLOAT_INT_BITS  # int.bit_length() > FLOAT_INT_BITS: not _INT_FLOOR < it < _INT_LIMIT
+_INT_LIMIT = FLOAT_INT_LIMIT + 1  # a usable int: _INT_FLOOR < it < _INT_LIMIT
 _INT_FLOOR = -_INT_LIMIT
 
 
@@ -228,7 +229,7 @@ def _num(value: Any) -> float | None:
     if c is int:
         return float(value) if _INT_FLOOR < value < _INT_LIMIT else None
     if not isinstance(value, (int, float)) or isinstance(value, bool) or (
-        isinstance(value, int) and value.bit_length() > FLOAT_INT_BITS  # reported by _number_findings
+        isinstance(value, int) and not _INT_FLOOR < value < _INT_LIMIT  # reported by _number_findings
     ):
         return None
     number = float(value)
@@ -306,7 +307,7 @@ def _value_ok(value: Any) -> bool:
             if not isfinite(v):
                 return False
         elif c is int:
-            if v.bit_length() > FLOAT_INT_BITS:
+            if not _INT_FLOOR < v < _INT_LIMIT:
                 return False
         elif c is FrozenDict:
             extend(v._data)

@@ -15,7 +15,7 @@ from typing import Any
 
 from . import codes
 from .argument_checks import (  # noqa: F401  (_jsonable: the JSON form, for tests and tools)
-    FLOAT_INT_BITS,
+    FLOAT_INT_LIMIT,
     _args_ok,
     _bad_numbers,
     _deprecated_findings,

@@ -59,6 +59,13 @@ def test_inputs_the_long_run_found(text: str, tmp_path: Path) -> None:
     assert exercise(text, tmp_path, limit=1.0) == "errors"
 
 
+@pytest.mark.parametrize("value", [2**1024 - 1, 2**1024 - 2**970, -(2**1024 - 1)])
+def test_an_int_of_1024_bits_beyond_the_largest_float_is_an_error(value: int, tmp_path: Path) -> None:
+    """Such an int passed a 1,024-bit limit, then float() overflowed in a rule (a traceback)."""
+    text = f"modifiers:\n  - !EpochRangeModifier {{start_epoch: 0, end_epoch: {value}}}\n"
+    assert exercise(text, tmp_path, limit=2.0) == "errors"
+
+
 def test_the_check_fails_on_an_internal_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import fuzz_inputs
 

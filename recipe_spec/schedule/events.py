@@ -4,6 +4,7 @@ optimizer step) and :class:`Track` (the events of one modifier, asked for step b
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -19,6 +20,10 @@ __all__ = ["Event", "Track", "PlanError", "MAX_EVENTS"]
 #: whole plan (``recipe-spec schedule``, one-shot apply) always finishes. A modifier over it
 #: is a PlanError (M005 in validation) that says what to change.
 MAX_EVENTS = 10_000_000
+
+#: The largest integer a schedule computes with: the largest float (about 1.8e308). Between
+#: it and 2**1024 an int still has 1024 bits but no float holds it (``float()`` overflows).
+FLOAT_INT_LIMIT = int(sys.float_info.max)
 
 
 class PlanError(ValueError):

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from .clock import epoch_of_step
 from .epochs import max_epochs, min_epochs
-from .events import MAX_EVENTS, Event, PlanError, Track
+from .events import FLOAT_INT_LIMIT, MAX_EVENTS, Event, PlanError, Track
 from .tracks import TRACKS, TrackBuilder, end_ignored
 
 if TYPE_CHECKING:
@@ -294,7 +294,7 @@ def _compile_one(builder: TrackBuilder, i: int, m: Modifier, declared: Any) -> T
         value = m.args.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             finite = not isinstance(value, float) or math.isfinite(value)
-            if not finite or (isinstance(value, int) and value.bit_length() > 1024):
+            if not finite or (isinstance(value, int) and not -FLOAT_INT_LIMIT <= value <= FLOAT_INT_LIMIT):
                 shown = value if isinstance(value, float) else f"an integer of {value.bit_length()} bits"
                 raise PlanError(
                     f"{_where(m)}: argument `{key}` must be a finite number. Received: {key}={shown}"
