@@ -64,20 +64,14 @@ def read_events(text: str) -> tuple[list[Any], dict[str, int], bool]:
                     deep = e
                     break
                 if e.anchor is not None:
-                    if e.anchor in anchors:
-                        problem = problem or _duplicate(e, events[anchors[e.anchor]])
-                    else:
-                        anchors[e.anchor] = len(events) - 1
+                    problem = _anchor(e, events, anchors, problem)
             elif cls is MappingStartEvent or cls is SequenceStartEvent:
                 depth += 1
                 if depth > MAX_DEPTH:
                     deep = e
                     break
                 if e.anchor is not None:
-                    if e.anchor in anchors:
-                        problem = problem or _duplicate(e, events[anchors[e.anchor]])
-                    else:
-                        anchors[e.anchor] = len(events) - 1
+                    problem = _anchor(e, events, anchors, problem)
             elif cls is MappingEndEvent or cls is SequenceEndEvent:
                 depth -= 1
             elif cls is AliasEvent:
@@ -108,9 +102,15 @@ def read_events(text: str) -> tuple[list[Any], dict[str, int], bool]:
     return events, anchors, has_alias
 
 
-def _duplicate(e: Any, first: Any) -> yaml.composer.ComposerError:
-    return yaml.composer.ComposerError(
-        f"found duplicate anchor {e.anchor!r}; first occurrence", first.start_mark,
+def _anchor(e: Any, events: list[Any], anchors: dict[str, int], problem: Any) -> Any:
+    """Register the anchor of the last event ``e``; the composer's error for a second one of
+    the same name, unless an earlier ``problem`` stands."""
+    first = anchors.get(e.anchor)
+    if first is None:
+        anchors[e.anchor] = len(events) - 1
+        return problem
+    return problem or yaml.composer.ComposerError(
+        f"found duplicate anchor {e.anchor!r}; first occurrence", events[first].start_mark,
         "second occurrence", e.start_mark,
     )
 
