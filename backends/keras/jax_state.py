@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["StateAccess", "is_jax", "track", "untrack"]
+__all__ = ["StateAccess", "is_jax", "track", "untrack", "tolerate_frozen", "untolerate_frozen", "check_recipe"]
 
 _STATE_KEYS = ("trainable_variables", "non_trainable_variables", "optimizer_variables")
 _RECIPE_ATTR = "_recipe_spec_step_variables"
@@ -216,11 +216,11 @@ def untolerate_frozen(optimizer: Any) -> None:
         _inner(optimizer).__dict__.pop("stateless_apply", None)
 
 
-def check_recipe(optimizer: Any, oneshot: bool = False) -> None:
-    """Refuse at ``modify()`` / ``apply()`` what the recipe needs and Keras on JAX does not run
-    here, naming the backend and the feature (second-order and movement pruning, and
-    distillation, refuse themselves when they attach: ``NotImplementedError``)."""
-    if oneshot or not is_jax():
+def check_recipe(optimizer: Any) -> None:
+    """Refuse at ``modify()`` what the recipe needs and Keras on JAX does not run here, naming
+    the backend and the feature (second-order and movement pruning, and distillation, refuse
+    themselves when they attach: ``NotImplementedError``)."""
+    if not is_jax():
         return
     if optimizer is not None and hasattr(optimizer, "inner_optimizer"):
         raise NotImplementedError(

@@ -108,9 +108,7 @@ class KerasManager(RecipeRuntime):
         ``distillation_teacher``: as on PyTorch (a model, ``"self"`` or ``"disable"``); ``fit``
         then mixes the distillation term into the loss (:mod:`recipe_spec_keras.distillation`)."""
         self._check_model(model, "modify")
-        from .jax_state import check_recipe
-
-        check_recipe(optimizer)
+        jax_state.check_recipe(optimizer)
         targets = self.emitted_targets()
         if "lr" in targets:
             take_over_learning_rate(optimizer)
@@ -155,9 +153,6 @@ class KerasManager(RecipeRuntime):
         if not isinstance(model, (keras.Model, keras.layers.Layer)):
             return super().apply(model)
         self._check_model(model, "apply")
-        from .jax_state import check_recipe
-
-        check_recipe(None, oneshot=True)
         self.masks.access.model = model
         self._attach(model, None, 1, 0.0, grad_sampler, oneshot=True)
         self.oneshot()
@@ -170,11 +165,11 @@ class KerasManager(RecipeRuntime):
             raise ValueError(f"build the Keras model (call it once or give it an Input) before {what}()")
 
     def _second_order_host(self, grad_sampler: Any) -> Any:
+        from recipe_spec.second_order.attach import takes_gradients
+
         from .second_order import KerasHost, check_keras_backend
 
-        gradient_modifiers = sorted({m.type for m in self.recipe.modifiers
-                                     if m.type in ("MFACPruningModifier", "OBSPruningModifier", "MovementPruningModifier")})
-        check_keras_backend(" and ".join(gradient_modifiers) if gradient_modifiers else "M-FAC and OBS pruning")
+        check_keras_backend(" and ".join(sorted({m.type for m in self.recipe.modifiers if takes_gradients(m.type)})))
         return KerasHost(self, grad_sampler)
 
     def loss_update(self, loss: Any, student_outputs: Any = None, student_inputs: Any = None,

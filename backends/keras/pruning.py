@@ -305,8 +305,7 @@ class StepMasks:
             mask = entry.mask if entry is not None else self.masks.released.get(name)
             write(variable, mask if mask is not None else np.ones(tuple(variable.shape), dtype=bool))
         for name, variable in self.after.items():
-            entry = self.masks.params.get(name)
-            write(variable, entry.mask if entry is not None else np.ones(tuple(variable.shape), dtype=bool))
+            write(variable, self._held(name, variable))
         write(self.pending, True)
         self._pending = True
 
@@ -324,10 +323,11 @@ class StepMasks:
         mask changed since the last call: an assign per changed step."""
         if not self.gradient or (not force and self.masks.generation == self._generation):
             return
-        for name, variable in self.gradient.items():
-            entry = self.masks.params.get(name)
-            self.masks.access.write(variable, entry.mask if entry is not None else np.ones(tuple(variable.shape), dtype=bool))
-        for name, variable in self.after.items():  # JAX: the masks in force after the update
-            entry = self.masks.params.get(name)
-            self.masks.access.write(variable, entry.mask if entry is not None else np.ones(tuple(variable.shape), dtype=bool))
+        for name, variable in [*self.gradient.items(), *self.after.items()]:  # after: JAX only
+            self.masks.access.write(variable, self._held(name, variable))
         self._generation = self.masks.generation
+
+    def _held(self, name: str, variable: Any) -> np.ndarray:
+        """The mask held for ``name`` now, all True when none is (the shape of ``variable``)."""
+        entry = self.masks.params.get(name)
+        return entry.mask if entry is not None else np.ones(tuple(variable.shape), dtype=bool)

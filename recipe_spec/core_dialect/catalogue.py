@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..modifiers.spec import Arg, Look, ModifierSpec
-from .versions import Compat, ToolVersion, all_versions, in_range, versions_where
+from .versions import Compat, ToolVersion, Version, all_versions, in_range, versions_where
 
 __all__ = [
     "CoreSpec", "Renamed", "Deprecation", "Translation", "BASE_ARGS", "arg", "core_spec",
@@ -88,13 +88,21 @@ class Translation:
         return not self.refused
 
 
-#: CoreSpec.args_in's answers: (id of a declaration, release) -> arguments. The declarations
-#: live as long as the process (:func:`_all` is cached), so their ids stay theirs.
-_ARGS_IN: dict[tuple[int, ToolVersion], dict[str, Arg]] = {}
-#: CoreSpec.required_in's and deprecation_in's answers, by (id, release), each stored with
-#: the declaration it is about (so that a reused id is told apart).
-_REQUIRED_IN: dict[tuple[int, ToolVersion], tuple[Any, tuple[str, ...]]] = {}
-_DEPRECATED_IN: dict[tuple[int, ToolVersion], tuple[Any, dict[str, Deprecation]]] = {}
+#: The answers of CoreSpec.args_in, required_in and deprecations_in, by (id of the
+#: declaration, release), each stored with the declaration it is about (declarations hold
+#: dicts, so they cannot be keys; a reused id is told apart).
+_ARGS_IN: dict[tuple[int, ToolVersion], tuple[Any, Any]] = {}
+_REQUIRED_IN: dict[tuple[int, ToolVersion], tuple[Any, Any]] = {}
+_DEPRECATED_IN: dict[tuple[int, ToolVersion], tuple[Any, Any]] = {}
+
+
+def _per_release(table: dict[tuple[int, ToolVersion], tuple[Any, Any]], spec: Any,
+                 pair: ToolVersion, make: Callable[[str, Version], Any]) -> Any:
+    """``make(tool, version)`` for ``spec`` in release ``pair``, worked out once."""
+    found = table.get((id(spec), pair))
+    if found is None or found[0] is not spec:
+        found = table[(id(spec), pair)] = (spec, make(*pair))
+    return found[1]
 
 
 @dataclass(frozen=True)
@@ -143,37 +151,28 @@ class CoreSpec:
 
     def args_in(self, pair: ToolVersion) -> Mapping[str, Arg]:
         """The arguments this modifier takes in a release, by name (do not modify)."""
-        key = (id(self), pair)
-        found = _ARGS_IN.get(key)
-        if found is None:
-            tool, version = pair
-            found = _ARGS_IN[key] = {
-                a.name: a for a in self.spec.args
-                if not a.tools or (tool in a.tools and in_range(a.tools[tool], version))
-            }
-        return found
+        return _per_release(_ARGS_IN, self, pair, lambda tool, version: {
+            a.name: a for a in self.spec.args
+            if not a.tools or (tool in a.tools and in_range(a.tools[tool], version))
+        })
 
     def required_in(self, pair: ToolVersion) -> list[str]:
-        found = _REQUIRED_IN.get((id(self), pair))
-        if found is None or found[0] is not self:
-            tool, version = pair
-            found = _REQUIRED_IN[(id(self), pair)] = (self, tuple(
-                n for n, t in self.required.items() if tool in t and in_range(t[tool], version)))
-        return list(found[1])
+        return list(_per_release(_REQUIRED_IN, self, pair, lambda tool, version: tuple(
+            n for n, t in self.required.items() if tool in t and in_range(t[tool], version))))
 
     def deprecation_in(self, name: str, pair: ToolVersion) -> Deprecation | None:
         return self.deprecations_in(pair).get(name)
 
     def deprecations_in(self, pair: ToolVersion) -> Mapping[str, Deprecation]:
         """Argument -> its deprecation in a release (do not modify)."""
-        found = _DEPRECATED_IN.get((id(self), pair))
-        if found is None or found[0] is not self:
-            tool, version = pair
-            found = _DEPRECATED_IN[(id(self), pair)] = (self, {})
+        def make(tool: str, version: Version) -> dict[str, Deprecation]:
+            found: dict[str, Deprecation] = {}
             for d in self.deprecated:  # the first declaration of an argument speaks for it
                 if tool in d.tools and in_range(d.tools[tool], version):
-                    found[1].setdefault(d.arg, d)
-        return found[1]
+                    found.setdefault(d.arg, d)
+            return found
+
+        return _per_release(_DEPRECATED_IN, self, pair, make)
 
 
 def declare(

@@ -190,6 +190,11 @@ def twin_recipe(recipe: Recipe) -> Recipe:
     if refused:
         m, message, _ = refused[0]
         raise ValueError(f"line {m.span.line}: {message}")
+    return _twins(recipe)
+
+
+def _twins(recipe: Recipe) -> Recipe:
+    """:func:`twin_recipe`, for a recipe already checked."""
     twins = []
     for m in recipe.modifiers:
         translation = _translation(m, None)
@@ -209,5 +214,5 @@ def runnable(recipe: Recipe, backend: str | None) -> Recipe:
     then refuses it with B001, see :func:`recipe_spec.runtime.check_backend_runs`)."""
     if recipe.dialect != "core" or refusals(recipe, backend):
         return recipe
-    return twin_recipe(recipe)
+    return _twins(recipe)  # no refusal for ``backend``: none for any backend either
 
