@@ -31,7 +31,7 @@ global, ``global_unstructured_masks`` against one ``np.partition`` over all ``|w
 concatenated, the concatenation excluded from the baseline (and shown apart). Then both again
 on kernels already 70% zeros (a later GMP update, 0.7 -> ``--sparsity``), against
 ``np.partition`` on the same arrays: introselect is slow on such long runs of equal values,
-the bracketed selection of :mod:`recipe_spec.selection` is not. Ours and the baseline are timed
+the bracketed selection of :mod:`recipe_spec.masks.selection` is not. Ours and the baseline are timed
 alternately, best of ``--repeats`` after one warm-up call each.
 ``--masks-only`` runs (b) alone.
 

@@ -10,7 +10,7 @@ gradients), on the CPU by default.
   takes ~53x (3.37 s against 0.064 s, /work/shared/reference/sparseml-mfac-semantics.md §9). The
   build does one product of that size (the Gram) and the small float64 work on the coefficients;
   ``diag()`` does the second (``V = C·G``, in pieces), ``mul`` two thin ones (see
-  :mod:`recipe_spec.second_order.fisher`);
+  :mod:`recipe_spec.pruning.second_order.fisher`);
 - memory per parameter: the bytes the inverse holds (its own tensors, not the gradients it
   reads) per coordinate, plus the gradient buffer (m values per coordinate), against ``fisher_bytes``' estimate, and the peak
   extra memory of one build (CPU: resident memory in a fresh process, Linux only; CUDA:
@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 from recipe_spec_torch.second_order import fisher_inverse
 
-from recipe_spec.second_order.fisher import block_layout, fisher_bytes
+from recipe_spec.pruning.second_order.fisher import block_layout, fisher_bytes
 
 REFERENCE = ("SparseML FisherInverseFastBlock, m=64, d=1e6, B=2000, float32, 2-core Xeon VM, torch 2.13 "
              "(reference §9, another run): build 3.37 s, diag 0.25 s, mul 0.062 s; bare bmm 0.064 s: ~53x")

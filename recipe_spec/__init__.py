@@ -19,12 +19,12 @@ This package never imports torch, tensorflow or keras; backends load only when a
 
 from __future__ import annotations
 
-from .diagnostics import Diagnostic, RecipeError, Severity, Span
-from .frozen import FrozenDict
+from .diagnostics.base import Diagnostic, RecipeError, Severity, Span
 from .loader import check, load, loads
 from .manager import ScheduledModifierManager
-from .recipe import Group, Modifier, Recipe, Stage
+from .recipe.model import Group, Modifier, Recipe, Stage
 from .registry import available_backends, get_backend
+from .text.frozen import FrozenDict
 
 __version__ = "0.1.0"
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .diagnostics import Diagnostic, Severity
-from .source import RECIPE_SUFFIXES
+from .diagnostics.base import Diagnostic, Severity
+from .text.source import RECIPE_SUFFIXES
 from .validation import validate
 
 __all__ = ["main"]
@@ -40,8 +40,8 @@ def _parse_var(text: str) -> tuple[str, Any]:
     name = name.strip()
     if not name:
         raise UsageError(f"--var expects NAME=VALUE, got {text!r}")
-    from .diagnostics import RecipeError
-    from .yaml_reader import read_yaml
+    from .diagnostics.base import RecipeError
+    from .text.reader import read_yaml
 
     try:
         value = read_yaml(raw).value if raw.strip() else ""
@@ -208,7 +208,7 @@ def _model_records(args: argparse.Namespace) -> tuple[str, list[Any]]:
     if bool(getattr(args, "model", None)) == bool(getattr(args, "params", None)):
         raise UsageError("give exactly one of --model SPEC or --params params.json")
     if args.params:
-        from .params import read_manifest
+        from .params.selectors import read_manifest
 
         if not os.path.isfile(args.params):
             raise UsageError(f"--params: no such file: {args.params}")
@@ -216,7 +216,7 @@ def _model_records(args: argparse.Namespace) -> tuple[str, list[Any]]:
             return read_manifest(args.params)
         except ValueError as exc:
             raise InputError(str(exc)) from None
-    from .model_spec import ModelSpecError, load_param_records
+    from .params.model_spec import ModelSpecError, load_param_records
 
     try:
         return load_param_records(args.model)
@@ -230,8 +230,8 @@ def _lint(args: argparse.Namespace) -> int:
     _known_backend(args.target, "--target")
     compat = _compat(args.compat)
     if args.model and os.path.isdir(args.model) and not args.params:
-        from .checkpoint import CheckpointError, read_checkpoint
         from .core_dialect.lint_model import lint_against_checkpoint
+        from .params.checkpoint import CheckpointError, read_checkpoint
 
         try:
             names = read_checkpoint(args.model)
@@ -245,7 +245,7 @@ def _lint(args: argparse.Namespace) -> int:
 
 
 def _params(args: argparse.Namespace) -> int:
-    from .params import write_manifest
+    from .params.selectors import write_manifest
 
     framework, records = _model_records(args)
     try:
@@ -258,7 +258,7 @@ def _params(args: argparse.Namespace) -> int:
 
 
 def _emit_sarif(results: list[tuple[str, list[Diagnostic]]], out: Any) -> None:
-    from .codes import CODES
+    from .diagnostics.codes import CODES
 
     used = sorted({d.code for _, ds in results for d in ds})
     level = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
@@ -320,7 +320,7 @@ def _emit_sarif(results: list[tuple[str, list[Diagnostic]]], out: Any) -> None:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    from .schema_store import combined_schema, modifier_names, modifier_schema
+    from .checks.schemas import combined_schema, modifier_names, modifier_schema
 
     if args.modifier is None:
         doc: Any = combined_schema()
@@ -331,7 +331,7 @@ def _schema(args: argparse.Namespace) -> int:
         try:
             doc = modifier_schema(args.modifier)
         except KeyError:
-            from .variables import did_you_mean
+            from .text.variables import did_you_mean
 
             hint = did_you_mean(args.modifier, modifier_names())
             raise UsageError(
@@ -363,9 +363,9 @@ def _positive_float(text: str) -> float:
 
 
 def _schedule(args: argparse.Namespace) -> int:
-    from . import schedule_report as report
     from .loader import load
     from .schedule import compile_plan
+    from .schedule import report as report
     from .schedule.plan import MAX_EVENTS, PlanError
 
     variables = dict(_parse_var(v) for v in args.var or [])
@@ -459,7 +459,7 @@ def _plan_error_text(recipe: Any, steps_per_epoch: int, exc: Exception) -> str:
     text = str(exc)
     if "(line " in text:
         return text
-    from .recipe import Group, Recipe, Stage
+    from .recipe.model import Group, Recipe, Stage
     from .schedule import compile_plan
     from .schedule.plan import PlanError
 

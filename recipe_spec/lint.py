@@ -19,12 +19,12 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from . import codes
-from .diagnostics import Diagnostic, Severity
+from .diagnostics import codes
+from .diagnostics.base import Diagnostic, Severity
 from .loader import RecipeInput, check
-from .mask_types import nm_of
+from .masks.types import nm_of
 from .modifiers import schedule_of, spec
-from .params import (
+from .params.selectors import (
     ParamIndex,
     ParamRecord,
     PatternError,
@@ -33,7 +33,7 @@ from .params import (
     resolve,
     selector_items,
 )
-from .recipe import Modifier, Recipe
+from .recipe.model import Modifier, Recipe
 from .validation import Finding, apply_noqa, validate_recipe
 
 __all__ = ["lint", "lint_recipe", "as_target"]

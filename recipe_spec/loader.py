@@ -20,13 +20,13 @@ from collections import ChainMap
 from collections.abc import Mapping
 from typing import Any
 
-from . import codes
-from .diagnostics import Diagnostic, RecipeError, Severity, Span
-from .frozen import FrozenDict, freeze
-from .recipe import Group, Modifier, Recipe, Stage
-from .source import Source, from_text, read_source
-from .variables import VariableEvaluator, did_you_mean
-from .yaml_reader import Document, Tagged, read_yaml
+from .diagnostics import codes
+from .diagnostics.base import Diagnostic, RecipeError, Severity, Span
+from .recipe.model import Group, Modifier, Recipe, Stage
+from .text.frozen import FrozenDict, freeze
+from .text.reader import Document, Tagged, read_yaml
+from .text.source import Source, from_text, read_source
+from .text.variables import VariableEvaluator, did_you_mean
 
 __all__ = ["load", "loads", "check", "METADATA_KEYS"]
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from .loader import load
 from .modifiers import spec
-from .recipe import Modifier, Recipe
+from .recipe.model import Modifier, Recipe
 from .registry import backend_for
 from .schedule.epochs import max_epochs, min_epochs
 
@@ -169,8 +169,8 @@ class ScheduledModifierManager:
         ``epoch`` (None: at the current step; before :meth:`modify`, epoch 0). Quantization-
         aware training runs in float32, so a PyTorch loop writes
         ``with torch.autocast(device, enabled=manager.autocast_enabled()):``; the step where
-        it turns False warns once (see :mod:`recipe_spec.precision`)."""
-        from .precision import autocast_enabled
+        it turns False warns once (see :mod:`recipe_spec.runtime.precision`)."""
+        from .runtime.precision import autocast_enabled
 
         return autocast_enabled(self._scheduled, self.runtime, epoch)
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .diagnostics import Diagnostic
+from .diagnostics.base import Diagnostic
 from .validation import validate
 
 __all__ = ["validate_files", "MIN_FILES_PER_JOB"]

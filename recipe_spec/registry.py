@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from .params import ParamRecord
-    from .recipe import Recipe
+    from .params.selectors import ParamRecord
+    from .recipe.model import Recipe
 
 __all__ = [
     "Backend",

@@ -13,8 +13,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from . import codes
-from .argument_checks import (  # noqa: F401  (_jsonable: the JSON form, for tests and tools)
+from .checks.arguments import (  # noqa: F401  (_jsonable: the JSON form, for tests and tools)
     FLOAT_INT_LIMIT,
     _args_ok,
     _bad_numbers,
@@ -31,17 +30,18 @@ from .argument_checks import (  # noqa: F401  (_jsonable: the JSON form, for tes
     _schema_findings,
     _schema_ok,
 )
-from .codes import Code
-from .diagnostics import Diagnostic
-from .findings import Finding
-from .frozen import FrozenDict
+from .checks.schemas import modifier_names
+from .diagnostics import codes
+from .diagnostics.base import Diagnostic
+from .diagnostics.codes import Code
 from .loader import RecipeInput, check
 from .modifiers import all_specs, spec
-from .recipe import Modifier, Recipe
+from .recipe.findings import Finding
+from .recipe.model import Modifier, Recipe
 from .schedule.events import MAX_EVENTS
-from .schema_store import modifier_names
-from .variables import did_you_mean
-from .yaml_locs import gc_paused
+from .text.frozen import FrozenDict
+from .text.locs import gc_paused
+from .text.variables import did_you_mean
 
 __all__ = [
     "Finding", "validate", "validate_recipe", "backend_findings", "positioned", "apply_noqa", "RULES",
@@ -59,7 +59,7 @@ CORE_DIALECT_MODIFIERS = frozenset(
 _NM = re.compile(r"^(\d+):(\d+)$")
 
 
-# -- rules beyond the schema (schema and number checks: recipe_spec.argument_checks) -------
+# -- rules beyond the schema (schema and number checks: recipe_spec.checks.arguments) -------
 def _range(m: Modifier) -> tuple[float, float] | None:
     return _fact(m, all_specs().get)[3]
 
@@ -186,7 +186,7 @@ _SCALARS = frozenset({float, int, str, bool, type(None), tuple})  # never a Mapp
 
 
 def rule_bad_regex(recipe: Recipe) -> Iterator[Finding]:
-    from .params import selector_items
+    from .params.selectors import selector_items
 
     for m in recipe.modifiers:
         args: Mapping[Any, Any] = m.args._data if m.args.__class__ is FrozenDict else m.args

@@ -33,7 +33,7 @@ from recipe_spec.modifiers import all_specs
 from recipe_spec.params import ParamRecord, write_manifest
 from recipe_spec.schedule import compile_plan
 from recipe_spec.schedule.events import PlanError
-from recipe_spec.source import from_text
+from recipe_spec.text.source import from_text
 from recipe_spec.validation import validate_recipe
 
 CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus"

@@ -11,7 +11,7 @@ from typing import Any
 @contextlib.contextmanager
 def recorded() -> Iterator[list[Any]]:
     """Every scoring + mask update (M-FAC step, OBS recomputation) while inside, in order."""
-    from recipe_spec.second_order import pruner as pruner_module
+    from recipe_spec.pruning.second_order import pruner as pruner_module
 
     results: list[Any] = []
     originals = {name: getattr(pruner_module, name) for name in ("mfac_step", "obs_step")}

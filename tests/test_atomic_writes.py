@@ -82,9 +82,9 @@ def test_manifest_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_plot_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("matplotlib")
-    from recipe_spec import schedule_report
     from recipe_spec.loader import loads
     from recipe_spec.schedule import compile_plan
+    from recipe_spec.schedule import report as schedule_report
 
     plan = compile_plan(loads(RECIPE), 4)
     for suffix in (".png", ".svg"):

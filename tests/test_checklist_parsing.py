@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from recipe_spec import Recipe, RecipeError, check, load, loads
-from recipe_spec.frozen import thaw
+from recipe_spec.text.frozen import thaw
 
 # --------------------------------------------------------------------------------------------
 # Upstream recipes (tests/sparseml/optim/test_helpers.py)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from recipe_spec.checkpoint import (
+from recipe_spec.params.checkpoint import (
     CheckpointError,
     module_classes,
     read_checkpoint,

@@ -8,8 +8,8 @@ import struct
 
 import pytest
 
-from recipe_spec.checkpoint import read_checkpoint
 from recipe_spec.core_dialect.matching import kind_for_modifier, match, parse_version, semantics
+from recipe_spec.params.checkpoint import read_checkpoint
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

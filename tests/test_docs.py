@@ -14,9 +14,9 @@ from conftest import REPO
 
 import recipe_spec
 from recipe_spec import docgen
-from recipe_spec.codes import CODES
+from recipe_spec.checks.schemas import combined_schema, modifier_names
 from recipe_spec.diagnostics import Severity
-from recipe_spec.schema_store import combined_schema, modifier_names
+from recipe_spec.diagnostics.codes import CODES
 from recipe_spec.validation import validate
 
 DOCS = REPO / "docs"

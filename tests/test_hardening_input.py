@@ -15,8 +15,8 @@ import recipe_spec
 from recipe_spec.diagnostics import RecipeError, Severity
 from recipe_spec.lint import lint
 from recipe_spec.params import ParamRecord, PatternError, compile_pattern, resolve
-from recipe_spec.source import MAX_BYTES
-from recipe_spec.yaml_reader import read_yaml
+from recipe_spec.text.reader import read_yaml
+from recipe_spec.text.source import MAX_BYTES
 
 
 def _timed(fn, *args, limit: float = 1.0):

@@ -14,8 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from recipe_spec.model_spec import ModelSpecError, load_param_records, read_safetensors_header
 from recipe_spec.params import ParamRecord, resolve
+from recipe_spec.params.model_spec import (
+    ModelSpecError,
+    load_param_records,
+    read_safetensors_header,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -604,7 +608,7 @@ def test_callable_spec_errors(zoo, spec, message):
 
 
 def test_missing_framework_messages(zoo, tmp_path, monkeypatch):
-    import recipe_spec.model_spec as ms
+    import recipe_spec.params.model_spec as ms
 
     monkeypatch.setattr(ms, "_installed", lambda module: False)
     (tmp_path / "w.keras").write_bytes(b"x")
@@ -642,7 +646,7 @@ def test_file_spec_errors(tmp_path):
 def test_load_model_gives_the_model_itself(zoo, tmp_path):
     import torch
 
-    from recipe_spec.model_spec import load_model
+    from recipe_spec.params.model_spec import load_model
 
     framework, model = load_model(f"{zoo}.nets:build_torch")
     assert framework == "torch" and isinstance(model, torch.nn.Sequential)
@@ -671,7 +675,7 @@ def test_core_imports_no_framework(tmp_path):
     _write_safetensors(st, {"fc.weight": ("F32", (2, 3)), "fc.bias": ("F32", (2,))})
     code = (
         "import sys\n"
-        "import recipe_spec.model_spec as ms, recipe_spec_torch.params, recipe_spec_keras.params\n"
+        "import recipe_spec.params.model_spec as ms, recipe_spec_torch.params, recipe_spec_keras.params\n"
         f"fw, recs = ms.load_param_records({str(st)!r})\n"
         "print(fw, [r.name for r in recs], '|' + ','.join(m for m in ('torch', 'tensorflow', 'keras', 'safetensors') if m in sys.modules))\n"
     )

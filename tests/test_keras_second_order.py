@@ -361,7 +361,7 @@ def test_refusals() -> None:
 def test_training_mfac_errors_reach_fit() -> None:
     """An error where the compiled step hands its gradients over is raised by ``fit`` with
     its own type (here: the pruned kernels are frozen, so no step gives a gradient)."""
-    from recipe_spec.second_order.pruner import SecondOrderError
+    from recipe_spec.pruning.second_order.pruner import SecondOrderError
 
     case = load("04")
     with float64():

@@ -31,7 +31,7 @@ def test_fixture(path: Path) -> None:
 
 
 def test_every_p_code_has_a_fixture() -> None:
-    from recipe_spec.codes import CODES
+    from recipe_spec.diagnostics.codes import CODES
 
     covered = {c for p in FIXTURES.glob("*.yaml") for c, _, _ in _expected(p)}
     # P007 (an ignore that removes every target) is a stage/group recipe's finding against a

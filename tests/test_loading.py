@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from recipe_spec import FrozenDict, RecipeError, Severity, check, load, loads
-from recipe_spec.codes import CODES
-from recipe_spec.frozen import thaw
-from recipe_spec.source import from_text
+from recipe_spec.diagnostics.codes import CODES
+from recipe_spec.text.frozen import thaw
+from recipe_spec.text.source import from_text
 
 
 def where(diagnostics: Any) -> list[tuple[str, int, int]]:

@@ -1,5 +1,5 @@
 """The mask algorithms of ``recipe_spec.masks`` on their own: hand-computed cases over NumPy ops,
-the float64 pairwise summation order, the axis mapping (``recipe_spec.layout``) and its tie
+the float64 pairwise summation order, the axis mapping (``recipe_spec.masks.layout``) and its tie
 positions, and torch ops against NumPy ops on the same values and layouts."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from recipe_spec import masks as core
-from recipe_spec.layout import Layout, strides
-from recipe_spec.numpy_ops import NUMPY_OPS as NP
+from recipe_spec.masks.layout import Layout, strides
+from recipe_spec.masks.numpy_ops import NUMPY_OPS as NP
 
 KERAS_LAYOUTS = {  # native shape -> canonical axes, as recipe_spec_keras.masks.kernel_layout
     "Dense": lambda shape: Layout(shape, (1, 0)),
@@ -37,7 +37,7 @@ def pairwise_reference(values: list[float]) -> float:
 
 # -- the core imports no array library ------------------------------------------------------
 def test_core_imports_no_array_library() -> None:
-    code = ("import sys, recipe_spec, recipe_spec.masks, recipe_spec.layout, recipe_spec.array_ops; "
+    code = ("import sys, recipe_spec, recipe_spec.masks, recipe_spec.masks.layout, recipe_spec.masks.ops; "
             "print(sorted({'numpy', 'torch', 'tensorflow', 'keras'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -257,7 +257,7 @@ def test_torch_sampled_selection_with_native_layouts(monkeypatch: pytest.MonkeyP
         assert np.array_equal(got.numpy(), expected)
 
 
-# -- exact selection (recipe_spec.selection) ---------------------------------------------------
+# -- exact selection (recipe_spec.masks.selection) ---------------------------------------------------
 class RecordingOps(type(NP)):
     """NumPy ops that record the size of every ``kth_direct`` input."""
 
@@ -298,7 +298,7 @@ def split(x: np.ndarray) -> list[np.ndarray]:
 @pytest.mark.parametrize("name", list(adversarial(8)))
 @pytest.mark.parametrize("pieces", [False, True])
 def test_kth_smallest_is_the_sorted_value(name: str, pieces: bool) -> None:
-    from recipe_spec.selection import kth_smallest
+    from recipe_spec.masks.selection import kth_smallest
 
     x = adversarial(3000)[name]
     flats = split(x) if pieces else [x]
@@ -315,7 +315,7 @@ def test_kth_smallest_is_the_sorted_value(name: str, pieces: bool) -> None:
 def test_kth_smallest_takes_every_path() -> None:
     """Direct, bracket (selection among the candidates), run of ties (no selection at all) and
     the exact fallback when the fixed-seed sample misses; every answer the sorted value."""
-    from recipe_spec.selection import kth_smallest
+    from recipe_spec.masks.selection import kth_smallest
 
     def run(x: np.ndarray, k: int, sample: int = 256) -> list[int]:
         ops = RecordingOps()
@@ -344,7 +344,7 @@ def test_kth_smallest_takes_every_path() -> None:
 
 @pytest.mark.parametrize("chunk", [1, 4, 7, 64, 1 << 14])
 def test_nth_true(chunk: int) -> None:
-    from recipe_spec.selection import nth_true
+    from recipe_spec.masks.selection import nth_true
 
     rng = np.random.default_rng(9)
     for n in (1, 5, 64, 100, 1000):
@@ -359,8 +359,7 @@ def test_nth_true(chunk: int) -> None:
 
 def test_masks_with_numpy_limits_on_every_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """NumPy's own limits govern its selection: masks at 1/64 scale equal the full-size ones."""
-    from recipe_spec import numpy_ops
-
+    from recipe_spec.masks import numpy_ops
     rng = np.random.default_rng(10)
     w = np.where(rng.random((40, 30, 3)) < 0.7, 0.0, rng.standard_normal((40, 30, 3))).astype(np.float32)
     layouts = [KERAS_LAYOUTS["Conv1D"](w.shape), Layout.identity(w.shape)]
@@ -379,7 +378,7 @@ def test_torch_selection_primitives_equal_numpy() -> None:
     torch = pytest.importorskip("torch")
     from recipe_spec_torch.masks import TorchOps
 
-    from recipe_spec.selection import kth_smallest, nth_true
+    from recipe_spec.masks.selection import kth_smallest, nth_true
 
     T = TorchOps()
     for name, x in adversarial(3000).items():

@@ -11,9 +11,9 @@ from conftest import REPO
 from jsonschema import Draft202012Validator
 
 from recipe_spec import docgen
+from recipe_spec.checks.schemas import modifier_schema
 from recipe_spec.modifiers import CAPABILITIES, EVENT_TARGETS, ModifierSpec, all_specs, names
 from recipe_spec.modifiers.schema import json_schema, schema_path, schema_text
-from recipe_spec.schema_store import modifier_schema
 
 SCHEMA_DIR = REPO / "schemas" / "modifiers"
 REGENERATE = "run `python -m recipe_spec.docgen` and commit the result"

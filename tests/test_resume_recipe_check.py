@@ -11,7 +11,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 import pytest  # noqa: E402
 
 from recipe_spec import ScheduledModifierManager, loads  # noqa: E402
-from recipe_spec.resume import RecipeChangedError, identity, recipe_changes, recipe_hash  # noqa: E402
+from recipe_spec.runtime.resume import RecipeChangedError, identity, recipe_changes, recipe_hash  # noqa: E402
 
 TEXT = """
 modifiers:

@@ -17,7 +17,7 @@ from conftest import REPO
 import recipe_spec
 from recipe_spec.cli import main
 from recipe_spec.schedule import compile_plan
-from recipe_spec.schedule_report import (
+from recipe_spec.schedule.report import (
     COLUMNS,
     lr_series,
     render_csv,

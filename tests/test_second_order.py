@@ -13,9 +13,9 @@ torch = pytest.importorskip("torch")
 from recipe_spec_torch.second_order import fisher_inverse  # noqa: E402
 
 from recipe_spec import RecipeError, ScheduledModifierManager, loads  # noqa: E402
-from recipe_spec.numpy_ops import NUMPY_OPS  # noqa: E402
-from recipe_spec.second_order.fisher import FisherInverse  # noqa: E402
-from recipe_spec.second_order.scoring import obs_step  # noqa: E402
+from recipe_spec.masks.numpy_ops import NUMPY_OPS  # noqa: E402
+from recipe_spec.pruning.second_order.fisher import FisherInverse  # noqa: E402
+from recipe_spec.pruning.second_order.scoring import obs_step  # noqa: E402
 
 
 def dense_inverse(g: np.ndarray, damp: float, block: int | None) -> np.ndarray:
@@ -199,7 +199,7 @@ def test_bad_grad_sampler_dict() -> None:
 
 
 def test_declared_settings_are_read() -> None:
-    from recipe_spec.second_order.settings import settings_for
+    from recipe_spec.pruning.second_order.settings import settings_for
 
     m = loads(RECIPE.format(type="OBSPruningModifier", extra="    damp: 1e-5")).modifiers[0]
     s = settings_for(m)

@@ -19,7 +19,7 @@ from recipe_spec_torch.precision import RecipeScaler  # noqa: E402
 from recipe_spec_torch.quantization import qat_modules  # noqa: E402
 
 from recipe_spec import ScheduledModifierManager, create  # noqa: E402
-from recipe_spec.precision import quantization_start_step  # noqa: E402
+from recipe_spec.runtime.precision import quantization_start_step  # noqa: E402
 
 PRUNE_AND_LR = """
 modifiers:

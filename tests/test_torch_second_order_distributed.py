@@ -100,7 +100,7 @@ SCRIPT = textwrap.dedent(
     import sys, torch
     import torch.distributed as dist
     from torch import nn
-    import recipe_spec.second_order.pruner as pruner_mod
+    import recipe_spec.pruning.second_order.pruner as pruner_mod
     from recipe_spec import ScheduledModifierManager
     from recipe_spec.diagnostics import RecipeError
     from recipe_spec_torch.second_order import TorchHost

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from recipe_spec.codes import CODES
 from recipe_spec.diagnostics import Severity
+from recipe_spec.diagnostics.codes import CODES
 from recipe_spec.validation import validate
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rules"

@@ -14,10 +14,10 @@ import yaml
 from fuzz_inputs import corpus_texts, make_input
 
 from recipe_spec.diagnostics import RecipeError
-from recipe_spec.frozen import FrozenDict
-from recipe_spec.source import from_text
-from recipe_spec.yaml_reader import Tagged, read_yaml, read_yaml_nodes
-from recipe_spec.yaml_stream import CParser, Fallback, read_events
+from recipe_spec.text.frozen import FrozenDict
+from recipe_spec.text.reader import Tagged, read_yaml, read_yaml_nodes
+from recipe_spec.text.source import from_text
+from recipe_spec.text.stream import CParser, Fallback, read_events
 
 pytestmark = pytest.mark.skipif(CParser is None, reason="PyYAML without libyaml")
 

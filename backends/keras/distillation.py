@@ -1,7 +1,7 @@
 """DistillationModifier on Keras 3: the teacher (a given model, or a frozen copy of the student
 taken at the modifier's start step), the KL term in ``keras.ops``, and the hook that mixes it
 into the loss ``model.fit`` computes; when a modifier is active and how the losses mix are the
-core's (:mod:`recipe_spec.distillation`), as on PyTorch (:mod:`recipe_spec_torch.distillation`).
+core's (:mod:`recipe_spec.runtime.distillation`), as on PyTorch (:mod:`recipe_spec_torch.distillation`).
 
 The KL term is SparseML's ``kl_logsoftmax``: KL(softmax(teacher / T) || softmax(student / T))
 summed over the class axis and over every other position, times T², divided by the number of
@@ -27,7 +27,7 @@ import numpy as np
 
 import keras
 from keras import ops
-from recipe_spec.distillation import (
+from recipe_spec.runtime.distillation import (
     DistillationTerm,
     check_loss_update_args,
     mean_loss,

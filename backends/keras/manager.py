@@ -165,7 +165,7 @@ class KerasManager(RecipeRuntime):
             raise ValueError(f"build the Keras model (call it once or give it an Input) before {what}()")
 
     def _second_order_host(self, grad_sampler: Any) -> Any:
-        from recipe_spec.second_order.attach import takes_gradients
+        from recipe_spec.pruning.gradients import takes_gradients
 
         from .second_order import KerasHost, check_keras_backend
 

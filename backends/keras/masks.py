@@ -2,7 +2,7 @@
 (True = keep), the same mask the PyTorch backend gives for the equivalent torch weight.
 
 Nothing here imports Keras or torch, and no mask rule is written here: the algorithms are those
-of :mod:`recipe_spec.masks`, run over NumPy (:mod:`recipe_spec.numpy_ops`), and both backends
+of :mod:`recipe_spec.masks`, run over NumPy (:mod:`recipe_spec.masks.numpy_ops`), and both backends
 run the same float64 group scores (see there), so masks agree bit for bit, ties and near-ties
 included. What this module knows is the Keras kernel layout (:func:`kernel_layout`): every rule
 speaks of torch's axes ("dimension 0/1" = torch's (out, in)), every tie of torch's flat order,
@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from recipe_spec import masks as core
-from recipe_spec.layout import Layout
-from recipe_spec.mask_types import parse_mask_type
-from recipe_spec.numpy_ops import NUMPY_OPS
+from recipe_spec.masks.layout import Layout
+from recipe_spec.masks.numpy_ops import NUMPY_OPS
+from recipe_spec.masks.types import parse_mask_type
 
 from .backend import canonical_axes
 
@@ -49,7 +49,7 @@ class MaskShapeError(core.MaskShapeError):
 
 # -- layouts ---------------------------------------------------------------------------------
 def kernel_layout(shape: Sequence[int], layer_type: str) -> Layout:
-    """The :class:`~recipe_spec.layout.Layout` of a ``layer_type`` kernel of ``shape``: which
+    """The :class:`~recipe_spec.masks.layout.Layout` of a ``layer_type`` kernel of ``shape``: which
     kernel axis holds each canonical (torch) axis (the backend's :func:`canonical_axes`).
 
     >>> kernel_layout((3, 3, 4, 8), "Conv2D").canonical_shape

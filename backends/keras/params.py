@@ -41,8 +41,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from recipe_spec.model_spec import ModelSpecError
 from recipe_spec.params import ParamRecord, portable_alias
+from recipe_spec.params.model_spec import ModelSpecError
 
 __all__ = ["named_variables", "param_records", "numpy_value", "load_model", "PRUNABLE"]
 
@@ -178,7 +178,7 @@ def load_model(path: str | os.PathLike[str]) -> Any:
     """A model saved with ``model.save()`` (``.keras``, or a legacy ``.h5``), without its
     optimizer (``compile=False``) and in safe mode (no arbitrary code is deserialised).
 
-    Raises :class:`~recipe_spec.model_spec.ModelSpecError` saying why it cannot be read.
+    Raises :class:`~recipe_spec.params.model_spec.ModelSpecError` saying why it cannot be read.
     """
     import keras
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import keras
-from recipe_spec.precision import switch_of
+from recipe_spec.runtime.precision import switch_of
 
 from .params import numpy_value
 from .quantization import layer_paths

@@ -1,5 +1,5 @@
 """Second-order pruning (M-FAC, OBS) on Keras 3: the variables, gradients and grad sampler that
-:mod:`recipe_spec.second_order` works with, over NumPy (:data:`recipe_spec.numpy_ops.NUMPY_OPS`).
+:mod:`recipe_spec.pruning.second_order` works with, over NumPy (:data:`recipe_spec.masks.numpy_ops.NUMPY_OPS`).
 The maths lives there, once.
 
 Every array handed to the core is in *canonical* (PyTorch) layout: a Dense kernel ``(in,
@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from recipe_spec.numpy_ops import NUMPY_OPS
-from recipe_spec.second_order.checks import host_memory_available
-from recipe_spec.second_order.fisher import FisherInverse
-from recipe_spec.second_order.pruner import SecondOrderError
-from recipe_spec.second_order.sampler import batches, sampler_parts
-from recipe_spec.second_order.settings import SecondOrderSettings
+from recipe_spec.masks.numpy_ops import NUMPY_OPS
+from recipe_spec.pruning.second_order.checks import host_memory_available
+from recipe_spec.pruning.second_order.fisher import FisherInverse
+from recipe_spec.pruning.second_order.pruner import SecondOrderError
+from recipe_spec.pruning.second_order.sampler import batches, sampler_parts
+from recipe_spec.pruning.second_order.settings import SecondOrderSettings
 
 from .masks import from_torch_layout, to_torch_layout
 from .params import numpy_value
@@ -46,7 +46,7 @@ def fisher_inverse(grads: Any, damp: float, block_size: int | None = None) -> Fi
     ``grads`` (a NumPy array, or anything ``np.asarray`` reads), block diagonal with blocks
     of ``block_size`` consecutive coordinates (``None``: one block). ``.diag()`` and
     ``.mul(v)`` give its diagonal and ``F⁻¹v`` as NumPy arrays (see
-    :class:`recipe_spec.second_order.fisher.FisherInverse`). ``grads`` is not modified."""
+    :class:`recipe_spec.pruning.second_order.fisher.FisherInverse`). ``grads`` is not modified."""
     return FisherInverse(NUMPY_OPS, np.array(grads, copy=True), damp, block_size)
 
 
@@ -123,7 +123,7 @@ def _torch_gradients(loss: Callable[[], Any], variables: Sequence[Any]) -> list[
 
 
 class KerasHost:
-    """:class:`recipe_spec.second_order.pruner.Host` on a :class:`KerasManager`: NumPy
+    """:class:`recipe_spec.pruning.second_order.pruner.Host` on a :class:`KerasManager`: NumPy
     arrays in canonical layout, float64 where the variables are."""
 
     ops = NUMPY_OPS

@@ -1,6 +1,6 @@
 """DistillationModifier on PyTorch: the teacher (a given model, or a frozen copy of the student
 taken at the modifier's start step) and the KL term; when a modifier is active and how the
-losses mix are the core's (:mod:`recipe_spec.distillation`).
+losses mix are the core's (:mod:`recipe_spec.runtime.distillation`).
 
 The KL term is SparseML's ``kl_logsoftmax``
 (``sparseml/pytorch/sparsification/distillation/modifier_distillation_base.py``)::
@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from recipe_spec.distillation import (
+from recipe_spec.runtime.distillation import (
     DistillationTerm,
     check_loss_update_args,
     mean_loss,

@@ -7,7 +7,7 @@ Nothing here touches a module or autograd: every function works under ``torch.no
 detached tensors and returns a new mask of the weight's shape; :mod:`.pruning` is the one place
 that writes masks into a model.
 
-Selection is exact and fast (:mod:`recipe_spec.selection`, with the sizes below): the k-th
+Selection is exact and fast (:mod:`recipe_spec.masks.selection`, with the sizes below): the k-th
 smallest score is found by bracketing it with a fixed-seed random sample, counting the entries
 below the bracket and running ``torch.kthvalue`` only on the few entries inside it (falling
 back to ``torch.kthvalue`` on everything if the bracket misses). The result is the same value
@@ -23,10 +23,10 @@ from typing import Any
 
 import torch
 from recipe_spec import masks as core
-from recipe_spec.array_ops import InPlaceOps
-from recipe_spec.mask_types import parse_mask_type
 from recipe_spec.masks import MaskShapeError
-from recipe_spec.selection import SelectionLimits
+from recipe_spec.masks.ops import InPlaceOps
+from recipe_spec.masks.selection import SelectionLimits
+from recipe_spec.masks.types import parse_mask_type
 
 __all__ = [
     "MaskShapeError",
@@ -54,7 +54,7 @@ _DTYPES = {"float64": torch.float64, "int32": torch.int32}
 
 
 class TorchOps(InPlaceOps):
-    """:class:`recipe_spec.array_ops.ArrayOps` over torch tensors (any device)."""
+    """:class:`recipe_spec.masks.ops.ArrayOps` over torch tensors (any device)."""
 
     def describe_shape(self, shape: Sequence[int]) -> str:
         return str(torch.Size(shape))
@@ -106,7 +106,7 @@ class TorchOps(InPlaceOps):
     def flat_nonzero(self, flags: torch.Tensor) -> torch.Tensor:
         return flags.reshape(-1).nonzero().flatten()
 
-    # -- linear algebra (recipe_spec.second_order.ops.FisherOps) --------------------------
+    # -- linear algebra (recipe_spec.pruning.second_order.ops.FisherOps) --------------------------
     def zeros(self, shape: Sequence[int], like: torch.Tensor) -> torch.Tensor:
         return torch.zeros(tuple(shape), dtype=like.dtype, device=like.device)
 

@@ -25,8 +25,8 @@ import zipfile
 from collections.abc import Mapping
 from typing import Any
 
-from recipe_spec.model_spec import ModelSpecError, records_from_named_shapes
 from recipe_spec.params import ParamRecord
+from recipe_spec.params.model_spec import ModelSpecError, records_from_named_shapes
 
 __all__ = [
     "WRAPPERS",
@@ -186,7 +186,7 @@ def records_from_state_dict(path: str | os.PathLike[str]) -> list[ParamRecord]:
     """Records of a ``.pt``/``.pth`` file saved with ``torch.save``: a plain state_dict, or a
     checkpoint dict whose ``state_dict`` / ``model`` entry holds one (a leading ``module.`` is
     stripped). Loaded with ``weights_only=True`` on the CPU: nothing in the file is executed.
-    Names and shapes only; see :func:`recipe_spec.model_spec.records_from_named_shapes` for
+    Names and shapes only; see :func:`recipe_spec.params.model_spec.records_from_named_shapes` for
     the prunable heuristic (a ``.weight`` of two or more dimensions) and the skipped buffers.
     A TorchScript archive is loaded with ``torch.jit.load`` and described exactly instead.
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from recipe_spec.precision import switch_of
+from recipe_spec.runtime.precision import switch_of
 
 if TYPE_CHECKING:
     from .manager import TorchManager

@@ -1,5 +1,5 @@
 """Second-order pruning (M-FAC, OBS) on PyTorch: the tensors, gradients, grad sampler and
-devices that :mod:`recipe_spec.second_order` works with. The maths lives there, once.
+devices that :mod:`recipe_spec.pruning.second_order` works with. The maths lives there, once.
 
 >>> import torch
 >>> g = torch.randn(8, 10, dtype=torch.float64)
@@ -14,10 +14,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
-from recipe_spec.second_order.checks import host_memory_available
-from recipe_spec.second_order.fisher import FisherInverse
-from recipe_spec.second_order.sampler import batches, sampler_parts
-from recipe_spec.second_order.settings import SecondOrderSettings
+from recipe_spec.pruning.second_order.checks import host_memory_available
+from recipe_spec.pruning.second_order.fisher import FisherInverse
+from recipe_spec.pruning.second_order.sampler import batches, sampler_parts
+from recipe_spec.pruning.second_order.settings import SecondOrderSettings
 
 from .masks import TorchOps
 
@@ -34,7 +34,7 @@ def fisher_inverse(grads: torch.Tensor, damp: float, block_size: int | None = No
     """The inverse empirical Fisher ``(damp·I + (1/m) Σ g gᵀ)⁻¹`` of the ``m x d`` gradients
     ``grads``, block diagonal with blocks of ``block_size`` consecutive coordinates (``None``:
     one block). ``.diag()`` and ``.mul(v)`` give its diagonal and ``F⁻¹v`` (see
-    :class:`recipe_spec.second_order.fisher.FisherInverse`). ``grads`` is not modified."""
+    :class:`recipe_spec.pruning.second_order.fisher.FisherInverse`). ``grads`` is not modified."""
     return FisherInverse(_OPS, grads.detach(), damp, block_size, devices)
 
 
@@ -74,7 +74,7 @@ class GradSampler:
 
 
 class TorchHost:
-    """:class:`recipe_spec.second_order.pruner.Host` on a :class:`TorchManager`."""
+    """:class:`recipe_spec.pruning.second_order.pruner.Host` on a :class:`TorchManager`."""
 
     ops = _OPS
 

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..frozen import thaw
+from ..text.frozen import thaw
 from . import quant_args as qa
 from .catalogue import Renamed, core_names, core_variants, variant_in
 from .quant_args import Rec, check_quant, type_problems

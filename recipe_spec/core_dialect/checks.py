@@ -18,12 +18,12 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from .. import codes
-from ..codes import Code
-from ..diagnostics import Diagnostic, Severity, Span
-from ..frozen import FrozenDict
-from ..recipe import Modifier, Recipe
-from ..variables import did_you_mean
+from ..diagnostics import codes
+from ..diagnostics.base import Diagnostic, Severity, Span
+from ..diagnostics.codes import Code
+from ..recipe.model import Modifier, Recipe
+from ..text.frozen import FrozenDict
+from ..text.variables import did_you_mean
 from .arg_check import Problem, check_modifier
 from .catalogue import variant_in
 from .pattern_checks import arg_items, pattern_findings

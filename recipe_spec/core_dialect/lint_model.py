@@ -1,7 +1,7 @@
 """``recipe-spec lint RECIPE --model DIR``: a stage/group recipe's ``targets`` and ``ignore``
 against a Hugging Face checkpoint, matched as each tool matches them.
 
-Names come from the checkpoint's safetensors headers (:mod:`recipe_spec.checkpoint`); no
+Names come from the checkpoint's safetensors headers (:mod:`recipe_spec.params.checkpoint`); no
 weight is read. With ``--compat`` the patterns are matched by that release's rules; without
 it by SparseML 1.9's and llm-compressor's newest: a pattern no tool matches is an error
 (P001), one that only some match is a warning naming the others (a parameter name such as
@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .. import codes
-from ..checkpoint import ModelNames
-from ..diagnostics import Diagnostic, Severity
-from ..recipe import Modifier, Recipe
+from ..diagnostics import codes
+from ..diagnostics.base import Diagnostic, Severity
+from ..params.checkpoint import ModelNames
+from ..recipe.model import Modifier, Recipe
 from .matching import MatchResult, PatternReport, kind_for_modifier, match
 from .versions import Compat, newest
 

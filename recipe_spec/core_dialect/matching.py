@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from ..checkpoint import ModelNames
+from ..params.checkpoint import ModelNames
 
 __all__ = ["MatchResult", "PatternReport", "Semantics", "kind_for_modifier", "match", "parse_version", "semantics"]
 

@@ -36,9 +36,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .. import codes
-from ..codes import Code
-from ..diagnostics import Severity
+from ..diagnostics import codes
+from ..diagnostics.base import Severity
+from ..diagnostics.codes import Code
 
 __all__ = ["PatternFinding", "pattern_findings", "pattern_items", "arg_strings", "arg_items",
            "PATTERN_KEYS"]

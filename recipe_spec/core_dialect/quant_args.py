@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..frozen import thaw
+from ..text.frozen import thaw
 from .versions import ToolVersion, Version, in_range
 
 __all__ = [

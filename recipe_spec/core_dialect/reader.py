@@ -26,12 +26,12 @@ from collections import ChainMap
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .. import codes
-from ..diagnostics import Severity, Span
-from ..frozen import FrozenDict, freeze
-from ..recipe import Group, Modifier, Recipe, Stage
-from ..variables import VariableEvaluator
-from ..yaml_reader import Tagged
+from ..diagnostics import codes
+from ..diagnostics.base import Severity, Span
+from ..recipe.model import Group, Modifier, Recipe, Stage
+from ..text.frozen import FrozenDict, freeze
+from ..text.reader import Tagged
+from ..text.variables import VariableEvaluator
 
 if TYPE_CHECKING:
     from ..loader import _Builder

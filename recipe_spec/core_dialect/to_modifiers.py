@@ -41,9 +41,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..diagnostics import Span
-from ..frozen import FrozenDict, freeze
-from ..recipe import Group, Modifier, Recipe, Stage
+from ..diagnostics.base import Span
+from ..recipe.model import Group, Modifier, Recipe, Stage
+from ..text.frozen import FrozenDict, freeze
 from .catalogue import Translation, core_spec
 from .versions import Compat
 

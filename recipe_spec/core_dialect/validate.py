@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import codes
-from ..diagnostics import Diagnostic
-from ..recipe import Recipe
+from ..diagnostics import codes
+from ..diagnostics.base import Diagnostic
+from ..recipe.model import Recipe
 from .checks import core_diagnostics
 from .to_modifiers import refusals
 from .versions import Compat

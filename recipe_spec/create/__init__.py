@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..diagnostics import RecipeError, Severity
+from ..diagnostics.base import RecipeError, Severity
 from ..manager import ScheduledModifierManager
 from ..registry import backend_for
 from ..validation import validate

@@ -44,9 +44,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..mask_types import nm_of
-from ..serialize import dump_value
-from ..variables import did_you_mean
+from ..masks.types import nm_of
+from ..recipe.serialize import dump_value
+from ..text.variables import did_you_mean
 from .variables import RecipeVariables
 
 __all__ = ["LR_FUNCTIONS", "LR_STEPS", "LR_OPTIONS", "PRUNING_OPTIONS", "normalize_pruning", "recipe_text",
@@ -120,7 +120,7 @@ def _check_lr(lr: str) -> str:
 
 
 def _scalar(value: Any) -> str:
-    """One YAML scalar, as recipe-spec writes recipes (:func:`recipe_spec.serialize.dump_value`:
+    """One YAML scalar, as recipe-spec writes recipes (:func:`recipe_spec.recipe.serialize.dump_value`:
     floats with a dot and a signed exponent, strings quoted where a YAML 1.1 reader would
     misread them)."""
     return dump_value(value).removesuffix("...\n").strip()

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..variables import did_you_mean
+from ..text.variables import did_you_mean
 
 __all__ = ["RecipeVariables", "GROUPS", "TARGET_MASK_TYPES"]
 

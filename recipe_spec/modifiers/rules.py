@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .. import codes
-from ..findings import Finding
+from ..diagnostics import codes
+from ..recipe.findings import Finding
 
 if TYPE_CHECKING:
-    from ..recipe import Modifier
+    from ..recipe.model import Modifier
 
 __all__ = [
     "function_range", "milestones", "no_end", "num_grads_from_zero", "second_order_static", "movement_mask_type",
@@ -100,7 +100,7 @@ def second_order_static(m: Modifier) -> Iterator[Finding]:
     """M012: what an M-FAC or OBS modifier asks for that cannot run, seen from the recipe alone
     (a mask type M-FAC cannot score, ``num_pages``); the checks that need the model, the steps
     per epoch or the grad sampler run at ``modify()``."""
-    from ..second_order.checks import static_findings
+    from ..pruning.second_order.checks import static_findings
 
     try:
         found = [f for f in static_findings(m) if f.code is not codes.M009]  # M009: its own rule
@@ -125,7 +125,7 @@ def trainable_default(m: Modifier) -> Iterator[Finding]:
 def movement_mask_type(m: Modifier) -> Iterator[Finding]:
     """M006: movement scores are signed, so only mask types that rank single scores or block
     means of them apply (not channel/filter norms or N:M magnitudes)."""
-    from ..movement import MOVEMENT_MASK_TYPES, movement_mask_type_ok
+    from ..pruning.movement import MOVEMENT_MASK_TYPES, movement_mask_type_ok
 
     mask_type = m.args.get("mask_type", "unstructured")
     if not movement_mask_type_ok(mask_type):

@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..findings import Finding
-    from ..recipe import Modifier
+    from ..recipe.findings import Finding
+    from ..recipe.model import Modifier
 
 __all__ = ["Arg", "Look", "ModifierSpec", "CAPABILITIES", "EVENT_TARGETS"]
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
-    from ..recipe import Modifier
+    from ..recipe.model import Modifier
 
 __all__ = ["Event", "Track", "PlanError", "MAX_EVENTS"]
 

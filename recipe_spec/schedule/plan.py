@@ -38,7 +38,7 @@ from .events import FLOAT_INT_LIMIT, MAX_EVENTS, Event, PlanError, Track
 from .tracks import TRACKS, TrackBuilder, end_ignored
 
 if TYPE_CHECKING:
-    from ..recipe import Modifier, Recipe
+    from ..recipe.model import Modifier, Recipe
 
 __all__ = ["Event", "Track", "Plan", "compile_plan", "GRADUAL_PRUNING", "PlanError", "MAX_EVENTS"]
 

@@ -32,7 +32,7 @@ from .clock import epoch_of_step, first_step_at, next_grid_step
 from .events import MAX_EVENTS, Event, PlanError, Track
 
 if TYPE_CHECKING:
-    from ..recipe import Modifier
+    from ..recipe.model import Modifier
 
 __all__ = ["TrackBuilder", "TRACKS", "END_IGNORING_TRACKS", "end_ignored"]
 

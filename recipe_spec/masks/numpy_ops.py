@@ -1,0 +1,148 @@
+""":class:`~recipe_spec.masks.ops.ArrayOps` over NumPy arrays: what the Keras backend computes
+masks with (Keras variables are read into NumPy once per update). Imported only by backends
+and tests, never by ``import recipe_spec``.
+
+>>> from recipe_spec.masks import unstructured_mask
+>>> unstructured_mask(NUMPY_OPS, np.array([0.3, 0.1, 0.2, 0.1]), 0.5).tolist()
+[True, False, True, False]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .ops import InPlaceOps
+from .selection import SelectionLimits
+
+__all__ = ["NumpyOps", "NUMPY_OPS"]
+
+#: Arrays (or lists of them) up to this many entries go straight to ``np.partition``.
+_DIRECT_SELECT = 1 << 16
+#: Size of the random sample that brackets the k-th smallest value of larger ones.
+_SAMPLE = 1 << 14
+#: Flags counted per block when locating the n-th tied entry.
+_CHUNK = 1 << 14
+
+
+class NumpyOps(InPlaceOps):
+    """NumPy primitives. Selection (:mod:`recipe_spec.masks.selection`) runs ``np.partition``
+    (introselect, exact) on small inputs, on a sample and on the few entries near the answer:
+    not on all of a large array, where introselect is slow when many values are equal (the
+    zeros of a pruned weight)."""
+
+    def describe_shape(self, shape: Sequence[int]) -> str:
+        return str([int(d) for d in shape])
+
+    def is_floating(self, x: np.ndarray) -> bool:
+        return x.dtype.kind in "fc" or x.dtype.name == "bfloat16"
+
+    def astype(self, x: np.ndarray, dtype: str) -> np.ndarray:
+        return np.asarray(x).astype(dtype)
+
+    def isnan(self, x: np.ndarray) -> np.ndarray:
+        return np.isnan(x)
+
+    def isfinite(self, x: np.ndarray) -> np.ndarray:
+        return np.isfinite(x)
+
+    def sum_all(self, x: np.ndarray) -> float:
+        with np.errstate(over="ignore", invalid="ignore"):  # inf / NaN are the point here
+            return float(np.sum(x))
+
+    def count_nonzero(self, x: np.ndarray) -> int:
+        return int(np.count_nonzero(x))
+
+    def full(self, shape: Sequence[int], value: bool, like: np.ndarray) -> np.ndarray:
+        return np.full(tuple(shape), value, dtype=bool)
+
+    def expand(self, x: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+        return np.broadcast_to(x, tuple(shape)).copy()
+
+    def concat(self, xs: Sequence[np.ndarray], axis: int) -> np.ndarray:
+        return np.concatenate(xs, axis=axis)
+
+    def selection_limits(self) -> SelectionLimits:
+        return SelectionLimits(_DIRECT_SELECT, _SAMPLE, _CHUNK)
+
+    def kth_direct(self, flat: np.ndarray, k: int) -> np.generic:
+        return np.partition(flat, k - 1)[k - 1]
+
+    def random_sample(self, flats: Sequence[np.ndarray], counts: Sequence[int], seed: int) -> np.ndarray:
+        rng = np.random.default_rng(seed)
+        return np.concatenate([f[rng.integers(0, f.shape[0], c)] for f, c in zip(flats, counts, strict=True)])
+
+    def row_counts(self, flags: np.ndarray) -> np.ndarray:
+        return np.count_nonzero(flags, axis=1)
+
+    def cumsum(self, x: np.ndarray) -> np.ndarray:
+        return np.cumsum(x)
+
+    def flat_nonzero(self, flags: np.ndarray) -> np.ndarray:
+        return np.flatnonzero(flags)
+
+    # -- linear algebra (recipe_spec.pruning.second_order.ops.FisherOps) --------------------------
+    def zeros(self, shape: Sequence[int], like: np.ndarray) -> np.ndarray:
+        return np.zeros(tuple(shape), dtype=like.dtype)
+
+    def eye(self, n: int, like: np.ndarray) -> np.ndarray:
+        return np.eye(n, dtype=like.dtype)
+
+    def cast(self, x: np.ndarray, like: np.ndarray) -> np.ndarray:
+        return np.asarray(x, dtype=like.dtype)
+
+    def matmul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.matmul(a, b)
+
+    def permute(self, x: np.ndarray, axes: Sequence[int]) -> np.ndarray:
+        return np.ascontiguousarray(np.transpose(x, tuple(axes)))
+
+    def permute_view(self, x: np.ndarray, axes: Sequence[int]) -> np.ndarray:
+        return np.transpose(x, tuple(axes))
+
+    def inverse(self, a: np.ndarray) -> np.ndarray:
+        return np.linalg.inv(a)
+
+    def cholesky(self, a: np.ndarray) -> np.ndarray | None:
+        try:
+            return np.linalg.cholesky(a)
+        except np.linalg.LinAlgError:
+            return None
+
+    def solve(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.linalg.solve(a, b)
+
+    def sum(self, x: np.ndarray, axis: int) -> np.ndarray:
+        return np.sum(x, axis=axis)
+
+    def diagonal(self, x: np.ndarray) -> np.ndarray:
+        return np.diagonal(x, axis1=-2, axis2=-1).copy()
+
+    def take(self, x: np.ndarray, index: np.ndarray) -> np.ndarray:
+        return x[index]
+
+    def put(self, x: np.ndarray, index: np.ndarray, values: np.ndarray) -> np.ndarray:
+        x[index] = values
+        return x
+
+    def where(self, flags: np.ndarray, a: np.ndarray, b: np.ndarray | float) -> np.ndarray:
+        return np.where(flags, a, b)
+
+    def min_value(self, x: np.ndarray) -> float:
+        return float(np.min(x))
+
+    def stack(self, xs: Sequence[np.ndarray], axis: int) -> np.ndarray:
+        return np.stack(list(xs), axis=axis)
+
+    def to_device(self, x: np.ndarray, device: object) -> np.ndarray:
+        if str(device) != "cpu":
+            raise ValueError(f"NumPy arrays live on the CPU only, not on {device!r}")
+        return x
+
+    def device_of(self, x: np.ndarray) -> str:
+        return "cpu"
+
+
+#: The one instance the backends use.
+NUMPY_OPS = NumpyOps()

@@ -1,0 +1,112 @@
+"""Movement pruning (Sanh, Wolf and Rush, 2020; SparseML's ``MovementPruningModifier``),
+framework-free over a backend :class:`~recipe_spec.pruning.second_order.pruner.Host`.
+
+SparseML's semantics (``modifier_pruning_movement.py``, ``MovementPruningParamsScorer``):
+
+- every selected parameter has a score ``S``, zero at the start of training;
+- before every optimizer step, from the first step of training (not only from
+  ``start_epoch``) to the modifier's last pruning step, ``S += -0.01 * grad * w`` with the
+  step's masked gradient and the weight before the update; a parameter whose gradient holds a
+  NaN, or has none, is skipped for that step;
+- at each pruning step of the gradual schedule (GMPruningModifier's), each parameter keeps its
+  highest-scoring weights, layer by layer (movement scores of different layers are not
+  comparable, so there is no global ranking): ``round(sparsity * n)`` lowest scores pruned,
+  ties and grouped mask types as :mod:`recipe_spec.masks` (block means of the scores).
+
+The runtime drives it as it drives the second-order pruners (the same gradients, taken at the
+same point of each step): :meth:`MovementPruner.collect` before the step's events,
+:meth:`MovementPruner.prune` for the step's sparsity events.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from ..masks.algorithms import mask_args, mask_for
+from ..masks.ops import Array
+from .second_order.pruner import Host
+
+__all__ = ["MovementPruner", "MOVEMENT_RATE", "MOVEMENT_MASK_TYPES", "movement_mask_type_ok"]
+
+#: SparseML's factor: ``S += -0.01 * grad * w`` per step.
+MOVEMENT_RATE = 0.01
+
+#: The mask types movement scores can rank: single weights and block means of the scores.
+#: Channel/filter norms and N:M patterns rank magnitudes, which signed scores are not.
+MOVEMENT_MASK_TYPES = ("unstructured", "block4", "block")
+
+
+def movement_mask_type_ok(mask_type: Any) -> bool:
+    """Whether ``mask_type`` is one of :data:`MOVEMENT_MASK_TYPES` (a ``[a, b]`` block
+    shape is a ``block``)."""
+    try:
+        kind = mask_args(mask_type, 0.0).kind
+    except (TypeError, ValueError):
+        return True  # not a mask type at all: the schema reports it
+    return kind in MOVEMENT_MASK_TYPES
+
+
+class MovementPruner:
+    """The scores and pruning steps of one ``MovementPruningModifier`` (the interface of
+    :class:`~recipe_spec.pruning.second_order.pruner.SecondOrderPruner` that the runtime uses)."""
+
+    sampled = False  # scores come from the training steps' own gradients
+
+    def __init__(self, host: Host, names: Sequence[str], mask_type: Any, where: str, index: int):
+        self.host, self.names, self.mask_type, self.where, self.index = host, list(names), mask_type, where, index
+        self.scores: list[Array] | None = None
+        self.last_targets: list[float] | None = None
+        self.collect_until: int | None = None  # the last pruning step: later scores are never used
+
+    def collect(self, step: int) -> None:
+        """Add optimizer step ``step``'s movement, ``-0.01 * grad * w``, to the scores."""
+        if self.collect_until is not None and step > self.collect_until:
+            return
+        ops = self.host.ops
+        weights, masks = self.host.read(self.names)
+        if self.scores is None:
+            self.scores = self._zeros(weights)
+        for j, name in enumerate(self.names):
+            grads = self.host.gradients([name])
+            if grads is None:
+                continue
+            grad = ops.where(masks[j], grads[0], 0.0)  # the masked gradient the update sees
+            if ops.count_nonzero(ops.isnan(grad)):
+                continue
+            self.scores[j] = self.scores[j] + grad * weights[j] * -MOVEMENT_RATE
+
+    def prune(self, targets: Sequence[float]) -> None:
+        """Keep each parameter's highest-scoring weights: ``targets[j]`` of parameter ``j``'s
+        lowest scores pruned."""
+        ops = self.host.ops
+        weights, masks = self.host.read(self.names)
+        if self.scores is None:
+            self.scores = self._zeros(weights)
+        new_masks = []
+        for score, target in zip(self.scores, targets, strict=True):
+            # ranks are kept by a shift to non-negative values, exact in float64: the mask rules
+            # rank |x| (magnitudes) and average blocks, so equal shifts leave both orders alone
+            wide = ops.astype(score, "float64")
+            shifted = wide - ops.min_value(wide) if math.prod(wide.shape) else wide
+            new_masks.append(mask_for(ops, shifted, mask_args(self.mask_type, float(target))))
+        self.host.write(self.names, weights, new_masks, self.index)
+        self.last_targets = [float(t) for t in targets]
+
+    def _zeros(self, weights: Sequence[Array]) -> list[Array]:
+        return [self.host.ops.zeros(tuple(w.shape), w) for w in weights]
+
+    # -- saving, resuming ----------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """The scores so far (arrays of the backend, canonical layout) and the last targets."""
+        return {"scores": list(self.scores) if self.scores is not None else None, "last_targets": self.last_targets}
+
+    def load(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state`."""
+        ops = self.host.ops
+        weights, _ = self.host.read(self.names)
+        saved = state.get("scores")
+        self.scores = None if saved is None else [ops.cast(s, w) for s, w in zip(saved, weights, strict=True)]
+        targets = state.get("last_targets")
+        self.last_targets = None if targets is None else [float(t) for t in targets]

@@ -1,0 +1,26 @@
+"""What every backend runtime shares, framework-free: :class:`~.base.RecipeRuntime` (the event
+dispatch and saved state), the checks before training (:mod:`.preflight`), resuming
+(:mod:`.resume`), mixed precision and distillation.
+"""
+
+from .base import (
+    ModelParams,
+    RecipeRuntime,
+    check_backend_runs,
+    check_recipe_fits,
+    check_saved_state,
+    global_mask_type_message,
+    global_sparsity_of,
+    non_finite_message,
+)
+
+__all__ = [
+    "RecipeRuntime",
+    "ModelParams",
+    "check_recipe_fits",
+    "check_backend_runs",
+    "check_saved_state",
+    "non_finite_message",
+    "global_mask_type_message",
+    "global_sparsity_of",
+]

@@ -1,0 +1,326 @@
+"""What a compiled schedule does, as rows, series, text and a picture (``recipe-spec schedule``).
+
+Pure functions of a :class:`~recipe_spec.schedule.plan.Plan`; no framework is imported, and
+matplotlib only by :func:`plot`.
+
+>>> import recipe_spec
+>>> from recipe_spec.schedule import compile_plan
+>>> recipe = recipe_spec.loads('''
+... modifiers:
+...   - !GMPruningModifier {params: [fc.weight], init_sparsity: 0.05, final_sparsity: 0.8,
+...                       start_epoch: 0, end_epoch: 2, update_frequency: 1}
+... ''')
+>>> plan = compile_plan(recipe, steps_per_epoch=4)
+>>> [(r["step"], r["action"], r["value"]) for r in schedule_rows(plan)]
+[(0, 'start', 0.05), (4, 'update', 0.70625), (8, 'end', 0.8)]
+>>> sparsity_series(plan)["GMPruningModifier line 3"].values[3:6]
+[0.05, 0.70625, 0.70625]
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .plan import Event, Plan
+
+__all__ = [
+    "COLUMNS",
+    "PLOT_SUFFIXES",
+    "SparsitySeries",
+    "horizon",
+    "schedule_rows",
+    "lr_series",
+    "sparsity_series",
+    "render_table",
+    "render_csv",
+    "render_json",
+    "plot",
+]
+
+JSON_FORMAT_VERSION = 1
+#: The fields of a row, in column order.
+COLUMNS = ("step", "epoch", "modifier", "line", "action", "target", "value", "params")
+#: The picture formats :func:`plot` writes, by file suffix.
+PLOT_SUFFIXES = (".png", ".svg")
+
+
+# -- the time range ------------------------------------------------------------------------
+def _steps_before(epochs: float, steps_per_epoch: int) -> int:
+    """How many steps ``k`` have ``k < epochs * steps_per_epoch`` (epochs as written)."""
+    exact = Fraction(epochs) if isinstance(epochs, int) else Fraction(repr(float(epochs)))
+    return max(math.ceil(exact * steps_per_epoch), 0)
+
+
+def horizon(plan: Plan, epochs: float | None = None) -> int:
+    """The number of steps the series and the picture cover.
+
+    ``epochs`` given: the steps before ``epochs * steps_per_epoch``. Otherwise the whole run:
+    ``max_epochs`` (the recipe's longest epoch) and at least up to the last event (a modifier
+    ending at the last epoch has its end event on the first step after the run).
+    """
+    if epochs is not None:
+        return _steps_before(epochs, plan.steps_per_epoch)
+    last = plan.last_event_step
+    return max(plan.total_steps, (last + 1) if last is not None else 0, 1)
+
+
+# -- rows ----------------------------------------------------------------------------------
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+def _row(e: Event) -> dict[str, Any]:
+    return {
+        "step": e.step,
+        "epoch": e.epoch,
+        "modifier": e.type,
+        "line": e.line,
+        "action": e.action,
+        "target": e.target,
+        "value": _jsonable(e.value),
+        "params": _jsonable(e.params),
+    }
+
+
+def schedule_rows(plan: Plan, epochs: float | None = None) -> list[dict[str, Any]]:
+    """One JSON-safe row per event (fields :data:`COLUMNS`), in the order they happen.
+
+    ``epochs`` given: only the steps before ``epochs * steps_per_epoch``; otherwise up to the
+    last event (or ``plan.total_steps`` when a modifier never ends).
+    ``modifier`` is the modifier's type and ``line`` the line of its ``!Tag`` in the file.
+    """
+    stop = None if epochs is None else _steps_before(epochs, plan.steps_per_epoch)
+    return [_row(e) for e in plan.iter_events(0, stop)]
+
+
+# -- series --------------------------------------------------------------------------------
+def _applies_to_group0(params: Any) -> bool:
+    if params is None:
+        return True
+    if isinstance(params, (list, tuple, set, frozenset)):
+        return any(p == 0 and not isinstance(p, bool) for p in params)
+    return params == 0
+
+
+def _lr_changes(
+    events: Iterable[Event], initial_lr: float | None
+) -> list[tuple[int, float | None]]:
+    """The learning rate of parameter group 0 as ``(step, value from this step on)``."""
+    changes: list[tuple[int, float | None]] = [(0, initial_lr)]
+    for e in events:
+        if e.target != "lr" or not _applies_to_group0(e.params):
+            continue
+        if not isinstance(e.value, (int, float)) or isinstance(e.value, bool):
+            continue
+        value = float(e.value)
+        if changes[-1][0] == e.step:  # the last writer of a step wins
+            changes[-1] = (e.step, value)
+        elif changes[-1][1] != value:
+            changes.append((e.step, value))
+    return changes
+
+
+def _expand(changes: Sequence[tuple[int, Any]], n: int) -> list[Any]:
+    out: list[Any] = []
+    for i, (step, value) in enumerate(changes):
+        if step >= n:
+            break
+        upto = changes[i + 1][0] if i + 1 < len(changes) else n
+        out.extend([value] * (min(upto, n) - step))
+    return out
+
+
+def touches_lr(plan: Plan, epochs: float | None = None) -> bool:
+    """Whether any modifier of the plan sets the learning rate (within ``epochs``)."""
+    return any(e.target == "lr" for e in plan.iter_events(0, horizon(plan, epochs)))
+
+
+def lr_series(
+    plan: Plan, epochs: float | None = None, initial_lr: float | None = None
+) -> list[float | None]:
+    """The learning rate in force at each step (index = step) of :func:`horizon`.
+
+    ``initial_lr`` (None: unknown) until the first learning-rate event; an event changes it
+    when it applies to every param group or lists group 0 (with several groups, group 0 is
+    the one followed). Within a step the last writer wins, as in SparseML's manager.
+    """
+    n = horizon(plan, epochs)
+    return _expand(_lr_changes(plan.iter_events(0, n), initial_lr), n)
+
+
+@dataclass
+class SparsitySeries:
+    """The target sparsity one pruning modifier (or one of its sparsity groups) sets.
+
+    ``values[k]``: the target in force at step ``k`` (None before the start, and after the
+    end when ``leave_enabled: false`` releases the masks); ``updates``: ``(step, value)`` at
+    each of its events (start, updates, end).
+    """
+
+    label: str
+    type: str
+    line: int
+    modifier: int
+    group: int = 0
+    values: list[float | None] = field(default_factory=list)
+    updates: list[tuple[int, float]] = field(default_factory=list)
+    released_at: int | None = None
+
+
+def _sparsity_tracks(events: Sequence[Event]) -> dict[str, SparsitySeries]:
+    by_key: dict[tuple[int, int], SparsitySeries] = {}
+    groups: dict[int, int] = {}
+    releases: dict[int, int] = {}
+    for e in events:
+        if e.target == "masks" and e.value == "release" and e.action == "end":
+            releases[e.modifier] = e.step
+    step_seen: dict[int, tuple[int, int]] = {}
+    for e in events:
+        if e.target != "sparsity" or not isinstance(e.value, (int, float)):
+            continue
+        last_step, count = step_seen.get(e.modifier, (-1, 0))
+        j = count if last_step == e.step else 0
+        step_seen[e.modifier] = (e.step, j + 1)
+        groups[e.modifier] = max(groups.get(e.modifier, 0), j + 1)
+        key = (e.modifier, j)
+        s = by_key.get(key)
+        if s is None:
+            s = by_key[key] = SparsitySeries("", e.type, e.line, e.modifier, j)
+        s.updates.append((e.step, float(e.value)))
+    out: dict[str, SparsitySeries] = {}
+    for (mod, j), s in sorted(by_key.items()):
+        s.label = f"{s.type} line {s.line}" + (f", group {j + 1}" if groups[mod] > 1 else "")
+        s.released_at = releases.get(mod)
+        out[s.label] = s
+    return out
+
+
+def sparsity_series(plan: Plan, epochs: float | None = None) -> dict[str, SparsitySeries]:
+    """Per pruning modifier (key ``"TYPE line N"``, with ``", group G"`` added when its
+    ``final_sparsity`` maps several targets), the target sparsity in force at each step of
+    :func:`horizon`, and its update points."""
+    n = horizon(plan, epochs)
+    out = _sparsity_tracks(list(plan.iter_events(0, n)))
+    for s in out.values():
+        changes: list[tuple[int, float | None]] = [(0, None)] + list(s.updates)
+        if s.released_at is not None:
+            changes.append((s.released_at + 1, None))
+        s.values = _expand(changes, n)
+    return out
+
+
+# -- text formats --------------------------------------------------------------------------
+_NO_PARAMS = {"lr": "all groups", "weight_decay": "all groups"}
+_PARAMS_WIDTH = 60
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)
+
+
+def _params_cell(row: Mapping[str, Any]) -> str:
+    params = row["params"]
+    if params is None:
+        return _NO_PARAMS.get(
+            row["target"],
+            "all" if row["target"] in ("sparsity", "masks", "trainable", "quantization") else "-",
+        )
+    if isinstance(params, list):
+        text = ", ".join(_cell(p) for p in params)
+    else:
+        text = _cell(params)
+    return text if len(text) <= _PARAMS_WIDTH else text[: _PARAMS_WIDTH - 3] + "..."
+
+
+def render_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Aligned columns for people: numbers right-aligned, values to 6 significant digits,
+    long parameter lists shortened (the JSON and CSV formats keep everything)."""
+    if not rows:
+        return "(no events)\n"
+    header = list(COLUMNS)
+    body = [
+        [
+            str(r["step"]),
+            f"{r['epoch']:.6g}",
+            str(r["modifier"]),
+            str(r["line"]),
+            str(r["action"]),
+            str(r["target"]),
+            _cell(r["value"]),
+            _params_cell(r),
+        ]
+        for r in rows
+    ]
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(header)]
+    right = {0, 1, 3}
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(parts).rstrip()
+
+    out = [line(header), line(["-" * w for w in widths])] + [line(b) for b in body]
+    return "\n".join(out) + "\n"
+
+
+def _csv_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)  # what json.dumps writes, faster
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return json.dumps(value, separators=(",", ":"))
+
+
+def render_csv(rows: Sequence[Mapping[str, Any]]) -> str:
+    """CSV with a header row (:data:`COLUMNS`). Numbers at full precision; lists and mappings
+    as compact JSON; an empty cell is None."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(COLUMNS)
+    for r in rows:
+        w.writerow([_csv_cell(r[c]) for c in COLUMNS])
+    return buf.getvalue()
+
+
+def render_json(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> str:
+    """One document: ``{"version": 1, "recipe", "steps_per_epoch", "epochs", "max_epochs",
+    "min_epochs", "events": rows}``; ``meta`` gives the middle keys."""
+    doc: dict[str, Any] = {"version": JSON_FORMAT_VERSION}
+    for key in ("recipe", "steps_per_epoch", "epochs", "max_epochs", "min_epochs"):
+        doc[key] = _jsonable(meta.get(key))
+    doc["events"] = list(rows)
+    return json.dumps(doc, indent=2) + "\n"
+
+
+# -- the picture (drawn by :mod:`recipe_spec.schedule.plot`) ---------------------------------
+from .plot import plot  # noqa: E402  (re-exported: ``schedule_report.plot``)
