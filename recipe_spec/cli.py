@@ -208,7 +208,7 @@ def _model_records(args: argparse.Namespace) -> tuple[str, list[Any]]:
     if bool(getattr(args, "model", None)) == bool(getattr(args, "params", None)):
         raise UsageError("give exactly one of --model SPEC or --params params.json")
     if args.params:
-        from .params.selectors import read_manifest
+        from .params.manifest import read_manifest
 
         if not os.path.isfile(args.params):
             raise UsageError(f"--params: no such file: {args.params}")
@@ -245,7 +245,7 @@ def _lint(args: argparse.Namespace) -> int:
 
 
 def _params(args: argparse.Namespace) -> int:
-    from .params.selectors import write_manifest
+    from .params.manifest import write_manifest
 
     framework, records = _model_records(args)
     try:
@@ -364,9 +364,8 @@ def _positive_float(text: str) -> float:
 
 def _schedule(args: argparse.Namespace) -> int:
     from .loader import load
-    from .schedule import compile_plan
-    from .schedule import report as report
-    from .schedule.plan import MAX_EVENTS, PlanError
+    from .schedule import compile_plan, report
+    from .schedule.events import MAX_EVENTS, PlanError
 
     variables = dict(_parse_var(v) for v in args.var or [])
     path = args.recipe
@@ -433,7 +432,9 @@ def _schedule(args: argparse.Namespace) -> int:
         )
     if args.plot is not None:
         try:
-            report.plot(plan, args.plot, args.epochs, args.initial_lr)
+            from .schedule.plot import plot
+
+            plot(plan, args.plot, args.epochs, args.initial_lr)
         except OSError as exc:
             raise UsageError(f"cannot write {args.plot}: {exc.strerror or exc}") from None
         print(f"wrote {args.plot}", file=sys.stderr)
@@ -461,7 +462,7 @@ def _plan_error_text(recipe: Any, steps_per_epoch: int, exc: Exception) -> str:
         return text
     from .recipe.model import Group, Recipe, Stage
     from .schedule import compile_plan
-    from .schedule.plan import PlanError
+    from .schedule.events import PlanError
 
     for m in recipe.modifiers:
         alone = Recipe(stages=(Stage(None, (Group("modifiers", (m,)),)),))

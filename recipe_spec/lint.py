@@ -24,17 +24,12 @@ from .diagnostics.base import Diagnostic, Severity
 from .loader import RecipeInput, check
 from .masks.types import nm_of
 from .modifiers import schedule_of, spec
-from .params.selectors import (
-    ParamIndex,
-    ParamRecord,
-    PatternError,
-    closest_names,
-    compile_selectors,
-    resolve,
-    selector_items,
-)
+from .params.patterns import PatternError
+from .params.records import ParamRecord
+from .params.selectors import ParamIndex, closest_names, compile_selectors, resolve, selector_items
+from .recipe.findings import Finding
 from .recipe.model import Modifier, Recipe
-from .validation import Finding, apply_noqa, validate_recipe
+from .validation import apply_noqa, validate_recipe
 
 __all__ = ["lint", "lint_recipe", "as_target"]
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from .params.selectors import ParamRecord
+    from .params.records import ParamRecord
     from .recipe.model import Recipe
 
 __all__ = [

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from recipe_spec import RecipeError
-from recipe_spec.schedule.plan import PlanError
+from recipe_spec.schedule.events import PlanError
 
 CASES = sorted((Path(__file__).resolve().parents[2] / "shared" / "conformance" / "sparseml").glob("*.json"))
 #: ``update_frequency * steps_per_epoch`` is not an integer: SPEC's fixed grid, not SparseML's drift

@@ -84,17 +84,17 @@ def test_plot_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     pytest.importorskip("matplotlib")
     from recipe_spec.loader import loads
     from recipe_spec.schedule import compile_plan
-    from recipe_spec.schedule import report as schedule_report
+    from recipe_spec.schedule import plot as schedule_plot
 
     plan = compile_plan(loads(RECIPE), 4)
     for suffix in (".png", ".svg"):
         out = tmp_path / f"plot{suffix}"
-        schedule_report.plot(plan, out)
+        schedule_plot.plot(plan, out)
         before = out.read_bytes()
         assert before[:4] in (b"\x89PNG", b"<?xm")
         seen = _crash_at_replace(monkeypatch)
         with pytest.raises(Crash):
-            schedule_report.plot(plan, out)
+            schedule_plot.plot(plan, out)
         assert out.read_bytes() == before and not any(Path(p).exists() for p in seen)
         monkeypatch.undo()
 

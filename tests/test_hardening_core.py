@@ -15,8 +15,7 @@ import pytest
 
 import recipe_spec
 from recipe_spec.schedule import compile_plan
-from recipe_spec.schedule.events import MAX_EVENTS
-from recipe_spec.schedule.plan import PlanError
+from recipe_spec.schedule.events import MAX_EVENTS, PlanError
 from recipe_spec.text.expressions import MAX_INT_BITS, ExpressionError, evaluate
 from recipe_spec.validation import validate
 

@@ -190,7 +190,7 @@ def test_keras_resume_is_bit_identical(cut: int, tmp_path: Path, uninterrupted: 
 
 def test_recipe_state_round_trips(tmp_path: Path) -> None:
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-    from recipe_spec_keras.manager import load_recipe_state, save_recipe_state
+    from recipe_spec_keras.checkpoint import load_recipe_state, save_recipe_state
 
     state = {
         "version": 1, "recipe": "modifiers: []\n", "steps_per_epoch": 4, "step": 9,

@@ -298,7 +298,7 @@ def test_mfac_custom_training_loop() -> None:
 def test_mfac_resumes_from_a_checkpoint_mid_window(tmp_path: Path) -> None:
     """Saved after step 7 (three gradients buffered since the step-4 pruning) and resumed from
     the ``.keras`` file and its recipe state: steps 8-15 are SparseML's."""
-    from recipe_spec_keras.manager import load_recipe_state
+    from recipe_spec_keras.checkpoint import load_recipe_state
 
     case = load("04")
     S = case["steps_per_epoch"]

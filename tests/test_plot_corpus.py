@@ -14,13 +14,13 @@ from conftest import corpus_rows
 from recipe_spec.diagnostics import Severity
 from recipe_spec.loader import check, loads
 from recipe_spec.schedule import compile_plan
-from recipe_spec.schedule.plan import MAX_EVENTS, PlanError
+from recipe_spec.schedule.events import MAX_EVENTS, PlanError
 from recipe_spec.schedule.plot import MAX_LEGEND_ENTRIES, _capped, _markers
 from recipe_spec.validation import validate_recipe
 
 pytest.importorskip("matplotlib")
 
-from recipe_spec.schedule.report import plot  # noqa: E402
+from recipe_spec.schedule.plot import plot  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 BERT_73 = "integrations/huggingface-transformers/recipes/99sparsity2epoch.yaml"

@@ -55,7 +55,8 @@ import pytest
 
 import recipe_spec
 from recipe_spec.schedule import compile_plan
-from recipe_spec.schedule.plan import GRADUAL_PRUNING, PlanError
+from recipe_spec.schedule.events import PlanError
+from recipe_spec.schedule.plan import GRADUAL_PRUNING
 from recipe_spec.validation import validate_recipe
 
 CASES_DIR = Path(__file__).parents[2] / "shared" / "conformance" / "sparseml"

@@ -16,7 +16,7 @@ import pytest
 
 import recipe_spec
 from recipe_spec.schedule import compile_plan, curves
-from recipe_spec.schedule.plan import PlanError
+from recipe_spec.schedule.events import PlanError
 
 
 def plan_of(body: str, S: int):

@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from recipe_spec_torch import masks as M  # noqa: E402
-from recipe_spec_torch.masks import (  # noqa: E402
+from recipe_spec_torch.masks import (
     MaskShapeError,
     block_mask,
     channel_mask,
@@ -23,9 +23,10 @@ from recipe_spec_torch.masks import (  # noqa: E402
     four_block_mask,
     global_unstructured_masks,
     nm_mask,
-    parse_mask_type,
     unstructured_mask,
 )
+
+from recipe_spec.masks.types import parse_mask_type
 
 CASES_DIR = Path(__file__).parents[2] / "shared" / "conformance" / "sparseml"
 #: The conformance model's prunable weights (README, "How the values were measured").

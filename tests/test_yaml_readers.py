@@ -15,7 +15,8 @@ from fuzz_inputs import corpus_texts, make_input
 
 from recipe_spec.diagnostics import RecipeError
 from recipe_spec.text.frozen import FrozenDict
-from recipe_spec.text.reader import Tagged, read_yaml, read_yaml_nodes
+from recipe_spec.text.nodes import Tagged
+from recipe_spec.text.reader import read_yaml, read_yaml_nodes
 from recipe_spec.text.source import from_text
 from recipe_spec.text.stream import CParser, Fallback, read_events
 

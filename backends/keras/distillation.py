@@ -41,7 +41,7 @@ from recipe_spec.runtime.distillation import (
 )
 
 if TYPE_CHECKING:
-    from recipe_spec.schedule.plan import Event
+    from recipe_spec.schedule.events import Event
 
     from .manager import KerasManager
 

@@ -39,7 +39,7 @@ from .pruning import MaskedVariable, MaskSet, StepMasks
 if TYPE_CHECKING:
     from recipe_spec.params import ParamRecord
     from recipe_spec.recipe import Modifier, Recipe
-    from recipe_spec.schedule.plan import Event
+    from recipe_spec.schedule.events import Event
 
     from .second_order import SecondOrderSteps
 

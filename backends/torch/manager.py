@@ -31,7 +31,7 @@ from .pruning import MaskedParam, MaskSet
 if TYPE_CHECKING:
     from recipe_spec.params import ParamRecord
     from recipe_spec.recipe import Modifier, Recipe
-    from recipe_spec.schedule.plan import Event
+    from recipe_spec.schedule.events import Event
 
 __all__ = ["TorchManager", "STATE_VERSION"]
 

@@ -25,7 +25,7 @@ import torch
 from recipe_spec import masks as core
 from recipe_spec.masks import MaskShapeError
 from recipe_spec.masks.ops import InPlaceOps
-from recipe_spec.masks.selection import SelectionLimits
+from recipe_spec.masks.ops import SelectionLimits
 from recipe_spec.masks.types import parse_mask_type
 
 __all__ = [

@@ -11,16 +11,8 @@ its tool versions, modifier catalogue and a pure argument checker.
 """
 
 from .arg_check import Problem, check_modifier
-from .catalogue import (
-    CoreSpec,
-    Deprecation,
-    Renamed,
-    Translation,
-    core_names,
-    core_spec,
-    core_specs,
-    core_variants,
-)
+from .catalogue import core_names, core_spec, core_specs, core_variants
+from .spec import CoreSpec, Deprecation, Renamed, Translation
 from .versions import Compat, Version, summarize, versions_where
 
 __all__ = [

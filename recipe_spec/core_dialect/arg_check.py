@@ -26,8 +26,9 @@ from typing import Any
 
 from ..text.frozen import thaw
 from . import quant_args as qa
-from .catalogue import Renamed, core_names, core_variants, variant_in
+from .catalogue import core_names, core_variants, variant_in
 from .quant_args import Rec, check_quant, type_problems
+from .spec import Renamed
 from .versions import TOOLS, Compat, ToolVersion, all_versions, summarize
 
 __all__ = ["Problem", "check_modifier", "KINDS"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .catalogue import CoreSpec, Deprecation, Renamed, arg, declare
+from .spec import CoreSpec, Deprecation, Renamed, arg, declare
 
 __all__ = ["SPECS"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..modifiers.spec import Arg
-from .catalogue import CoreSpec, Renamed, arg, declare
+from .spec import CoreSpec, Renamed, arg, declare
 
 __all__ = ["SPECS", "mixin_args"]
 

@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .catalogue import CoreSpec, Renamed, Translation, arg, declare
+from .spec import CoreSpec, Renamed, Translation, arg, declare
 from .versions import Compat, Version
 
 __all__ = ["SPECS", "translate_constant", "translate_magnitude", "translate_legacy_quant",

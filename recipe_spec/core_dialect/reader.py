@@ -24,17 +24,15 @@ from __future__ import annotations
 
 from collections import ChainMap
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..diagnostics import codes
 from ..diagnostics.base import Severity, Span
+from ..recipe.build import Builder, with_args
 from ..recipe.model import Group, Modifier, Recipe, Stage
 from ..text.frozen import FrozenDict, freeze
-from ..text.reader import Tagged
+from ..text.nodes import Tagged
 from ..text.variables import VariableEvaluator
-
-if TYPE_CHECKING:
-    from ..loader import _Builder
 
 __all__ = ["is_core", "build_core", "stage_parts", "STAGE_KEYS"]
 
@@ -94,7 +92,7 @@ def stage_parts(root: FrozenDict) -> list[tuple[str, FrozenDict | None, Path]]:
 
 
 class _CoreBuilder:
-    def __init__(self, b: _Builder):
+    def __init__(self, b: Builder):
         self.b = b
 
     def entry(self, name: Any, raw: Any, path: Path, group: str, stage: str) -> Modifier | None:
@@ -160,7 +158,7 @@ class _CoreBuilder:
         return groups, variables
 
 
-def build_core(b: _Builder, root: FrozenDict, overrides: Mapping[str, Any] | None) -> Recipe | None:
+def build_core(b: Builder, root: FrozenDict, overrides: Mapping[str, Any] | None) -> Recipe | None:
     """The :class:`Recipe` (``dialect="core"``) of a stage/group document; diagnostics go to
     the loader's list. None when nothing could be built."""
     core = _CoreBuilder(b)
@@ -186,8 +184,6 @@ def build_core(b: _Builder, root: FrozenDict, overrides: Mapping[str, Any] | Non
             "Put 'ModifierName: {...}' entries under a '<name>_modifiers:' key inside a "
             "'<name>_stage:' mapping.", Span.point(1 + b.doc.line_offset)))
 
-    from ..loader import _with_args
-
     b.apply_overrides(overrides or {}, global_raw, [p[2] for p in parts])
     evaluator = VariableEvaluator(b.doc)
     evaluator.known_names([*global_raw, *(n for p in parts for n in p[2])])
@@ -198,7 +194,7 @@ def build_core(b: _Builder, root: FrozenDict, overrides: Mapping[str, Any] | Non
         values = evaluator.resolve_scope(raw, outer=global_values, scope_name=name) if raw else {}
         visible = ChainMap(values, global_values)
         if has_eval:
-            groups = [Group(g.name, tuple(_with_args(m, evaluator.evaluate_tree(m.raw_args, m.args_path, visible))
+            groups = [Group(g.name, tuple(with_args(m, evaluator.evaluate_tree(m.raw_args, m.args_path, visible))
                                           for m in g.modifiers), g.span) for g in groups]
         stages.append(Stage(
             name, tuple(groups), variables=freeze(values),

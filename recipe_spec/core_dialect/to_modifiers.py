@@ -44,7 +44,8 @@ from typing import Any
 from ..diagnostics.base import Span
 from ..recipe.model import Group, Modifier, Recipe, Stage
 from ..text.frozen import FrozenDict, freeze
-from .catalogue import Translation, core_spec
+from .catalogue import core_spec
+from .spec import Translation
 from .versions import Compat
 
 __all__ = ["TwinModifier", "refusals", "twin_recipe", "runnable", "TWIN_KEYS"]

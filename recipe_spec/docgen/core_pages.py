@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..core_dialect import catalogue_prune, catalogue_quant, catalogue_train
-from ..core_dialect.catalogue import CoreSpec, core_names, core_spec, core_specs, core_variants
+from ..core_dialect.catalogue import core_names, core_spec, core_specs, core_variants
 from ..core_dialect.quant_args import (
     ARGS_FIELDS,
     CT_OF,
@@ -31,6 +31,7 @@ from ..core_dialect.quant_args import (
     QuantField,
     field_schema,
 )
+from ..core_dialect.spec import CoreSpec
 from ..core_dialect.versions import ToolVersion, all_versions, in_range, summarize, versions_where
 from ..modifiers.spec import Arg
 from ..recipe.serialize import dump_value

@@ -13,8 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .ops import InPlaceOps
-from .selection import SelectionLimits
+from .ops import InPlaceOps, SelectionLimits
 
 __all__ = ["NumpyOps", "NUMPY_OPS"]
 

@@ -28,15 +28,21 @@ Selection (the k-th smallest value, the n-th True) is written once too, in
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
-if TYPE_CHECKING:
-    from .selection import SelectionLimits
-
-__all__ = ["Array", "ArrayOps", "InPlaceOps"]
+__all__ = ["Array", "ArrayOps", "InPlaceOps", "SelectionLimits"]
 
 #: An array of the backend (``torch.Tensor``, ``numpy.ndarray``, ...).
 Array = Any
+
+
+class SelectionLimits(NamedTuple):
+    """The sizes a backend picks for :func:`~.selection.kth_smallest` and
+    :func:`~.selection.nth_true`."""
+
+    direct: int  # inputs of at most this many entries go straight to ``ops.kth_direct``
+    sample: int  # entries drawn to bracket the k-th smallest value of larger inputs
+    chunk: int  # flags counted per block when looking for the n-th True
 
 
 class ArrayOps(Protocol):

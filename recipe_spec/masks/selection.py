@@ -29,11 +29,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from .ops import Array, ArrayOps
 
-__all__ = ["SelectionLimits", "kth_smallest", "nth_true"]
+__all__ = ["kth_smallest", "nth_true"]
 
 #: How wide the bracket is around the sample's estimate of the answer: standard deviations of
 #: the sample rank (binomial: the draws are uniform, with replacement), plus a few ranks for
@@ -43,14 +42,6 @@ _SIGMAS = 6.0
 _SLACK = 16.0
 #: The seed of the sample: fixed, so a selection's cost depends only on the values.
 _SEED = 0
-
-
-class SelectionLimits(NamedTuple):
-    """The sizes a backend picks for :func:`kth_smallest` and :func:`nth_true`."""
-
-    direct: int  # inputs of at most this many entries go straight to ``ops.kth_direct``
-    sample: int  # entries drawn to bracket the k-th smallest value of larger inputs
-    chunk: int  # flags counted per block when looking for the n-th True
 
 
 def _size(x: Array) -> int:

@@ -1,41 +1,28 @@
-"""A model's parameters, framework-free: neutral records, resolving a modifier's ``params``
-selectors against them, manifests, model specs and checkpoint headers.
+"""A model's parameters, framework-free: neutral records (:mod:`.records`), ``re:`` patterns
+compiled to linear-time matchers (:mod:`.patterns`), resolving a modifier's ``params`` selectors
+(:mod:`.selectors`), manifests (:mod:`.manifest`), model specs (:mod:`.model_spec`) and
+checkpoint headers (:mod:`.checkpoint`).
+
+>>> records = [ParamRecord("fc1.weight", (4, 8), "Linear", True), ParamRecord("fc1.bias", (4,), "Linear", False)]
+>>> resolve("__ALL_PRUNABLE__", records).names
+('fc1.weight',)
 """
 
+from .manifest import read_manifest, write_manifest
+from .patterns import MAX_STATES, LinearPattern, PatternError, compile_pattern
+from .records import MANIFEST_VERSION, TOKENS, ParamRecord, portable_alias
 from .selectors import (
-    MANIFEST_VERSION,
-    MAX_STATES,
-    TOKENS,
-    LinearPattern,
+    ModelParams,
     ParamIndex,
-    ParamRecord,
-    PatternError,
     Resolution,
     closest_names,
-    compile_pattern,
     compile_selectors,
-    portable_alias,
-    read_manifest,
     resolve,
     selector_items,
-    write_manifest,
 )
 
 __all__ = [
-    "ParamRecord",
-    "Resolution",
-    "PatternError",
-    "TOKENS",
-    "resolve",
-    "compile_selectors",
-    "ParamIndex",
-    "compile_pattern",
-    "LinearPattern",
-    "MAX_STATES",
-    "closest_names",
-    "selector_items",
-    "portable_alias",
-    "read_manifest",
-    "write_manifest",
-    "MANIFEST_VERSION",
+    "ParamRecord", "Resolution", "PatternError", "TOKENS", "resolve", "compile_selectors", "ParamIndex",
+    "compile_pattern", "LinearPattern", "MAX_STATES", "closest_names", "selector_items", "portable_alias",
+    "read_manifest", "write_manifest", "MANIFEST_VERSION", "ModelParams",
 ]

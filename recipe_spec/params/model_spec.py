@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .selectors import ParamRecord
+from .records import ParamRecord
 
 __all__ = [
     "ModelSpecError",
@@ -430,7 +430,7 @@ def load_param_records(spec: str | os.PathLike[str]) -> tuple[str, list[ParamRec
     if kind is not None:
         _check_file(text)
         if kind == "manifest":
-            from .selectors import read_manifest
+            from .manifest import read_manifest
 
             try:
                 return read_manifest(text)

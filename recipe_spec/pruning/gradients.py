@@ -20,7 +20,7 @@ from .second_order.settings import settings_for
 
 if TYPE_CHECKING:
     from ..runtime.base import RecipeRuntime
-    from ..schedule.plan import Event
+    from ..schedule.events import Event
 
 __all__ = ["SECOND_ORDER_SCORES", "GRADIENT_SCORES", "SecondOrderSet", "is_second_order", "takes_gradients"]
 

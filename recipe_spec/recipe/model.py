@@ -19,7 +19,7 @@ from ..diagnostics.base import Diagnostic, Span
 from ..text.frozen import FrozenDict
 
 if TYPE_CHECKING:
-    from ..text.reader import Document
+    from ..text.nodes import Document
     from ..text.source import Source
 
 __all__ = ["Modifier", "Group", "Stage", "Recipe"]

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from ..text.frozen import FrozenDict, thaw
-from ..text.reader import Resolver12
+from ..text.nodes import Resolver12
 
 if TYPE_CHECKING:
     from .model import Modifier, Recipe

@@ -3,8 +3,8 @@ dispatch and saved state), the checks before training (:mod:`.preflight`), resum
 (:mod:`.resume`), mixed precision and distillation.
 """
 
+from ..params.selectors import ModelParams
 from .base import (
-    ModelParams,
     RecipeRuntime,
     check_backend_runs,
     check_recipe_fits,

@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..diagnostics.base import RecipeError, Severity
 from ..modifiers import emits_of, schedule_of, spec
-from ..params.selectors import ParamIndex, ParamRecord, resolve
+from ..params.records import ParamRecord
+from ..params.selectors import ModelParams
 from ..recipe.model import Recipe
-from ..schedule.plan import Event, Plan
+from ..schedule.events import Event
+from ..schedule.plan import Plan
 from .resume import check_same_recipe, identity, recipe_hash
 
 if TYPE_CHECKING:
@@ -29,26 +31,6 @@ __all__ = [
 
 #: Lint codes that stop ``modify()``: the recipe cannot run on this model as written.
 BLOCKING_CODES = ("P001", "P004", "P005", "P006")
-
-
-class ModelParams:
-    """A model's parameters indexed for the recipe: ``names_for`` resolves a modifier's
-    selector once and remembers the answer (a runtime asks at every event)."""
-
-    def __init__(self, records: Sequence[ParamRecord]):
-        self.index = ParamIndex(records)
-        self._resolved: dict[tuple[int, Any], list[str]] = {}
-
-    @property
-    def records(self) -> list[ParamRecord]:
-        return self.index.records
-
-    def names_for(self, modifier: int, selector: Any) -> list[str]:
-        """The parameter names modifier ``modifier``'s ``selector`` resolves to."""
-        key = (modifier, selector if isinstance(selector, (str, tuple)) else repr(selector))
-        if key not in self._resolved:
-            self._resolved[key] = list(resolve(selector, self.index).names) if selector is not None else []
-        return self._resolved[key]
 
 
 def check_recipe_fits(recipe: Recipe, records: Sequence[ParamRecord], framework: str) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from .clock import epoch_of_step, first_step_at
 from .epochs import max_epochs, min_epochs
-from .plan import Event, Plan, compile_plan
+from .events import Event
+from .plan import Plan, compile_plan
 
 __all__ = ["Event", "Plan", "compile_plan", "epoch_of_step", "first_step_at", "max_epochs", "min_epochs"]

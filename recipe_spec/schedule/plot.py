@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from ..modifiers import schedule_of, spec
 
 if TYPE_CHECKING:
-    from .plan import Event, Plan
+    from .events import Event
+    from .plan import Plan
     from .report import SparsitySeries
 
 __all__ = ["plot", "MAX_LEGEND_ENTRIES"]
@@ -362,7 +363,7 @@ def plot(
     distinct schedule, dots at its update steps). Dashed lines mark where modifiers start and
     end. Needs matplotlib (``pip install 'recipe-spec[plot]'``).
     """
-    from .report import PLOT_SUFFIXES, _lr_changes, _sparsity_tracks, horizon
+    from .report import PLOT_SUFFIXES, horizon, lr_changes, sparsity_tracks
 
     path = Path(path)
     suffix = path.suffix.lower()
@@ -377,7 +378,7 @@ def plot(
     x_end = (n if epochs is not None else max(n - 1, plan.total_steps, 1)) / S
     events = list(plan.iter_events(0, n))
     has_lr = initial_lr is not None or any(e.target == "lr" for e in events)
-    sparsity = _sparsity_tracks(events)
+    sparsity = sparsity_tracks(events)
 
     fig = Figure(figsize=(11, 7.2 if has_lr else 5.0), dpi=dpi, layout="constrained")
     FigureCanvasAgg(fig)
@@ -388,7 +389,7 @@ def plot(
     title = f"schedule at {S:,} steps per epoch ({x_end:g} epochs = {round(x_end * S):,} optimizer steps)"
     sep = ":\n" if len(name) + len(title) > _TITLE_CHARS else ": "
     fig.suptitle(name + sep + title, fontsize=13)
-    lr_handle = _draw_lr(ax_lr, _lr_changes(events, initial_lr), events, initial_lr, x_end, S) if ax_lr is not None else None
+    lr_handle = _draw_lr(ax_lr, lr_changes(events, initial_lr), events, initial_lr, x_end, S) if ax_lr is not None else None
 
     handles, any_dots = _draw_sparsity(ax_sp, sparsity, x_end, S)
     handles += _draw_phases(ax_sp, events, x_end, S)

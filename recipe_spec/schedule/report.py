@@ -29,7 +29,8 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .plan import Event, Plan
+    from .events import Event
+    from .plan import Plan
 
 __all__ = [
     "COLUMNS",
@@ -42,7 +43,6 @@ __all__ = [
     "render_table",
     "render_csv",
     "render_json",
-    "plot",
 ]
 
 JSON_FORMAT_VERSION = 1
@@ -118,7 +118,7 @@ def _applies_to_group0(params: Any) -> bool:
     return params == 0
 
 
-def _lr_changes(
+def lr_changes(
     events: Iterable[Event], initial_lr: float | None
 ) -> list[tuple[int, float | None]]:
     """The learning rate of parameter group 0 as ``(step, value from this step on)``."""
@@ -161,7 +161,7 @@ def lr_series(
     the one followed). Within a step the last writer wins, as in SparseML's manager.
     """
     n = horizon(plan, epochs)
-    return _expand(_lr_changes(plan.iter_events(0, n), initial_lr), n)
+    return _expand(lr_changes(plan.iter_events(0, n), initial_lr), n)
 
 
 @dataclass
@@ -183,7 +183,7 @@ class SparsitySeries:
     released_at: int | None = None
 
 
-def _sparsity_tracks(events: Sequence[Event]) -> dict[str, SparsitySeries]:
+def sparsity_tracks(events: Sequence[Event]) -> dict[str, SparsitySeries]:
     by_key: dict[tuple[int, int], SparsitySeries] = {}
     groups: dict[int, int] = {}
     releases: dict[int, int] = {}
@@ -216,7 +216,7 @@ def sparsity_series(plan: Plan, epochs: float | None = None) -> dict[str, Sparsi
     ``final_sparsity`` maps several targets), the target sparsity in force at each step of
     :func:`horizon`, and its update points."""
     n = horizon(plan, epochs)
-    out = _sparsity_tracks(list(plan.iter_events(0, n)))
+    out = sparsity_tracks(list(plan.iter_events(0, n)))
     for s in out.values():
         changes: list[tuple[int, float | None]] = [(0, None)] + list(s.updates)
         if s.released_at is not None:
@@ -321,6 +321,3 @@ def render_json(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> s
     doc["events"] = list(rows)
     return json.dumps(doc, indent=2) + "\n"
 
-
-# -- the picture (drawn by :mod:`recipe_spec.schedule.plot`) ---------------------------------
-from .plot import plot  # noqa: E402  (re-exported: ``schedule_report.plot``)

@@ -23,7 +23,7 @@ from ..diagnostics import codes
 from ..diagnostics.base import Diagnostic, RecipeError, Span
 from .frozen import FrozenDict
 from .locs import LazyLocs, fast_span
-from .reader import _ALLOWED_STD, _STD, MAX_VALUES, Resolver12, Tagged, merged, scalar_value
+from .nodes import _ALLOWED_STD, _STD, MAX_VALUES, Resolver12, Tagged, merged, scalar_value
 
 __all__ = ["EventBuilder"]
 

@@ -18,7 +18,7 @@ from typing import Any
 from yaml import AliasEvent, ScalarEvent
 
 from ..diagnostics.base import Span
-from .reader import Loc
+from .nodes import Loc
 
 __all__ = ["LazyLocs", "gc_paused", "fast_span"]
 

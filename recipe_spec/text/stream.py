@@ -24,7 +24,7 @@ from yaml import (
     StreamEndEvent,
 )
 
-from .reader import MAX_DEPTH
+from .nodes import MAX_DEPTH
 
 try:
     from yaml._yaml import CParser

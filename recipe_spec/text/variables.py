@@ -32,7 +32,7 @@ from .expressions import (
     short_repr,
 )
 from .frozen import FrozenDict
-from .reader import Document
+from .nodes import Document
 
 __all__ = ["Invalid", "INVALID", "VariableEvaluator", "did_you_mean"]
 

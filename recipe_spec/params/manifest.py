@@ -1,4 +1,5 @@
-"""The JSON of a parameter manifest (``params.json``), read in bounded stack and checked entry
+"""Parameter manifests (``params.json``): written by :func:`write_manifest`, read by
+:func:`read_manifest`, whose JSON is read in bounded stack and checked entry
 by entry, so that every problem is reported as ``path:line:column: what is wrong``.
 
 - Nesting is measured before parsing (one regular-expression pass that skips strings): more
@@ -20,12 +21,16 @@ ValueError: p.json:1:50: params[0].alias must be text or null, not [1, 2]
 from __future__ import annotations
 
 import json
+import os
 import re
+from collections.abc import Sequence
 from typing import Any
 
+from ..atomic import write_text
 from ..text.expressions import short_repr
+from .records import MANIFEST_VERSION, ParamRecord
 
-__all__ = ["MAX_DEPTH", "parse"]
+__all__ = ["MAX_DEPTH", "parse", "write_manifest", "read_manifest"]
 
 #: Deepest nesting of lists and objects accepted in a manifest.
 MAX_DEPTH = 64
@@ -138,8 +143,6 @@ def parse(text: str, where: str) -> tuple[dict[str, Any], list[Any]]:
         ) from None
     except RecursionError:  # pragma: no cover - the depth check comes first
         raise ValueError(f"{where}:1:1: not a readable parameter manifest (nested too deeply)") from None
-    from .selectors import MANIFEST_VERSION
-
     if not isinstance(doc, dict) or doc.get("version") != MANIFEST_VERSION or not isinstance(doc.get("params"), list):
         raise ValueError(
             f"{where}:1:1: not a parameter manifest of version {MANIFEST_VERSION} "
@@ -160,3 +163,31 @@ def parse(text: str, where: str) -> tuple[dict[str, Any], list[Any]]:
                 offset = found.end()
         raise ValueError(f"{where}:{_position(text, offset)}: {message}")
     return doc, entries
+
+
+def write_manifest(path: str | os.PathLike[str], records: Sequence[ParamRecord], framework: str, source: str = "") -> None:
+    """Write a parameter manifest (``params.json``): enough to lint without a framework."""
+    doc = {
+        "version": MANIFEST_VERSION,
+        "framework": framework,
+        "source": source,
+        "params": [r.to_json() for r in records],
+    }
+    write_text(path, json.dumps(doc, indent=1) + "\n")
+
+
+def read_manifest(path: str | os.PathLike[str]) -> tuple[str, list[ParamRecord]]:
+    """(framework, records) of a manifest written by :func:`write_manifest`.
+
+    Raises ValueError ``path:line:column: what is wrong`` (see :func:`parse`).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{os.fspath(path)}: not a readable parameter manifest ({exc})") from None
+    doc, entries = parse(text, os.fspath(path))
+    try:
+        return str(doc.get("framework", "")), [ParamRecord.from_json(p) for p in entries]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{os.fspath(path)}: a parameter entry is malformed ({exc})") from None
