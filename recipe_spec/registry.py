@@ -199,3 +199,8 @@ def supported_modifiers(name: str) -> frozenset[str]:
     from .modifiers import supported_by
 
     return supported_by(get_backend(name).capabilities)
+
+
+def backend_capabilities() -> dict[str, frozenset[str]]:
+    """Each installed backend's name and declared capabilities."""
+    return {b.name: frozenset(b.capabilities) for b in installed_backends()}

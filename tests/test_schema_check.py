@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 import recipe_spec
+from recipe_spec.checks.arguments import _jsonable
 from recipe_spec.checks.schema_check import fast_is_valid
 from recipe_spec.checks.schemas import modifier_names, modifier_schema
-from recipe_spec.validation import _jsonable
 
 SAMPLES: list[tuple[str, dict]] = []
 for row in corpus_rows():

@@ -24,8 +24,7 @@ from typing import Any
 import torch
 from recipe_spec import masks as core
 from recipe_spec.masks import MaskShapeError
-from recipe_spec.masks.ops import InPlaceOps
-from recipe_spec.masks.ops import SelectionLimits
+from recipe_spec.masks.ops import InPlaceOps, SelectionLimits
 from recipe_spec.masks.types import parse_mask_type
 
 __all__ = [

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..diagnostics import codes
+from ..modifiers import rule_keys as modifier_rule_keys
 from ..recipe.findings import Finding
 from ..schedule.events import FLOAT_INT_LIMIT as _FLOAT_INT_LIMIT
 from ..text.frozen import FrozenDict
@@ -150,9 +151,7 @@ def _schema_findings(m: Modifier) -> Iterator[Finding]:
             yield Finding(codes.M003, f"{m.type} needs '{missing}'", desc, m)
             continue
         if rule_keys is None:
-            from ..validation import _rule_keys
-
-            rule_keys = _rule_keys(m)
+            rule_keys = modifier_rule_keys(m)
         if top in rule_keys:
             continue  # the modifier's own rule says it better (E003 for QAT's end_epoch)
         leaf = _leaf_error(error)

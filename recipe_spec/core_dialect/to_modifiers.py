@@ -94,10 +94,10 @@ def refusals(recipe: Recipe, backend: str | None, compat: Any = None) -> list[tu
     """``(modifier, what, how to fix)`` for every modifier of a stage/group recipe that
     ``backend`` (None: any backend of recipe-spec) does not run; [] when it runs them all."""
     from ..modifiers import supported_by
-    from ..validation import _backend_capabilities
+    from ..registry import backend_capabilities
 
     chosen = compat if compat is None or isinstance(compat, Compat) else Compat.parse(str(compat))
-    runs = supported_by(_backend_capabilities().get(backend, frozenset())) if backend else frozenset()
+    runs = supported_by(backend_capabilities().get(backend, frozenset())) if backend else frozenset()
     where = f"the {backend} backend" if backend else "recipe-spec's backends"
     do, run = ("does", "runs") if backend else ("do", "run")
     out: list[tuple[Modifier, str, str]] = []

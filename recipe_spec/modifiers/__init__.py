@@ -13,12 +13,13 @@ True
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from .spec import CAPABILITIES, EVENT_TARGETS, Arg, Look, ModifierSpec
 
 __all__ = [
     "Arg", "Look", "ModifierSpec", "CAPABILITIES", "EVENT_TARGETS",
-    "all_specs", "declared_in", "spec", "schedule_of", "emits_of", "names", "pruning_names", "supported_by",
+    "all_specs", "declared_in", "spec", "rule_keys", "schedule_of", "emits_of", "names", "pruning_names", "supported_by",
 ]
 
 
@@ -54,6 +55,12 @@ def declared_in(name: str) -> str:
 def spec(name: str) -> ModifierSpec | None:
     """The declaration of modifier ``name``, or None when there is none."""
     return all_specs().get(name)
+
+
+def rule_keys(m: Any) -> set[Any]:
+    """The arguments modifier ``m``'s own rules (its declaration's ``rules``) report on."""
+    declared = spec(m.type)
+    return {f.keys[0] for rule in (declared.rules if declared else ()) for f in rule(m) if f.keys}
 
 
 def schedule_of(name: str) -> str | None:

@@ -51,7 +51,7 @@ class SecondOrderSet:
     def attach(cls, runtime: RecipeRuntime, grad_sampler: Any, oneshot: bool = False) -> SecondOrderSet | None:
         """Check the recipe's second-order modifiers against the model and make their
         pruners (None when the recipe has none). Raises :class:`RecipeError` (M012)."""
-        from ..validation import positioned
+        from ..recipe.findings import positioned
 
         indexes = [i for i, m in enumerate(runtime.recipe.modifiers) if takes_gradients(m.type)]
         if grad_sampler is not None and not any(is_second_order(runtime.recipe.modifiers[i].type) for i in indexes):

@@ -10,10 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..diagnostics.base import Diagnostic
+from ..diagnostics.codes import Code
+
 if TYPE_CHECKING:
     from ..diagnostics.base import Severity
-    from ..diagnostics.codes import Code
-    from .model import Modifier
+    from .model import Modifier, Recipe
 
 __all__ = ["Finding"]
 
@@ -39,3 +41,17 @@ class Finding:
         # object.__setattr__, and rules make findings by the thousand
         self.__dict__.update(code=code, message=message, hint=hint, modifier=modifier, keys=keys,
                              on_key=on_key, severity=severity)
+
+
+def positioned(f: Finding, recipe: Recipe) -> Diagnostic:
+    """The diagnostic of finding ``f`` at the argument (or modifier) it names."""
+    span = f.modifier.key_span(f.keys[0]) if f.on_key and f.keys else (
+        f.modifier.value_span(*f.keys) if f.keys else f.modifier.span
+    )
+    code = f.code
+    if code.__class__ is Code and span is not None:  # what Code.__call__ and in_file give, made once
+        return Diagnostic(
+            code.id, f.severity or code.severity, f.message, f.hint, recipe.path,
+            span.line, span.column, span.end_line, span.end_column,
+        )
+    return code(f.message, f.hint, span, f.severity).in_file(recipe.path)

@@ -6,13 +6,12 @@ dispatch and saved state), the checks before training (:mod:`.preflight`), resum
 from ..params.selectors import ModelParams
 from .base import (
     RecipeRuntime,
-    check_backend_runs,
-    check_recipe_fits,
     check_saved_state,
     global_mask_type_message,
     global_sparsity_of,
     non_finite_message,
 )
+from .preflight import check_backend_runs, check_recipe_fits
 
 __all__ = [
     "RecipeRuntime",

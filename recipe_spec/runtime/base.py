@@ -12,71 +12,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..diagnostics.base import RecipeError, Severity
 from ..modifiers import emits_of, schedule_of, spec
 from ..params.records import ParamRecord
 from ..params.selectors import ModelParams
 from ..recipe.model import Recipe
 from ..schedule.events import Event
 from ..schedule.plan import Plan
+from .preflight import check_before_training, runnable_recipe
 from .resume import check_same_recipe, identity, recipe_hash
 
 if TYPE_CHECKING:
     from ..recipe.model import Modifier
 
 __all__ = [
-    "RecipeRuntime", "ModelParams", "check_recipe_fits", "check_backend_runs", "check_saved_state",
-    "non_finite_message", "global_mask_type_message", "global_sparsity_of",
+    "RecipeRuntime", "check_saved_state", "non_finite_message", "global_mask_type_message", "global_sparsity_of",
 ]
-
-#: Lint codes that stop ``modify()``: the recipe cannot run on this model as written.
-BLOCKING_CODES = ("P001", "P004", "P005", "P006")
-
-
-def check_recipe_fits(recipe: Recipe, records: Sequence[ParamRecord], framework: str) -> None:
-    """Raise :class:`RecipeError` (pattern, line, closest names) when the recipe's patterns,
-    mask shapes or QAT layers do not fit the model: at ``modify()``, not at run time."""
-    from ..lint import lint_recipe
-
-    problems = [
-        d for d in lint_recipe(recipe, records, framework)
-        if d.severity is Severity.ERROR and d.code in BLOCKING_CODES
-    ]
-    if problems:
-        raise RecipeError(problems)
-
-
-def check_backend_runs(recipe: Recipe, backend: str, capabilities: frozenset[str], runtime: Any) -> None:
-    """Refuse, before training, a recipe the backend cannot run as written: an unknown modifier
-    (M001) or a one-shot one of the core dialect (S007), a modifier (or an argument) that
-    needs a capability the backend lacks (B001), each a located error; a stage/group recipe
-    that reaches here could not be written as its ``!Modifier`` twins (B001 per modifier
-    refused, :mod:`recipe_spec.core_dialect.to_modifiers`); an event
-    target with no handler on ``runtime`` (``_on_<target>``) is a backend defect, never
-    dropped silently."""
-    from ..validation import _modifier_findings, backend_findings, positioned
-
-    if recipe.dialect == "core":  # RecipeRuntime runs a runnable one as its twins already
-        from ..core_dialect.to_modifiers import twin_recipe
-        from ..core_dialect.validate import refuse_to_run
-
-        refused = refuse_to_run(recipe, backend)
-        if refused:
-            raise RecipeError(refused)
-        recipe = twin_recipe(recipe)
-    problems = [positioned(f, recipe) for f in _modifier_findings(recipe, None) if f.code.id in ("M001", "S007")]
-    problems += [positioned(f, recipe) for f in backend_findings(recipe, backend, capabilities)]
-    if problems:
-        raise RecipeError(problems)
-    for m in recipe.modifiers:
-        for target in sorted(emits_of(m.type)):
-            if not callable(getattr(runtime, f"_on_{target}", None)):
-                raise NotImplementedError(
-                    f"the {backend} backend declares what {m.type} (line {m.span.line}) needs "
-                    f"but has no handler for its '{target}' events (_on_{target}); this is a "
-                    "backend defect: report it"
-                )
-
 
 def check_saved_state(state: Mapping[str, Any], version: int, steps_per_epoch: int, attached: bool) -> None:
     """Refuse a saved state that cannot continue this schedule, saying why."""
@@ -148,9 +98,7 @@ class RecipeRuntime:
     state_version: ClassVar[int] = 1
 
     def __init__(self, recipe: Recipe):
-        from ..core_dialect.to_modifiers import runnable
-
-        self.recipe = runnable(recipe, self.framework)  # a stage/group recipe's !Modifier twins
+        self.recipe = runnable_recipe(recipe, self.framework)  # a stage/group recipe's !Modifier twins
         self.plan: Plan | None = None
         self.model: Any = None
         self.optimizer: Any = None
@@ -177,10 +125,7 @@ class RecipeRuntime:
         self.step_count = round(epoch * steps_per_epoch)
         self._refresh()
         assert self._model_params is not None
-        from ..registry import get_backend
-
-        check_backend_runs(self.recipe, self.framework, get_backend(self.framework).capabilities, self)
-        check_recipe_fits(self.recipe, self._model_params.records, self.framework)
+        check_before_training(self.recipe, self.framework, self._model_params.records, self)
         from ..pruning.gradients import SecondOrderSet
 
         self.second_order = SecondOrderSet.attach(self, grad_sampler, oneshot)

@@ -1,0 +1,76 @@
+"""The checks before training, at ``modify()`` and ``apply()``: a recipe the backend cannot run
+as written, or whose patterns do not fit the model, is refused with located errors before the
+model is touched. The runtime (:class:`~.base.RecipeRuntime`) calls them; they read validation,
+lint and the stage/group dialect, which the runtime itself never imports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..checks.support import backend_findings, modifier_findings
+from ..core_dialect.to_modifiers import runnable, twin_recipe
+from ..core_dialect.validate import refuse_to_run
+from ..diagnostics.base import RecipeError, Severity
+from ..lint import lint_recipe
+from ..modifiers import emits_of
+from ..params.records import ParamRecord
+from ..recipe.findings import positioned
+from ..recipe.model import Recipe
+from ..registry import get_backend
+
+__all__ = ["BLOCKING_CODES", "check_before_training", "check_recipe_fits", "check_backend_runs", "runnable_recipe"]
+
+#: Lint codes that stop ``modify()``: the recipe cannot run on this model as written.
+BLOCKING_CODES = ("P001", "P004", "P005", "P006")
+
+
+def check_recipe_fits(recipe: Recipe, records: Sequence[ParamRecord], framework: str) -> None:
+    """Raise :class:`RecipeError` (pattern, line, closest names) when the recipe's patterns,
+    mask shapes or QAT layers do not fit the model: at ``modify()``, not at run time."""
+    problems = [
+        d for d in lint_recipe(recipe, records, framework)
+        if d.severity is Severity.ERROR and d.code in BLOCKING_CODES
+    ]
+    if problems:
+        raise RecipeError(problems)
+
+
+def check_backend_runs(recipe: Recipe, backend: str, capabilities: frozenset[str], runtime: Any) -> None:
+    """Refuse, before training, a recipe the backend cannot run as written: an unknown modifier
+    (M001) or a one-shot one of the core dialect (S007), a modifier (or an argument) that
+    needs a capability the backend lacks (B001), each a located error; a stage/group recipe
+    that reaches here could not be written as its ``!Modifier`` twins (B001 per modifier
+    refused, :mod:`recipe_spec.core_dialect.to_modifiers`); an event
+    target with no handler on ``runtime`` (``_on_<target>``) is a backend defect, never
+    dropped silently."""
+    if recipe.dialect == "core":  # RecipeRuntime runs a runnable one as its twins already
+        refused = refuse_to_run(recipe, backend)
+        if refused:
+            raise RecipeError(refused)
+        recipe = twin_recipe(recipe)
+    problems = [positioned(f, recipe) for f in modifier_findings(recipe, None) if f.code.id in ("M001", "S007")]
+    problems += [positioned(f, recipe) for f in backend_findings(recipe, backend, capabilities)]
+    if problems:
+        raise RecipeError(problems)
+    for m in recipe.modifiers:
+        for target in sorted(emits_of(m.type)):
+            if not callable(getattr(runtime, f"_on_{target}", None)):
+                raise NotImplementedError(
+                    f"the {backend} backend declares what {m.type} (line {m.span.line}) needs "
+                    f"but has no handler for its '{target}' events (_on_{target}); this is a "
+                    "backend defect: report it"
+                )
+
+
+def runnable_recipe(recipe: Recipe, framework: str) -> Recipe:
+    """The recipe a runtime runs: a stage/group recipe's ``!Modifier`` twins where it has them
+    (:func:`recipe_spec.core_dialect.to_modifiers.runnable`), else ``recipe`` itself."""
+    return runnable(recipe, framework)
+
+
+def check_before_training(recipe: Recipe, framework: str, records: Sequence[ParamRecord], runtime: Any) -> None:
+    """Every check of :func:`check_backend_runs` and :func:`check_recipe_fits`, in that order."""
+    check_backend_runs(recipe, framework, get_backend(framework).capabilities, runtime)
+    check_recipe_fits(recipe, records, framework)
