@@ -23,12 +23,14 @@ from .diagnostics import codes
 from .diagnostics.base import Diagnostic, Severity
 from .loader import RecipeInput, check
 from .masks.types import nm_of
-from .modifiers import schedule_of, spec
+from .modifiers import spec
 from .params.patterns import PatternError
 from .params.records import ParamRecord
 from .params.selectors import ParamIndex, closest_names, compile_selectors, resolve, selector_items
 from .recipe.findings import Finding
 from .recipe.model import Modifier, Recipe
+from .registry import canonical_shape
+from .schedule.kinds import track_kind
 from .validation import apply_noqa, validate_recipe
 
 __all__ = ["lint", "lint_recipe", "as_target"]
@@ -74,25 +76,11 @@ def _window(m: Modifier) -> tuple[float, float] | None:
     return window if all(not math.isnan(v) for v in window) else None
 
 
-def _canonical_shape(record: ParamRecord, framework: str | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """``(axes, shape)``: where the record's canonical (out, in, spatial...) axes are in its own
-    layout (the ``framework`` backend's axis mapping) and its shape in canonical order."""
-    from .registry import BackendError, get_backend
-
-    axes = tuple(range(len(record.shape)))  # records named as written: canonical already
-    if framework is not None:
-        try:
-            axes = tuple(get_backend(framework).canonical_axes(record.layer_type, len(record.shape)))
-        except (BackendError, ValueError):
-            pass
-    return axes, tuple(record.shape[a] for a in axes)
-
-
 def _mask_findings(m: Modifier, records: Sequence[ParamRecord], framework: str) -> Iterator[Finding]:
     mask = m.args.get("mask_type", "unstructured")
     nm = nm_of(mask)
     for r in records:
-        axes, canonical = _canonical_shape(r, framework)
+        axes, canonical = canonical_shape(r, framework)
         dim = axes[1] if len(axes) >= 2 else None
         if isinstance(mask, str) and mask in ("block4", "block") and dim is not None and r.shape[dim] % 4:
             yield Finding(
@@ -209,7 +197,7 @@ def _param_findings(recipe: Recipe, records: Sequence[ParamRecord], framework: s
                     )
             window = _window(m)
             exact = {s for s in good if not s.startswith("re:") and s.upper() not in ("__ALL__", "__ALL_PRUNABLE__")}
-            if window is not None and schedule_of(m.type) != "hold_masks":
+            if window is not None and not track_kind(m.type).holds_only:
                 for r in result.matched:
                     pruned.setdefault(r.name, []).append((m, window, bool(exact & set(r.names))))
             if path == ("params",):

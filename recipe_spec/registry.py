@@ -31,6 +31,8 @@ __all__ = [
     "BackendError",
     "ENTRY_POINT_GROUP",
     "available_backends",
+    "backend_capabilities",
+    "canonical_shape",
     "backend_for",
     "get_backend",
     "installed_backends",
@@ -204,3 +206,15 @@ def supported_modifiers(name: str) -> frozenset[str]:
 def backend_capabilities() -> dict[str, frozenset[str]]:
     """Each installed backend's name and declared capabilities."""
     return {b.name: frozenset(b.capabilities) for b in installed_backends()}
+
+
+def canonical_shape(record: ParamRecord, framework: str | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(axes, shape)``: where the record's canonical (out, in, spatial...) axes are in its own
+    layout (the ``framework`` backend's axis mapping) and its shape in canonical order."""
+    axes = tuple(range(len(record.shape)))  # records named as written: canonical already
+    if framework is not None:
+        try:
+            axes = tuple(get_backend(framework).canonical_axes(record.layer_type, len(record.shape)))
+        except (BackendError, ValueError):
+            pass
+    return axes, tuple(record.shape[a] for a in axes)

@@ -14,7 +14,7 @@ import numpy as np
 import keras
 
 if TYPE_CHECKING:
-    from .manager import KerasManager
+    from recipe_spec.runtime import RecipeRuntime
 
 __all__ = ["RecipeCheckpoint", "save_recipe_state", "load_recipe_state", "recipe_state_path"]
 
@@ -25,7 +25,7 @@ def recipe_state_path(filepath: Any) -> str:
 
 
 def save_recipe_state(state: Mapping[str, Any], path: Any) -> None:
-    """Write a :meth:`KerasManager.state_dict` to an ``.npz`` (masks as arrays, the rest as JSON)."""
+    """Write a :meth:`~recipe_spec_keras.manager.KerasManager.state_dict` to an ``.npz`` (masks as arrays, the rest as JSON)."""
     masks = state.get("masks", {})
     meta = {k: v for k, v in state.items() if k != "masks"}
     meta["released"] = [list(x) for x in meta.get("released", [])]
@@ -41,7 +41,7 @@ def save_recipe_state(state: Mapping[str, Any], path: Any) -> None:
 
 def load_recipe_state(filepath: Any) -> dict[str, Any]:
     """The recipe state saved next to ``filepath`` (a ``.keras`` file or the ``.recipe.npz``
-    itself), ready for :meth:`KerasManager.load_state_dict`."""
+    itself), ready for :meth:`~recipe_spec_keras.manager.KerasManager.load_state_dict`."""
 
     path = str(filepath)
     if not path.endswith(".recipe.npz"):
@@ -108,7 +108,7 @@ class RecipeCheckpoint(keras.callbacks.Callback):
     build a fresh optimizer without the saved momentum and iterations.
     """
 
-    def __init__(self, runtime: KerasManager, filepath: Any, save_freq: Any = "epoch"):
+    def __init__(self, runtime: RecipeRuntime, filepath: Any, save_freq: Any = "epoch"):
         super().__init__()
         if save_freq == "epoch":
             save_freq = 1

@@ -41,9 +41,8 @@ from recipe_spec.runtime.distillation import (
 )
 
 if TYPE_CHECKING:
+    from recipe_spec.runtime import RecipeRuntime
     from recipe_spec.schedule.events import Event
-
-    from .manager import KerasManager
 
 __all__ = ["kl_logsoftmax", "kldiv_loss", "frozen_copy", "KerasDistillation"]
 
@@ -159,7 +158,7 @@ class KerasDistillation:
             warn_disabled(terms)
 
     @classmethod
-    def attach(cls, runtime: KerasManager, teacher: Any) -> KerasDistillation:
+    def attach(cls, runtime: RecipeRuntime, teacher: Any) -> KerasDistillation:
         """The distillation of ``runtime``'s plan; unless it is disabled, the hardness variables,
         the self-distillation clones and ``model.compute_loss`` wrapped for ``fit``."""
         dist = cls(terms_of(runtime.plan), teacher)
@@ -203,7 +202,7 @@ class KerasDistillation:
         assign_weights(slot, model)
         self.teachers[modifier] = slot
 
-    def on_event(self, event: Event, runtime: KerasManager) -> None:
+    def on_event(self, event: Event, runtime: RecipeRuntime) -> None:
         """A start event takes the copy (unless :meth:`begin` did); an end event drops it and
         traces ``fit``'s step again without it."""
         if self.mode != "self":
@@ -257,7 +256,7 @@ class KerasDistillation:
             return {}
         return {str(k): [np.array(ops.convert_to_numpy(v)) for v in t.weights] for k, t in self.teachers.items()}
 
-    def load(self, state: Mapping[str, Any], runtime: KerasManager) -> None:
+    def load(self, state: Mapping[str, Any], runtime: RecipeRuntime) -> None:
         self.teachers = {}
         if self.mode != "self":
             return
@@ -281,7 +280,7 @@ class KerasDistillation:
 
 
 # -- model.fit: the distillation term inside Model.compute_loss --------------------------------
-def wrap_compute_loss(model: Any, dist: KerasDistillation, runtime: KerasManager) -> None:
+def wrap_compute_loss(model: Any, dist: KerasDistillation, runtime: RecipeRuntime) -> None:
     """Replace ``model.compute_loss`` on the instance by one that mixes the distillation terms
     into the training loss (the teacher runs on ``x``); evaluation losses are left alone."""
     original = model.compute_loss

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import keras
+from recipe_spec.modifiers import spec
 from recipe_spec.runtime import RecipeRuntime
 
 from . import jax_state
@@ -122,7 +123,7 @@ class KerasManager(RecipeRuntime):
         if self.second_order_steps is not None:  # modify() again: stop watching the old optimizer
             self.second_order_steps.stop()
         self.second_order_steps = None
-        if self.second_order is not None:
+        if self.pruners is not None and self.pruners.gradient:
             from .second_order import SecondOrderSteps
 
             self.second_order_steps = SecondOrderSteps(self, optimizer)
@@ -165,11 +166,10 @@ class KerasManager(RecipeRuntime):
             raise ValueError(f"build the Keras model (call it once or give it an Input) before {what}()")
 
     def _second_order_host(self, grad_sampler: Any) -> Any:
-        from recipe_spec.pruning.gradients import takes_gradients
-
         from .second_order import KerasHost, check_keras_backend
 
-        check_keras_backend(" and ".join(sorted({m.type for m in self.recipe.modifiers if takes_gradients(m.type)})))
+        gradient_modifiers = {m.type for m in self.recipe.modifiers if "gradients" in getattr(spec(m.type), "needs", ())}
+        check_keras_backend(" and ".join(sorted(gradient_modifiers)))
         return KerasHost(self, grad_sampler)
 
     def loss_update(self, loss: Any, student_outputs: Any = None, student_inputs: Any = None,

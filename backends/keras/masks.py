@@ -24,7 +24,7 @@ from recipe_spec.masks.layout import Layout
 from recipe_spec.masks.numpy_ops import NUMPY_OPS
 from recipe_spec.masks.types import parse_mask_type
 
-from .backend import canonical_axes
+from .layout import canonical_axes
 
 __all__ = [
     "MaskShapeError",

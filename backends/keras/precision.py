@@ -34,12 +34,12 @@ from .params import numpy_value
 from .quantization import layer_paths
 
 if TYPE_CHECKING:
-    from .manager import KerasManager
+    from recipe_spec.runtime import RecipeRuntime
 
 __all__ = ["MixedPrecisionSteps", "loss_scale_optimizer", "is_mixed", "to_float32"]
 
 
-def loss_scale_optimizer(runtime: KerasManager) -> Any:
+def loss_scale_optimizer(runtime: RecipeRuntime) -> Any:
     """The ``LossScaleOptimizer`` that steps ``runtime``'s optimizer (the one ``compile``
     wrapped it in, or the optimizer given to ``modify`` itself), or None."""
     lso = keras.optimizers.LossScaleOptimizer
@@ -74,7 +74,7 @@ class MixedPrecisionSteps:
     the module docstring). The runtime calls :meth:`begin` first in ``step_begin``,
     :meth:`end` first in ``step_end`` and :meth:`quantization_starts` before QAT starts."""
 
-    def __init__(self, runtime: KerasManager):
+    def __init__(self, runtime: RecipeRuntime):
         self.runtime = runtime
         self.retrying = False  # the step before was skipped: this one is its retry
         self.skipped = 0  # steps the loss scale skipped so far

@@ -23,16 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from recipe_spec.runtime import global_mask_type_message, non_finite_message
+from recipe_spec import masks as core
+from recipe_spec.masks.numpy_ops import NUMPY_OPS
+from recipe_spec.pruning.magnitude import NonFiniteWeightsError, update_masks
 
 from .jax_state import StateAccess, is_jax, track, untrack
-from .masks import compute_mask, global_unstructured_masks
+from .masks import MaskShapeError, kernel_layout
 
 __all__ = ["MaskedVariable", "MaskSet", "NonFiniteWeightsError", "StepMasks"]
-
-
-class NonFiniteWeightsError(FloatingPointError):
-    """A weight holds NaN or infinite values when a mask is computed from it."""
 
 
 @dataclass(eq=False)
@@ -195,16 +193,17 @@ class MaskSet:
             _assign_masked(entry, self.access if is_jax() else None)
 
     def update(self, entries: list[MaskedVariable], sparsity: float, mask_type: Any, global_sparsity: bool, step: int) -> None:
+        """Recompute the masks of ``entries`` for ``sparsity`` from the weights' magnitudes (the
+        core's policy, :func:`recipe_spec.pruning.magnitude.update_masks`, on the kernels as
+        Keras lays them out); the weights are zeroed now, or by the step (``defer_zeroing``)."""
         values = [self.access.read(e.variable) for e in entries]
-        for entry, value in zip(entries, values, strict=True):
-            if not np.isfinite(value).all():
-                raise NonFiniteWeightsError(non_finite_message(entry.name, step, sparsity))
-        if global_sparsity and mask_type not in (None, "unstructured"):
-            raise ValueError(global_mask_type_message(mask_type))
-        if global_sparsity and len(entries) > 1:
-            masks = global_unstructured_masks([(v, e.layer_type) for v, e in zip(values, entries, strict=True)], sparsity)
-        else:
-            masks = [compute_mask(v, sparsity, mask_type, e.layer_type) for v, e in zip(values, entries, strict=True)]
+        layouts = [kernel_layout(v.shape, e.layer_type) for v, e in zip(values, entries, strict=True)]
+        try:
+            masks = update_masks(NUMPY_OPS, values, sparsity, mask_type, global_sparsity,
+                                 [e.name for e in entries], step, layouts)
+        except core.MaskShapeError as err:
+            native = next((lay.shape for lay in layouts if lay.canonical_shape == tuple(err.shape)), None)
+            raise MaskShapeError(str(err), shape=err.shape, mask_type=err.mask_type, keras_shape=native) from None
         for entry, value, mask in zip(entries, values, masks, strict=True):
             entry.mask[...] = mask
             entry.invalidate()

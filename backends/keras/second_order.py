@@ -26,17 +26,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from recipe_spec.masks.numpy_ops import NUMPY_OPS
+from recipe_spec.modifiers.second_order_args import SecondOrderSettings
 from recipe_spec.pruning.second_order.checks import host_memory_available
 from recipe_spec.pruning.second_order.fisher import FisherInverse
 from recipe_spec.pruning.second_order.pruner import SecondOrderError
 from recipe_spec.pruning.second_order.sampler import batches, sampler_parts
-from recipe_spec.pruning.second_order.settings import SecondOrderSettings
 
 from .masks import from_torch_layout, to_torch_layout
 from .params import numpy_value
 
 if TYPE_CHECKING:
-    from .manager import KerasManager
+    from recipe_spec.runtime import RecipeRuntime
 
 __all__ = ["fisher_inverse", "GradSampler", "KerasHost", "SecondOrderSteps", "check_keras_backend"]
 
@@ -123,12 +123,12 @@ def _torch_gradients(loss: Callable[[], Any], variables: Sequence[Any]) -> list[
 
 
 class KerasHost:
-    """:class:`recipe_spec.pruning.second_order.pruner.Host` on a :class:`KerasManager`: NumPy
+    """:class:`recipe_spec.pruning.second_order.pruner.Host` on a :class:`~recipe_spec_keras.manager.KerasManager`: NumPy
     arrays in canonical layout, float64 where the variables are."""
 
     ops = NUMPY_OPS
 
-    def __init__(self, manager: KerasManager, grad_sampler: Any):
+    def __init__(self, manager: RecipeRuntime, grad_sampler: Any):
         self.manager = manager
         self.sampler = GradSampler(grad_sampler) if grad_sampler is not None else None
         #: the current step's gradients (canonical layout), set while the step hands them over
@@ -202,7 +202,7 @@ class KerasHost:
 
 
 class SecondOrderSteps:
-    """What second-order pruning adds to a Keras training step (:meth:`KerasManager.step_begin`
+    """What second-order pruning adds to a Keras training step (:meth:`~recipe_spec_keras.manager.KerasManager.step_begin`
     / ``step_end``, i.e. ``model.fit``'s recipe callback).
 
     Gradient timing, as in PyTorch and SparseML: the gradient of step k is taken before the
@@ -225,12 +225,13 @@ class SecondOrderSteps:
     again by :meth:`end`, with its own type and message.
     """
 
-    def __init__(self, manager: KerasManager, optimizer: Any):
+    def __init__(self, manager: RecipeRuntime, optimizer: Any):
         self.manager, self.optimizer = manager, optimizer
-        so = manager.second_order
-        self.host: KerasHost = next(iter(so.pruners.values())).host
-        self.in_step = {i for i, p in so.pruners.items() if not p.sampled}
-        self.names = list(dict.fromkeys(n for i in sorted(self.in_step) for n in so.pruners[i].names))
+        assert manager.pruners is not None
+        gradient: dict[int, Any] = manager.pruners.gradient
+        self.host: KerasHost = next(iter(gradient.values())).host
+        self.in_step = {i for i, p in gradient.items() if not p.sampled}
+        self.names = list(dict.fromkeys(n for i in sorted(self.in_step) for n in gradient[i].names))
         self.due: list[Any] = []  # this step's in-step events
         self.handed: int | None = None  # the last step whose gradients were handed over
         self.error: BaseException | None = None
@@ -273,7 +274,7 @@ class SecondOrderSteps:
         """The step's gradients of the watched variables (Keras layout): buffer them and run
         the step's training-time M-FAC pruning. Errors are kept for :meth:`end`."""
         m = self.manager
-        if not self.in_step or m.second_order is None or self.error is not None:
+        if not self.in_step or m.pruners is None or self.error is not None:
             return
         try:
             if self.handed == m.step_count:
@@ -340,7 +341,7 @@ class SecondOrderSteps:
             model.make_train_function(force=True)
 
     def stop(self) -> None:
-        """Stop watching the optimizer's gradients (after :meth:`KerasManager.finalize`)."""
+        """Stop watching the optimizer's gradients (after :meth:`~recipe_spec_keras.manager.KerasManager.finalize`)."""
         from .optim import unwatch_gradients
 
         unwatch_gradients(self.optimizer)

@@ -163,7 +163,7 @@ class TorchOps(InPlaceOps):
         return x.device
 
 
-_OPS = TorchOps()
+TORCH_OPS = _OPS = TorchOps()
 
 
 # -- public entry points (rules and messages: recipe_spec.masks) -----------------------------

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from .manager import TorchManager
+    from recipe_spec.runtime import RecipeRuntime
 
 __all__ = ["StepHooks", "set_group_value", "reset_momentum", "FIRST_MOMENTS"]
 
@@ -61,7 +61,7 @@ class StepHooks:
     schedule with :meth:`emulated_step`.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, manager: TorchManager):
+    def __init__(self, optimizer: torch.optim.Optimizer, manager: RecipeRuntime):
         self.check(optimizer)
         self.optimizer, self.manager = optimizer, manager
         self.handles = [

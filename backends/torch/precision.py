@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from recipe_spec.runtime.precision import switch_of
 
 if TYPE_CHECKING:
-    from .manager import TorchManager
+    from recipe_spec.runtime import RecipeRuntime
 
 __all__ = ["RecipeScaler", "wrap_scaler"]
 
@@ -45,7 +45,7 @@ class RecipeScaler:
     drives a recipe's schedule and switches itself off when quantization starts (see the
     module docstring). Every other attribute is the scaler's."""
 
-    def __init__(self, scaler: Any, runtime: TorchManager):
+    def __init__(self, scaler: Any, runtime: RecipeRuntime):
         if not all(callable(getattr(scaler, name, None)) for name in ("scale", "step", "update")):
             raise TypeError(
                 "wrap_scaler() needs a torch.amp.GradScaler (scale/step/update). "
@@ -116,7 +116,7 @@ def _enabled(scaler: Any) -> bool:
     return bool(is_enabled()) if callable(is_enabled) else True
 
 
-def wrap_scaler(runtime: TorchManager, scaler: Any) -> RecipeScaler:
+def wrap_scaler(runtime: RecipeRuntime, scaler: Any) -> RecipeScaler:
     """``scaler`` wrapped for ``runtime`` (a scaler already wrapped is unwrapped first)."""
     if runtime.model is None:
         raise RuntimeError("call modify(model, optimizer, steps_per_epoch) before wrap_scaler()")

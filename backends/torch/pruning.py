@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from recipe_spec.runtime import global_mask_type_message, non_finite_message
+from recipe_spec.pruning.magnitude import NonFiniteWeightsError, update_masks
 
-from .masks import compute_mask, global_unstructured_masks
+from .masks import TORCH_OPS
 
 __all__ = ["MaskedParam", "MaskSet", "NonFiniteWeightsError", "keep_bits", "select_kept"]
 
@@ -54,10 +54,6 @@ def select_kept(t: torch.Tensor, mask: torch.Tensor, bits: torch.Tensor | None =
     if bits is not None and t.layout == torch.strided and _BITS.get(t.dtype) == bits.dtype:
         return t.view(bits.dtype).bitwise_and(bits).view(t.dtype)
     return t.masked_fill(torch.logical_not(mask), 0)
-
-
-class NonFiniteWeightsError(FloatingPointError):
-    """A weight holds NaN or infinite values when a mask is computed from it."""
 
 
 @dataclass(eq=False)
@@ -188,16 +184,10 @@ class MaskSet:
     @torch.no_grad()
     def update(self, entries: list[MaskedParam], sparsity: float, mask_type: Any, global_sparsity: bool,
                step: int) -> None:
-        """Recompute the masks of ``entries`` for ``sparsity`` from the weights' magnitudes."""
-        for entry in entries:
-            if not bool(torch.isfinite(entry.param).all()):
-                raise NonFiniteWeightsError(non_finite_message(entry.name, step, sparsity))
-        if global_sparsity and mask_type not in (None, "unstructured"):
-            raise ValueError(global_mask_type_message(mask_type))
-        if global_sparsity and len(entries) > 1:
-            masks = global_unstructured_masks([e.param.detach().abs() for e in entries], sparsity)
-        else:
-            masks = [compute_mask(e.param.detach(), sparsity, mask_type) for e in entries]
+        """Recompute the masks of ``entries`` for ``sparsity`` from the weights' magnitudes (the
+        core's policy, :func:`recipe_spec.pruning.magnitude.update_masks`)."""
+        masks = update_masks(TORCH_OPS, [e.param.detach() for e in entries], sparsity, mask_type,
+                             global_sparsity, [e.name for e in entries], step)
         for entry, mask in zip(entries, masks, strict=True):
             entry.set_mask(mask)
             entry.applied_sparsity = sparsity

@@ -14,15 +14,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+from recipe_spec.modifiers.second_order_args import SecondOrderSettings
 from recipe_spec.pruning.second_order.checks import host_memory_available
 from recipe_spec.pruning.second_order.fisher import FisherInverse
 from recipe_spec.pruning.second_order.sampler import batches, sampler_parts
-from recipe_spec.pruning.second_order.settings import SecondOrderSettings
 
 from .masks import TorchOps
 
 if TYPE_CHECKING:
-    from .manager import TorchManager
+    from recipe_spec.runtime import RecipeRuntime
 
 __all__ = ["fisher_inverse", "GradSampler", "TorchHost", "resolve_device"]
 
@@ -74,11 +74,11 @@ class GradSampler:
 
 
 class TorchHost:
-    """:class:`recipe_spec.pruning.second_order.pruner.Host` on a :class:`TorchManager`."""
+    """:class:`recipe_spec.pruning.second_order.pruner.Host` on a :class:`~recipe_spec_torch.manager.TorchManager`."""
 
     ops = _OPS
 
-    def __init__(self, manager: TorchManager, grad_sampler: Any):
+    def __init__(self, manager: RecipeRuntime, grad_sampler: Any):
         self.manager = manager
         self.sampler = GradSampler(grad_sampler) if grad_sampler is not None else None
 

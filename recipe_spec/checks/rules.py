@@ -18,6 +18,7 @@ from ..modifiers import all_specs
 from ..recipe.findings import Finding
 from ..recipe.model import Modifier, Recipe
 from ..schedule.events import MAX_EVENTS
+from ..schedule.kinds import track_kind
 from ..text.frozen import FrozenDict
 from .arguments import _exact_params, _Fact, _fact, _num, _pattern_verdict, _plain_names
 
@@ -184,16 +185,10 @@ def rule_update_count(recipe: Recipe) -> Iterator[Finding]:
     for m, (_, _, _, window, declared) in _facts(recipe):
         if window is None or window[1] == math.inf or declared is None:
             continue
-        kind = declared.schedule
-        if kind in ("gradual", "acdc"):
-            key: tuple[Any, ...] = ("update_frequency",)
-            every = _num(m.args.get("update_frequency"))
-        elif kind == "lr_class" and m.args.get("lr_class") == "StepLR":
-            kwargs = m.args.get("lr_kwargs")
-            key = ("lr_kwargs", "step_size")
-            every = _num(kwargs.get("step_size")) if isinstance(kwargs, Mapping) else None
-        else:
+        grid = track_kind(m.type).grid
+        if grid is None or not grid.applies(m):
             continue
+        key, every = grid.key, _num(grid.every(m))
         if every is None or every <= 0:
             continue
         updates = (window[1] - window[0]) / every

@@ -39,7 +39,7 @@ from .selection import kth_smallest, nth_true
 from .types import parse_mask_type
 
 __all__ = [
-    "MaskShapeError", "MaskArgs", "NM_TOLERANCE", "check_sparsity", "mask_args", "mask_for",
+    "MaskShapeError", "MaskArgs", "NM_TOLERANCE", "all_finite", "check_sparsity", "mask_args", "mask_for",
     "compute_mask", "unstructured_mask", "global_unstructured_masks", "block_mask",
     "four_block_mask", "nm_mask", "channel_mask", "filter_mask", "pairwise_sum",
 ]
@@ -99,12 +99,16 @@ def _check_no_nan(ops: ArrayOps, scores: Array, layout: Layout) -> None:
         )
 
 
+def all_finite(ops: ArrayOps, x: Array) -> bool:
+    """Whether every entry of ``x`` is finite (an integer array always is). A finite sum proves
+    it; only a non-finite one (which can also be an overflow) needs the exact, slower count."""
+    return not ops.is_floating(x) or math.isfinite(ops.sum_all(x)) or (
+        ops.count_nonzero(ops.isfinite(x)) == math.prod(x.shape)
+    )
+
+
 def _check_finite(ops: ArrayOps, weight: Array, layout: Layout) -> None:
-    # A finite sum proves every entry finite; only a non-finite one (which can also be an
-    # overflow) needs the exact, slower check.
-    if ops.is_floating(weight) and not math.isfinite(ops.sum_all(weight)) and (
-        ops.count_nonzero(ops.isfinite(weight)) < math.prod(layout.shape)
-    ):
+    if not all_finite(ops, weight):
         raise ValueError(
             f"weight of shape {list(layout.canonical_shape)} contains NaN or infinite values, so "
             "its magnitudes cannot be ranked to build a mask (the training probably diverged: "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["parse_mask_type", "nm_of"]
+__all__ = ["parse_mask_type", "nm_of", "MOVEMENT_MASK_TYPES", "movement_mask_type_ok"]
 
 _NM_RE = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
 
@@ -65,3 +65,18 @@ def nm_of(mask_type: Any) -> tuple[int, int] | None:
     except ValueError:
         return None
     return arg if kind == "nm" else None
+
+
+#: The mask types movement scores can rank: single weights and block means of the scores.
+#: Channel/filter norms and N:M patterns rank magnitudes, which signed scores are not.
+MOVEMENT_MASK_TYPES = ("unstructured", "block4", "block")
+
+
+def movement_mask_type_ok(mask_type: Any) -> bool:
+    """Whether ``mask_type`` is one of :data:`MOVEMENT_MASK_TYPES` (a ``[a, b]`` block
+    shape is a ``block``)."""
+    try:
+        kind = parse_mask_type(mask_type)[0]
+    except (TypeError, ValueError):
+        return True  # not a mask type at all: the schema reports it
+    return kind in MOVEMENT_MASK_TYPES

@@ -261,7 +261,7 @@ ACDC_PRUNING = ModifierSpec(
     },
     look=Look("AC/DC"),
     schedule="acdc",
-    emits=frozenset({"sparsity"}),
+    emits=frozenset({"sparsity", "masks", "momentum"}),
     needs=frozenset({"masks", "scores:magnitude", "acdc"}),
     prunes=True,
     scores="magnitude",

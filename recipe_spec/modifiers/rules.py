@@ -4,11 +4,14 @@ look across modifiers. Each takes one modifier and yields findings about it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..diagnostics import codes
+from ..masks.types import MOVEMENT_MASK_TYPES, movement_mask_type_ok
 from ..recipe.findings import Finding
+from .second_order_args import defaults_of, static_findings
+from .spec import ModifierSpec
 
 if TYPE_CHECKING:
     from ..recipe.model import Modifier
@@ -96,17 +99,20 @@ def num_grads_from_zero(m: Modifier) -> Iterator[Finding]:
             )
 
 
-def second_order_static(m: Modifier) -> Iterator[Finding]:
-    """M012: what an M-FAC or OBS modifier asks for that cannot run, seen from the recipe alone
-    (a mask type M-FAC cannot score, ``num_pages``); the checks that need the model, the steps
-    per epoch or the grad sampler run at ``modify()``."""
-    from ..pruning.second_order.checks import static_findings
+def second_order_static(declared: ModifierSpec) -> Callable[[Modifier], Iterator[Finding]]:
+    """M012 for modifier ``declared``: what an M-FAC or OBS modifier asks for that cannot run,
+    seen from the recipe alone (a mask type M-FAC cannot score, ``num_pages``); the checks that
+    need the model, the steps per epoch or the grad sampler run at ``modify()``."""
+    defaults = defaults_of(declared)
 
-    try:
-        found = [f for f in static_findings(m) if f.code is not codes.M009]  # M009: its own rule
-    except (TypeError, ValueError, KeyError):
-        return  # malformed arguments: the schema reports them
-    yield from found
+    def second_order_static(m: Modifier) -> Iterator[Finding]:
+        try:
+            found = [f for f in static_findings(m, defaults) if f.code is not codes.M009]  # M009: its own rule
+        except (TypeError, ValueError, KeyError):
+            return  # malformed arguments: the schema reports them
+        yield from found
+
+    return second_order_static
 
 
 def trainable_default(m: Modifier) -> Iterator[Finding]:
@@ -125,8 +131,6 @@ def trainable_default(m: Modifier) -> Iterator[Finding]:
 def movement_mask_type(m: Modifier) -> Iterator[Finding]:
     """M006: movement scores are signed, so only mask types that rank single scores or block
     means of them apply (not channel/filter norms or N:M magnitudes)."""
-    from ..pruning.movement import MOVEMENT_MASK_TYPES, movement_mask_type_ok
-
     mask_type = m.args.get("mask_type", "unstructured")
     if not movement_mask_type_ok(mask_type):
         yield Finding(

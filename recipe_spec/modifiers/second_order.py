@@ -6,6 +6,7 @@ empirical Fisher built from recent gradients and correct the remaining weights a
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from . import rules
@@ -230,7 +231,6 @@ MFAC_PRUNING = ModifierSpec(
     },
     look=Look("M-FAC pruning"),
     **gradual_pruning("mfac", "gradients"),
-    rules=(rules.num_grads_from_zero, rules.second_order_static),
 )
 
 OBS_PRUNING = ModifierSpec(
@@ -340,7 +340,10 @@ OBS_PRUNING = ModifierSpec(
     },
     look=Look("OBS pruning"),
     **gradual_pruning("obs", "gradients"),
-    rules=(rules.num_grads_from_zero, rules.second_order_static),
 )
+
+# M012 from the recipe alone reads each modifier's declared defaults: bound once declared
+MFAC_PRUNING = replace(MFAC_PRUNING, rules=(rules.num_grads_from_zero, rules.second_order_static(MFAC_PRUNING)))
+OBS_PRUNING = replace(OBS_PRUNING, rules=(rules.num_grads_from_zero, rules.second_order_static(OBS_PRUNING)))
 
 SPECS: tuple[ModifierSpec, ...] = (MFAC_PRUNING, OBS_PRUNING)

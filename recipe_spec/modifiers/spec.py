@@ -53,7 +53,7 @@ CAPABILITIES = frozenset({
 #: Every event target a schedule track may emit; a runtime handles target ``t`` in ``_on_t``.
 EVENT_TARGETS = frozenset({
     "sparsity", "masks", "lr", "weight_decay", "trainable", "layers", "quantization",
-    "observers", "bn_stats", "distillation",
+    "observers", "bn_stats", "distillation", "momentum",
 })
 
 

@@ -1,5 +1,5 @@
 """Movement pruning (Sanh, Wolf and Rush, 2020; SparseML's ``MovementPruningModifier``),
-framework-free over a backend :class:`~recipe_spec.pruning.second_order.pruner.Host`.
+framework-free over a backend :class:`~recipe_spec.pruning.base.WeightHost`.
 
 SparseML's semantics (``modifier_pruning_movement.py``, ``MovementPruningParamsScorer``):
 
@@ -26,35 +26,20 @@ from typing import Any
 
 from ..masks.algorithms import mask_args, mask_for
 from ..masks.ops import Array
-from .second_order.pruner import Host
+from .base import PrunerContext, TargetPruner, WeightHost
 
-__all__ = ["MovementPruner", "MOVEMENT_RATE", "MOVEMENT_MASK_TYPES", "movement_mask_type_ok"]
+__all__ = ["MovementPruner", "build", "MOVEMENT_RATE"]
 
 #: SparseML's factor: ``S += -0.01 * grad * w`` per step.
 MOVEMENT_RATE = 0.01
 
-#: The mask types movement scores can rank: single weights and block means of the scores.
-#: Channel/filter norms and N:M patterns rank magnitudes, which signed scores are not.
-MOVEMENT_MASK_TYPES = ("unstructured", "block4", "block")
-
-
-def movement_mask_type_ok(mask_type: Any) -> bool:
-    """Whether ``mask_type`` is one of :data:`MOVEMENT_MASK_TYPES` (a ``[a, b]`` block
-    shape is a ``block``)."""
-    try:
-        kind = mask_args(mask_type, 0.0).kind
-    except (TypeError, ValueError):
-        return True  # not a mask type at all: the schema reports it
-    return kind in MOVEMENT_MASK_TYPES
-
-
-class MovementPruner:
-    """The scores and pruning steps of one ``MovementPruningModifier`` (the interface of
-    :class:`~recipe_spec.pruning.second_order.pruner.SecondOrderPruner` that the runtime uses)."""
+class MovementPruner(TargetPruner):
+    """The scores and pruning steps of one ``MovementPruningModifier``."""
 
     sampled = False  # scores come from the training steps' own gradients
+    samples = False
 
-    def __init__(self, host: Host, names: Sequence[str], mask_type: Any, where: str, index: int):
+    def __init__(self, host: WeightHost, names: Sequence[str], mask_type: Any, where: str, index: int):
         self.host, self.names, self.mask_type, self.where, self.index = host, list(names), mask_type, where, index
         self.scores: list[Array] | None = None
         self.last_targets: list[float] | None = None
@@ -110,3 +95,19 @@ class MovementPruner:
         self.scores = None if saved is None else [ops.cast(s, w) for s, w in zip(saved, weights, strict=True)]
         targets = state.get("last_targets")
         self.last_targets = None if targets is None else [float(t) for t in targets]
+
+
+def build(ctx: PrunerContext) -> MovementPruner:
+    """The pruner of a ``MovementPruningModifier`` (``scores="movement"``); refused in one-shot
+    ``apply()``, which trains no step to move the weights."""
+    if ctx.oneshot:
+        raise ValueError(
+            f"{ctx.where} ranks weights by how training moves them; one-shot apply() trains no step: "
+            "use modify() and train, or a magnitude or second-order pruning modifier"
+        )
+    pruner = MovementPruner(ctx.weights(), ctx.names, ctx.modifier.args.get("mask_type", "unstructured"),
+                            ctx.where, ctx.index)
+    pruner.names_for = ctx.names_for
+    steps = ctx.prune_steps()
+    pruner.collect_until = max(steps) if steps else -1
+    return pruner

@@ -4,22 +4,20 @@ dispatch and saved state), the checks before training (:mod:`.preflight`), resum
 """
 
 from ..params.selectors import ModelParams
+from ..pruning.magnitude import global_mask_type_message, global_sparsity_of, non_finite_message
 from .base import (
     RecipeRuntime,
     check_saved_state,
-    global_mask_type_message,
-    global_sparsity_of,
-    non_finite_message,
 )
 from .preflight import check_backend_runs, check_recipe_fits
 
 __all__ = [
+    "global_mask_type_message",
+    "global_sparsity_of",
+    "non_finite_message",
     "RecipeRuntime",
     "ModelParams",
     "check_recipe_fits",
     "check_backend_runs",
     "check_saved_state",
-    "non_finite_message",
-    "global_mask_type_message",
-    "global_sparsity_of",
 ]

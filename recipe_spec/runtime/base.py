@@ -12,11 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..modifiers import emits_of, schedule_of, spec
+from ..modifiers import emits_of
 from ..params.records import ParamRecord
 from ..params.selectors import ModelParams
+from ..pruning.driver import PrunerSet
 from ..recipe.model import Recipe
+from ..registry import canonical_shape
 from ..schedule.events import Event
+from ..schedule.kinds import track_kind
 from ..schedule.plan import Plan
 from .preflight import check_before_training, runnable_recipe
 from .resume import check_same_recipe, identity, recipe_hash
@@ -25,7 +28,7 @@ if TYPE_CHECKING:
     from ..recipe.model import Modifier
 
 __all__ = [
-    "RecipeRuntime", "check_saved_state", "non_finite_message", "global_mask_type_message", "global_sparsity_of",
+    "RecipeRuntime", "check_saved_state",
 ]
 
 def check_saved_state(state: Mapping[str, Any], version: int, steps_per_epoch: int, attached: bool) -> None:
@@ -39,33 +42,6 @@ def check_saved_state(state: Mapping[str, Any], version: int, steps_per_epoch: i
             f"the saved schedule ran at steps_per_epoch={state['steps_per_epoch']}, but modify() "
             f"was given {steps_per_epoch}; resume with the same steps_per_epoch"
         )
-
-
-def global_sparsity_of(m: Modifier) -> bool:
-    """Whether modifier ``m`` ranks its parameters together: always for a global modifier,
-    else its ``global_sparsity`` argument or that argument's declared default (AC/DC: true)."""
-    declared = spec(m.type)
-    if declared is None:
-        return bool(m.args.get("global_sparsity", False))
-    if declared.global_sparsity:
-        return True
-    arg = declared.arg("global_sparsity")
-    return bool(m.args.get("global_sparsity", arg.default if arg is not None else False))
-
-
-def non_finite_message(name: str, step: int, sparsity: float) -> str:
-    return (
-        f"parameter '{name}' holds NaN or infinite values at step {step}, when its mask is "
-        f"updated to sparsity {sparsity:.4g}: the training diverged (lower the learning rate or "
-        "check the loss) before pruning can rank weights"
-    )
-
-
-def global_mask_type_message(mask_type: Any) -> str:
-    return (
-        f"global sparsity ranks single weights across parameters; mask_type {mask_type!r} "
-        "is not supported with it (use unstructured, or a layer-wise pruning modifier)"
-    )
 
 
 class RecipeRuntime:
@@ -110,7 +86,7 @@ class RecipeRuntime:
         self._model_params: ModelParams | None = None
         self._released_at_end: set[tuple[int, str]] = set()
         self._released_now: dict[int, set[tuple[int, str]]] = {}  # step -> released at that step
-        self.second_order: Any = None  # recipe_spec.pruning.gradients.SecondOrderSet
+        self.pruners: PrunerSet | None = None  # one per pruning modifier, from _attach
 
     # -- attaching --------------------------------------------------------------------------
     def _attach(self, model: Any, optimizer: Any, steps_per_epoch: int, epoch: float,
@@ -126,9 +102,12 @@ class RecipeRuntime:
         self._refresh()
         assert self._model_params is not None
         check_before_training(self.recipe, self.framework, self._model_params.records, self)
-        from ..pruning.gradients import SecondOrderSet
-
-        self.second_order = SecondOrderSet.attach(self, grad_sampler, oneshot)
+        records = self._model_params.records
+        self.pruners = PrunerSet.attach(
+            self.recipe, self.plan, self.step_count, self.framework, self,
+            lambda: self._second_order_host(grad_sampler), self.names_for,
+            lambda: {r.name: canonical_shape(r, self.framework)[1] for r in records}, grad_sampler, oneshot,
+        )
 
     def _refresh(self) -> None:
         """Index the model's parameters again (after a structure change)."""
@@ -157,22 +136,23 @@ class RecipeRuntime:
         self.apply_step_events(self.plan.events_at(self.step_count))
 
     def apply_step_events(self, events: Sequence[Event], collect: bool = True) -> None:
-        """Apply ``events`` of the current step in order; a second-order modifier's sparsity
-        events of the step make one pruning step. ``collect``: second-order pruners first take
-        the step's gradients (a backend that hands them over later applies those events then)."""
-        if self.second_order is None:
+        """Apply ``events`` of the current step in order; the sparsity events of a modifier
+        whose pruner prunes a whole step at once (gradient-based pruners) make one pruning
+        step. ``collect``: the pruners first take what the step offers (its gradients; a
+        backend that hands them over later applies those events then)."""
+        if self.pruners is None:
             for event in events:
                 self.apply(event)
             return
         if collect:
-            self.second_order.collect(self.step_count)  # this step's gradients, before any mask changes
+            self.pruners.collect(self.step_count)  # this step's gradients, before any mask changes
         done: set[int] = set()
         for event in events:
-            if event.target == "sparsity" and self.second_order.owns(event.modifier):
+            if event.target == "sparsity" and self.pruners.whole_step(event.modifier):
                 if event.modifier not in done:  # all of its sparsity events of this step at once
                     done.add(event.modifier)
                     mine = [e for e in events if e.modifier == event.modifier and e.target == "sparsity"]
-                    self.second_order.prune(event.modifier, self._unreleased(mine), self.names_for)
+                    self.pruners.apply(event.modifier, self._unreleased(mine))
             else:
                 self.apply(event)
 
@@ -201,11 +181,11 @@ class RecipeRuntime:
         by_modifier: dict[int, list[Event]] = {}
         for (modifier, _), event in last.items():
             by_modifier.setdefault(modifier, []).append(event)
-        if self.second_order is not None:
-            self.second_order.collect(0)  # without a grad sampler: the gradients the model holds
+        assert self.pruners is not None
+        self.pruners.collect(0)  # without a grad sampler: the gradients the model holds
         for modifier, events in sorted(by_modifier.items()):
-            if self.second_order is not None and self.second_order.owns(modifier):
-                self.second_order.prune(modifier, events, self.names_for)
+            if self.pruners.whole_step(modifier):
+                self.pruners.apply(modifier, events)
             else:
                 for event in events:
                     self.apply(event)
@@ -223,43 +203,28 @@ class RecipeRuntime:
         handler(event, self.recipe.modifiers[event.modifier])
 
     def _on_sparsity(self, event: Event, m: Modifier) -> None:
-        declared = spec(m.type)
-        if self.second_order is not None and self.second_order.owns(event.modifier):
-            self.second_order.prune(event.modifier, [event], self.names_for)
-            return
-        if declared is None or declared.scores != "magnitude":  # the only ranking implemented here
-            raise NotImplementedError(
-                f"{m.type} (line {m.span.line}) ranks weights by "
-                f"{declared.scores if declared else 'undeclared'} scores, which the "
-                f"{self.framework} backend does not implement"
-            )
-        names = self.names_for(event.modifier, event.params)
-        ending = [n for n in names if (event.modifier, n) in self._released_now.get(event.step, ())]
-        if ending:
-            # leave_enabled: false, at the end step: SparseML prunes to the final target, then
-            # stops enforcing (its pruning_end), so the final mask zeroes the weights once
-            entries = [self._hold(n, event.modifier, False) for n in ending]
-            self.masks.update(entries, float(event.value), m.args.get("mask_type", "unstructured"),
-                              global_sparsity_of(m), event.step)
-            self.masks.release(ending)
-        entries = [
-            self._hold(name, event.modifier, False)
-            for name in names
-            if (event.modifier, name) not in self._released_at_end  # leave_enabled: false ended it
-        ]
-        if not entries:
-            return
-        if declared.schedule == "acdc" and float(event.value) == 0.0 and self._acdc_reset_due(entries, m):
-            self._reset_momentum()
-        self.masks.update(entries, float(event.value), m.args.get("mask_type", "unstructured"),
-                          global_sparsity_of(m), event.step)
+        assert self.pruners is not None
+        self.pruners.apply(event.modifier, [event])
 
-    def _acdc_reset_due(self, entries: list[Any], m: Modifier) -> bool:
-        """Whether AC/DC's dense phase starting now follows a compressed one and the recipe
-        asks for the optimizer's momentum to be zeroed (``momentum_buffer_reset``)."""
-        if m.args.get("momentum_buffer_reset", True) is False:
-            return False
-        return any(e.applied_sparsity for e in entries)
+    def _on_momentum(self, event: Event, m: Modifier) -> None:
+        """AC/DC: a dense phase after a compressed one zeroes the optimizer's momentum
+        (``momentum_buffer_reset``)."""
+        self._reset_momentum()
+
+    # -- the masks, as pruners see them (recipe_spec.pruning.base.MaskHost) ---------------------
+    def hold(self, name: str, owner: int) -> Any:
+        return self._hold(name, owner, False)
+
+    def update_masks(self, entries: list[Any], sparsity: float, mask_type: Any, global_sparsity: bool,
+                     step: int) -> None:
+        self.masks.update(entries, sparsity, mask_type, global_sparsity, step)
+
+    def release(self, names: Any) -> None:
+        self.masks.release(names)
+
+    def released_at(self, owner: int, name: str, step: int) -> tuple[bool, bool]:
+        key = (owner, name)
+        return key in self._released_now.get(step, ()), key in self._released_at_end
 
     def _on_masks(self, event: Event, m: Modifier) -> None:
         names = self.names_for(event.modifier, event.params)
@@ -268,7 +233,7 @@ class RecipeRuntime:
                 self._hold(name, event.modifier, True)
         elif event.value == "release":
             self.masks.release(n for n in names if n in self.masks.params)
-            if schedule_of(m.type) == "gradual":
+            if track_kind(m.type).release_at_end:
                 # a released gradual modifier does not prune at its own end step
                 self._released_at_end.update((event.modifier, name) for name in names)
                 # the step's own final target still prunes once (SparseML: update, then end)
@@ -347,7 +312,7 @@ class RecipeRuntime:
             "released": sorted(self._released_at_end),
             "layers_removed": self.layers.state() if self.layers is not None else {},
             "quantization": self.quantization.state() if self.quantization is not None else None,
-            "second_order": self.second_order.state() if self.second_order is not None else {},
+            "second_order": self.pruners.state() if self.pruners is not None else {},
             **self._extra_state(),
         }
 
@@ -373,8 +338,8 @@ class RecipeRuntime:
             entry = self._hold(name, int(owner), False, mask=mask)
             entry.applied_sparsity = applied
         self.masks.apply()
-        if self.second_order is not None:
-            self.second_order.load(state.get("second_order", {}))
+        if self.pruners is not None:
+            self.pruners.load(state.get("second_order", {}))
 
     # -- what a backend supplies (see the class docstring) ----------------------------------
     def _param_records(self) -> list[ParamRecord]:

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..modifiers import schedule_of, spec
+from ..modifiers import spec
+from .kinds import track_kind
 
 if TYPE_CHECKING:
     from .events import Event
@@ -100,7 +101,7 @@ def _markers(plan: Plan, events: Sequence[Event]) -> list[tuple[int, str]]:
                 word = "start"
         elif e.action == "end":
             word = "end"
-            if e.target == "masks" and e.value == "release" and schedule_of(e.type) != "hold_masks":
+            if e.target == "masks" and e.value == "release" and not track_kind(e.type).holds_only:
                 word += " (masks released)"
         elif e.action == "set":
             word = _SET_WORDS.get((e.target, e.value), _SET_WORDS.get((e.target, None), f"{e.target} set"))

@@ -349,8 +349,10 @@ class TrackBuilder:
         an update every ``update_frequency`` epochs from ``start_epoch`` (phase ``n``); phase
         ``n`` is dense (sparsity 0) when ``n`` is even and ``end_epoch - update_frequency >``
         its epoch, else compressed at ``compression_sparsity``: dense first, so the last phase
-        before ``end_epoch`` is always compressed. At ``end_epoch`` the compressed masks are
-        taken once more (and released when ``leave_enabled`` is false)."""
+        before ``end_epoch`` is always compressed. A dense phase after a compressed one starts
+        with a ``momentum`` reset event (unless ``momentum_buffer_reset: false``). At
+        ``end_epoch`` the compressed masks are taken once more (and released when
+        ``leave_enabled`` is false)."""
         start, end, first, last = self.window(m)
         if last is None:
             raise PlanError(f"{m.type} (line {m.span.line}) needs an `end_epoch`; received -1")
@@ -366,10 +368,13 @@ class TrackBuilder:
                 "shorten the epoch range"
             )
         steps: list[tuple[int, str, str, Any, Any]] = []
+        reset = m.args.get("momentum_buffer_reset", True) is not False
         n = 0
         while origin + n * phase < end or n == 0:
             epoch = origin + n * phase
             dense = n % 2 == 0 and end - phase > epoch
+            if dense and n and sparsity and reset:  # a dense phase after a compressed one
+                steps.append((first_step_at(epoch, self.S), "update", "momentum", "reset", None))
             steps.append((first_step_at(epoch, self.S), "start" if n == 0 else "update", "sparsity",
                           0.0 if dense else sparsity, m.args.get("params")))
             n += 1

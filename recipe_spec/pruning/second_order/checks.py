@@ -10,16 +10,17 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ...diagnostics import codes
+from ...modifiers.second_order_args import SecondOrderSettings, arg_key
 from ...recipe.findings import Finding
 from .fisher import fisher_bytes
 from .pruner import actual_sparsity
-from .settings import MFAC_MASK_TYPES, SecondOrderSettings, settings_for
+from .settings import settings_for, static_findings
 
 if TYPE_CHECKING:
     from ...recipe.model import Modifier
     from ...schedule.plan import Plan
 
-__all__ = ["second_order_findings", "static_findings", "memory_needed", "host_memory_available", "SAMPLER_HINT"]
+__all__ = ["second_order_findings", "memory_needed", "host_memory_available", "SAMPLER_HINT"]
 
 SAMPLER_HINT = (
     "Pass grad_sampler={'data_loader_builder': build, 'loss_function': loss} to modify() or "
@@ -84,7 +85,7 @@ def second_order_findings(
     if s.kind == "obs" and s.mask_type == "block4" and s.block_size % 4:
         yield Finding(codes.M012, f"fisher_block_size must be divisible by 4 for block4 pruning; got {s.block_size}",
                       "Use a multiple of 4 (each group of 4 weights is scored with its 4x4 inverse-Fisher block).",
-                      m, _key(m, "fisher_block_size"))
+                      m, arg_key(m, "fisher_block_size"))
     elif s.kind == "obs" and s.mask_type == "block4":
         for n in names:
             shape = shapes[n]
@@ -92,13 +93,13 @@ def second_order_findings(
                 yield Finding(codes.M012, f"OBS block4 on '{n}' of shape {list(shape)} needs input channels (dimension 1) "
                               f"in groups of 4 and a size divisible by fisher_block_size {s.block_size}",
                               "Exclude the parameter, or choose a fisher_block_size that divides its size.",
-                              m, _key(m, "fisher_block_size"))
+                              m, arg_key(m, "fisher_block_size"))
     if sampled and world_size > 1:
         for count in {s.grads_for(t) for t in (0.0, 1.0)} | {s.max_grads}:
             if count % world_size:
                 yield Finding(codes.M012, f"num_grads {count} cannot be split evenly over {world_size} processes",
                               f"Use a multiple of {world_size}: each process samples num_grads / {world_size} gradients.",
-                              m, _key(m, "num_grads"))
+                              m, arg_key(m, "num_grads"))
                 break
     if not sampled and not oneshot:
         yield from _enough_gradients(m, index, s, plan, sizes, first_step)
@@ -108,36 +109,7 @@ def second_order_findings(
         yield Finding(codes.M012, f"{name} needs about {_gib(need)} for its gradients and inverse "
                       f"({s.max_grads} gradients of {sum(sizes):,} weights), but {free[1]} has {_gib(free[0])} free",
                       "Lower num_grads or fisher_block_size, prune fewer parameters with this modifier, or list a larger device in available_devices.",
-                      m, _key(m, "num_grads"))
-
-
-def static_findings(m: Modifier) -> Iterator[Finding]:
-    """What the recipe alone shows (``validate`` reports these too): a mask type or paging
-    M-FAC cannot run, a ``num_grads`` table without 0.0."""
-    s = settings_for(m)
-    if s.kind == "mfac" and s.mask_type not in MFAC_MASK_TYPES:
-        yield Finding(codes.M012, f"M-FAC scores rank single weights or groups of 4; mask_type {s.mask_type!r} is not supported",
-                      "Use mask_type unstructured or block4.", m, _key(m, "mask_type"))
-    if s.kind == "mfac" and s.global_sparsity and s.mask_type != "unstructured":
-        yield Finding(codes.M012, f"M-FAC with global_sparsity ranks single weights; mask_type {s.mask_type!r} needs layer-wise pruning",
-                      "Set global_sparsity: false, or mask_type: unstructured.", m, ("global_sparsity",))
-    if not isinstance(s.num_grads, int) and all(t != 0.0 for t, _ in s.num_grads):
-        yield Finding(codes.M009, f"num_grads gives counts for sparsities {[t for t, _ in s.num_grads]} but none for 0.0",
-                      "Add '0.0: COUNT', the number of gradients used until the first threshold.", m, _key(m, "num_grads"))
-        return
-    if s.num_pages != 1:
-        yield Finding(codes.M012, f"num_pages {s.num_pages}: paging the gradients of an un-blocked inverse is not implemented",
-                      "Remove num_pages; the memory check at modify() says when the inverse does not fit.",
-                      m, _key(m, "num_pages"))
-
-
-def _key(m: Modifier, arg: str) -> tuple[str, ...]:
-    if arg in m.args:
-        return (arg,)
-    options = m.args.get("mfac_options")
-    if isinstance(options, Mapping) and arg in options:
-        return ("mfac_options", arg)
-    return ()
+                      m, arg_key(m, "num_grads"))
 
 
 def _enough_gradients(m: Modifier, index: int, s: SecondOrderSettings, plan: Plan, sizes: Sequence[int],
@@ -158,7 +130,7 @@ def _enough_gradients(m: Modifier, index: int, s: SecondOrderSettings, plan: Pla
                 f"but only {have} training steps come before it (including its own)",
                 f"Lower num_grads to at most {have}, start pruning later, or pass "
                 "grad_sampler={'data_loader_builder': ..., 'loss_function': ...} to sample them.",
-                m, _key(m, "num_grads"),
+                m, arg_key(m, "num_grads"),
             )
             return
         last = actual_sparsity(sizes, [float(target)] * len(sizes), True)

@@ -13,10 +13,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from ...masks.ops import Array
+from ...modifiers.second_order_args import SecondOrderSettings
+from ..base import TargetPruner, WeightHost
 from .fisher import FisherInverse
 from .ops import FisherOps
 from .scoring import StepResult, input_last, mfac_step, obs_step
-from .settings import SecondOrderSettings
 from .window import GradientWindow
 
 __all__ = ["Host", "SecondOrderPruner", "SecondOrderError", "actual_sparsity"]
@@ -26,19 +27,12 @@ class SecondOrderError(RuntimeError):
     """A second-order pruning step cannot run (the message says why and what to change)."""
 
 
-class Host(Protocol):
-    """What a backend runtime gives a :class:`SecondOrderPruner` (canonical layout)."""
+class Host(WeightHost, Protocol):
+    """What a backend runtime gives a :class:`SecondOrderPruner` (canonical layout): a
+    :class:`~recipe_spec.pruning.base.WeightHost` with :class:`~.ops.FisherOps` as ``ops``, and
+    what sampling and sizing the inverse Fisher take."""
 
     ops: FisherOps
-
-    def read(self, names: Sequence[str]) -> tuple[list[Array], list[Array]]:
-        """The weights and their masks (True = kept; all True where none is held yet)."""
-
-    def write(self, names: Sequence[str], weights: Sequence[Array], masks: Sequence[Array], owner: int) -> None:
-        """Set the weights and hold the masks (for modifier number ``owner``)."""
-
-    def gradients(self, names: Sequence[str]) -> list[Array] | None:
-        """The current gradients (None when one of them has none)."""
 
     def sample(self, names: Sequence[str], count: int, kwargs: Any) -> Iterator[list[Array]]:
         """``count`` gradients from the grad sampler, one list per sample."""
@@ -63,8 +57,10 @@ class Host(Protocol):
         (None: unknown)."""
 
 
-class SecondOrderPruner:
+class SecondOrderPruner(TargetPruner):
     """The pruning steps of one ``MFACPruningModifier`` or ``OBSPruningModifier``."""
+
+    samples = True
 
     def __init__(self, host: Host, settings: SecondOrderSettings, names: Sequence[str], where: str,
                  sampled: bool, index: int = 0):

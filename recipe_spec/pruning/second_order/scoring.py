@@ -23,9 +23,9 @@ from typing import Any
 
 from ...masks import algorithms as core
 from ...masks.ops import Array
+from ...modifiers.second_order_args import EPS_F32
 from .fisher import FisherInverse
 from .ops import FisherOps
-from .settings import EPS_F32
 
 __all__ = ["mfac_step", "obs_step", "input_last", "from_input_last", "same_target", "StepResult"]
 
