@@ -15,11 +15,8 @@ from pathlib import Path
 import pytest
 
 from recipe_spec.params import ParamRecord, resolve
-from recipe_spec.params.model_spec import (
-    ModelSpecError,
-    load_param_records,
-    read_safetensors_header,
-)
+from recipe_spec.params.headers import ModelSpecError, read_safetensors_header
+from recipe_spec.params.model_spec import load_param_records
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -42,7 +42,7 @@ import os
 from typing import Any
 
 from recipe_spec.params import ParamRecord, portable_alias
-from recipe_spec.params.model_spec import ModelSpecError
+from recipe_spec.params.headers import ModelSpecError
 
 __all__ = ["named_variables", "param_records", "numpy_value", "load_model", "PRUNABLE"]
 

@@ -68,7 +68,7 @@ class PyTorchBackend:
         """Records (names and shapes) of a ``.safetensors`` header (read without torch) or a
         ``.pt``/``.pth``/``.bin``/``.ckpt`` state_dict or checkpoint."""
         if path.lower().endswith(".safetensors"):
-            from recipe_spec.params.model_spec import records_from_safetensors
+            from recipe_spec.params.headers import records_from_safetensors
 
             return records_from_safetensors(path)
         from .params import records_from_state_dict

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from recipe_spec.params import ParamRecord
-from recipe_spec.params.model_spec import ModelSpecError, records_from_named_shapes
+from recipe_spec.params.headers import ModelSpecError, records_from_named_shapes
 
 __all__ = [
     "WRAPPERS",

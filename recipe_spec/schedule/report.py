@@ -23,10 +23,15 @@ import csv
 import io
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
+
+from ..recipe.model import Group, Recipe, Stage
+from .events import PlanError
+from .plan import compile_plan
 
 if TYPE_CHECKING:
     from .events import Event
@@ -43,6 +48,8 @@ __all__ = [
     "render_table",
     "render_csv",
     "render_json",
+    "plan_error_position",
+    "plan_error_text",
 ]
 
 JSON_FORMAT_VERSION = 1
@@ -321,3 +328,28 @@ def render_json(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> s
     doc["events"] = list(rows)
     return json.dumps(doc, indent=2) + "\n"
 
+
+def plan_error_position(recipe: Any, text: str) -> str:
+    """``line:column`` of the modifier a PlanError message names (``TYPE (line N)``)."""
+    match = re.search(r"\(line (\d+)\)", text)
+    if match is None:
+        return "1:1"
+    line = int(match.group(1))
+    for m in recipe.modifiers:
+        if m.span.line == line:
+            return f"{line}:{m.span.column}"
+    return f"{line}:1"
+
+
+def plan_error_text(recipe: Any, steps_per_epoch: int, exc: Exception) -> str:
+    """The PlanError message, naming the modifier and its line when it does not already."""
+    text = str(exc)
+    if "(line " in text:
+        return text
+    for m in recipe.modifiers:
+        alone = Recipe(stages=(Stage(None, (Group("modifiers", (m,)),)),))
+        try:
+            compile_plan(alone, steps_per_epoch)
+        except PlanError:
+            return f"{m.type} (line {m.span.line}): {text}"
+    return text

@@ -1,0 +1,340 @@
+"""What each ``recipe-spec`` command does (``validate``, ``lint``, ``params``, ``schema``,
+``schedule``, ``create``): each takes the parsed arguments and returns the exit code.
+:mod:`recipe_spec.cli` builds the parser and runs them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .diagnostics.base import Diagnostic, Severity
+from .diagnostics.formats import FORMATS
+from .text.source import RECIPE_SUFFIXES
+from .validation import validate
+
+__all__ = [
+    "UsageError", "InputError", "collect_files", "parse_var", "positive_int", "positive_float",
+    "validate_command", "lint_command", "params_command", "schema_command", "schedule_command",
+    "create_command",
+]
+
+
+class UsageError(Exception):
+    """The command line is wrong (exit 2)."""
+
+
+class InputError(Exception):
+    """An input other than a recipe (a parameter manifest) is malformed: the message locates
+    it, ``path:line:column: what is wrong`` (exit 1, as for errors found in a recipe)."""
+
+
+def parse_var(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise UsageError(f"--var expects NAME=VALUE, got {text!r}")
+    name, _, raw = text.partition("=")
+    name = name.strip()
+    if not name:
+        raise UsageError(f"--var expects NAME=VALUE, got {text!r}")
+    from .diagnostics.base import RecipeError
+    from .text.reader import read_yaml
+
+    try:
+        value = read_yaml(raw).value if raw.strip() else ""
+    except RecipeError:
+        value = raw
+    return name, value
+
+
+def collect_files(paths: Sequence[str]) -> list[str]:
+    """The recipe files under ``paths`` (directories are searched recursively), sorted."""
+    found: list[str] = []
+    for p in paths:
+        if os.path.isdir(p):
+            for root, dirs, files in os.walk(p):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for f in sorted(files):
+                    if f.lower().endswith(RECIPE_SUFFIXES):
+                        found.append(os.path.join(root, f))
+        elif os.path.exists(p):
+            found.append(p)
+        else:
+            raise UsageError(f"no such file or directory: {p}")
+    return found
+
+
+def _codes(text: str | None) -> list[str]:
+    return [c.strip().upper() for c in text.split(",") if c.strip()] if text else []
+
+
+def _selected(d: Diagnostic, select: list[str], ignore: list[str]) -> bool:
+    def hit(prefixes: list[str]) -> bool:
+        return any(d.code.startswith(p) for p in prefixes)
+
+    if select and not hit(select):
+        return False
+    return not hit(ignore)
+
+
+def _check_files(
+    args: argparse.Namespace, paths: list[str], check_one: Any, check_all: Any = None
+) -> int:
+    """Run ``check_one(path, variables)`` over the recipe files under ``paths`` (or
+    ``check_all(files, variables)`` over all of them at once), print the diagnostics in
+    ``args.format`` and return the exit code (shared by validate and lint)."""
+    variables = dict(parse_var(v) for v in args.var or [])
+    select, ignore = _codes(args.select), _codes(args.ignore)
+    files = collect_files(paths)
+    if not files:
+        raise UsageError("no recipe files (.yaml .yml .json .md) found in " + " ".join(paths))
+    if check_all is not None:
+        found = check_all(files, variables or None)
+    else:
+        found = [check_one(Path(path), variables or None) for path in files]
+    results: list[tuple[str, list[Diagnostic]]] = [
+        (path, [d for d in diags if _selected(d, select, ignore)])
+        for path, diags in zip(files, found, strict=True)
+    ]
+    FORMATS[args.format](results, sys.stdout, __version__)
+    failed = any(d.severity is Severity.ERROR for _, ds in results for d in ds)
+    return 0 if not failed or args.exit_zero else 1
+
+
+def _known_backend(name: str | None, option: str) -> str | None:
+    """``name`` when a backend of that name is installed (entry points), else a usage error."""
+    if name is None:
+        return None
+    from .registry import available_backends
+
+    names = available_backends()
+    if name not in names:
+        raise UsageError(f"{option} {name!r}: unknown backend; choose from {', '.join(names)}")
+    return name
+
+
+def validate_command(args: argparse.Namespace) -> int:
+    from .parallel import validate_files
+
+    _known_backend(args.backend, "--backend")
+    compat = _compat(args.compat)
+    return _check_files(
+        args,
+        args.paths,
+        lambda p, v: validate(p, v, backend=args.backend, compat=compat),
+        lambda files, v: validate_files(files, v, backend=args.backend, jobs=args.jobs, compat=compat),
+    )
+
+
+def _compat(text: str | None) -> Any:
+    """The ``--compat`` choice (None: every release), or a usage error listing the choices."""
+    if text is None:
+        return None
+    from .core_dialect import Compat
+
+    try:
+        return Compat.parse(text)
+    except ValueError as exc:
+        raise UsageError(f"--compat: {exc}") from None
+
+
+def _model_records(args: argparse.Namespace) -> tuple[str, list[Any]]:
+    if bool(getattr(args, "model", None)) == bool(getattr(args, "params", None)):
+        raise UsageError("give exactly one of --model SPEC or --params params.json")
+    if args.params:
+        from .params.manifest import read_manifest
+
+        if not os.path.isfile(args.params):
+            raise UsageError(f"--params: no such file: {args.params}")
+        try:
+            return read_manifest(args.params)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+    from .params.headers import ModelSpecError
+    from .params.model_spec import load_param_records
+
+    try:
+        return load_param_records(args.model)
+    except ModelSpecError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def lint_command(args: argparse.Namespace) -> int:
+    from .lint import lint
+
+    _known_backend(args.target, "--target")
+    compat = _compat(args.compat)
+    if args.model and os.path.isdir(args.model) and not args.params:
+        from .core_dialect.lint_model import lint_against_checkpoint
+        from .params.checkpoint import CheckpointError, read_checkpoint
+
+        try:
+            names = read_checkpoint(args.model)
+        except CheckpointError as exc:
+            raise InputError(str(exc)) from None
+        return _check_files(args, args.paths, lambda p, v: lint_against_checkpoint(p, names, compat, v))
+    framework, records = _model_records(args)
+    return _check_files(
+        args, args.paths, lambda p, v: lint(p, records, framework, v, target=args.target)
+    )
+
+
+def params_command(args: argparse.Namespace) -> int:
+    from .params.manifest import write_manifest
+
+    framework, records = _model_records(args)
+    try:
+        write_manifest(args.output, records, framework, source=args.model)
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+    prunable = sum(1 for r in records if r.prunable)
+    print(f"wrote {args.output}: {len(records)} parameters of a {framework} model ({prunable} prunable)")
+    return 0
+
+
+def schema_command(args: argparse.Namespace) -> int:
+    from .checks.schemas import combined_schema, modifier_names, modifier_schema
+
+    if args.modifier is None:
+        doc: Any = combined_schema()
+    elif args.modifier == "list":
+        print("\n".join(modifier_names()))
+        return 0
+    else:
+        try:
+            doc = modifier_schema(args.modifier)
+        except KeyError:
+            from .text.variables import did_you_mean
+
+            hint = did_you_mean(args.modifier, modifier_names())
+            raise UsageError(
+                f"unknown modifier {args.modifier!r}. {hint} `recipe-spec schema list` lists them."
+            ) from None
+    json.dump(doc, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def schedule_command(args: argparse.Namespace) -> int:
+    from .loader import load
+    from .schedule import compile_plan, report
+    from .schedule.events import MAX_EVENTS, PlanError
+
+    variables = dict(parse_var(v) for v in args.var or [])
+    path = args.recipe
+    if os.path.isdir(path):
+        raise UsageError(f"{path} is a directory; `schedule` takes one recipe file")
+    if not os.path.exists(path):
+        raise UsageError(f"no such file: {path}")
+    if args.plot is not None:
+        if Path(args.plot).suffix.lower() not in report.PLOT_SUFFIXES:
+            raise UsageError(f"--plot {args.plot}: the picture must end in .png or .svg")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise UsageError(
+                "--plot needs matplotlib, which is not installed: pip install 'recipe-spec[plot]'"
+            ) from None
+    diags = validate(Path(path), variables or None)
+    for d in diags:
+        print(d.in_file(path).format(), file=sys.stderr)
+    errors = [d for d in diags if d.severity is Severity.ERROR]
+    if errors:
+        print(
+            f"{path}: {len(errors)} error(s); fix them to preview the schedule "
+            "(`recipe-spec validate` explains each code)",
+            file=sys.stderr,
+        )
+        return 1
+    recipe = load(path, variables or None)
+    try:
+        plan = compile_plan(recipe, args.steps_per_epoch)
+    except PlanError as exc:
+        text = report.plan_error_text(recipe, args.steps_per_epoch, exc)
+        print(f"{path}:{report.plan_error_position(recipe, text)}: error: {text}", file=sys.stderr)
+        return 1
+    stop = None if args.epochs is None else report.horizon(plan, args.epochs)
+    if plan.events_bound(stop) > MAX_EVENTS:
+        print(
+            f"{path}:1:1: error: the preview would list up to {plan.events_bound(stop):.3g} events "
+            f"(the limit is {MAX_EVENTS:,}); pass --epochs N to preview the first N epochs",
+            file=sys.stderr,
+        )
+        return 1
+    rows = report.schedule_rows(plan, args.epochs)
+    if args.format == "json":
+        meta = {
+            "recipe": path,
+            "steps_per_epoch": plan.steps_per_epoch,
+            "epochs": args.epochs,
+            "max_epochs": plan.max_epochs,
+            "min_epochs": plan.min_epochs,
+        }
+        sys.stdout.write(report.render_json(rows, meta))
+    elif args.format == "csv":
+        sys.stdout.write(report.render_csv(rows))
+    else:
+        sys.stdout.write(report.render_table(rows))
+        span = (
+            f"the first {args.epochs:g} epoch(s)" if args.epochs is not None
+            else f"max_epochs {plan.max_epochs}"
+        )
+        print(
+            f"\n{len(rows)} event(s) from {len({r['line'] for r in rows})} modifier(s); "
+            f"{plan.steps_per_epoch} steps per epoch, {span}",
+        )
+    if args.plot is not None:
+        try:
+            from .schedule.plot import plot
+
+            plot(plan, args.plot, args.epochs, args.initial_lr)
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.plot}: {exc.strerror or exc}") from None
+        print(f"wrote {args.plot}", file=sys.stderr)
+    return 0
+
+
+def create_command(args: argparse.Namespace) -> int:
+    """``recipe-spec create``: the generated recipe to a file or stdout."""
+    from .create import recipe_text
+
+    pruning: Any = {"true": True, "false": False, "none": None}.get(args.pruning.lower(), args.pruning)
+    variables = dict(parse_var(v) for v in args.var or [])
+    try:
+        text = recipe_text(pruning, args.quantization, args.lr, args.distillation, variables)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        from .atomic import write_text
+
+        try:
+            write_text(args.output, text)
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+    return 0
