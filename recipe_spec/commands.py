@@ -169,7 +169,7 @@ def lint_command(args: argparse.Namespace) -> int:
     _known_backend(args.target, "--target")
     compat = _compat(args.compat)
     if args.model and os.path.isdir(args.model) and not args.params:
-        from .core_dialect.lint_model import lint_against_checkpoint
+        from .lint import lint_against_checkpoint
         from .params.checkpoint import CheckpointError, read_checkpoint
 
         try:

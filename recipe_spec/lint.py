@@ -19,11 +19,14 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from .core_dialect.lint_model import lint_core_model
+from .core_dialect.versions import Compat
 from .diagnostics import codes
 from .diagnostics.base import Diagnostic, Severity
 from .loader import RecipeInput, check
 from .masks.types import nm_of
 from .modifiers import spec
+from .params.checkpoint import ModelNames
 from .params.patterns import PatternError
 from .params.records import ParamRecord
 from .params.selectors import ParamIndex, closest_names, compile_selectors, resolve, selector_items
@@ -33,7 +36,7 @@ from .registry import canonical_shape
 from .schedule.kinds import track_kind
 from .validation import apply_noqa, validate_recipe
 
-__all__ = ["lint", "lint_recipe", "as_target"]
+__all__ = ["lint", "lint_recipe", "as_target", "lint_against_checkpoint"]
 
 
 def as_target(records: Sequence[ParamRecord], source: str, target: str) -> list[ParamRecord]:
@@ -258,4 +261,23 @@ def lint(
         return diagnostics
     use = as_target(records, framework, target or framework)
     result = diagnostics + lint_recipe(loaded, use, target or framework, target)
+    return apply_noqa(result, loaded.source.text) if loaded.source is not None else result
+
+
+def lint_against_checkpoint(recipe: Any, names: ModelNames, compat: Compat | None = None,
+                            variables: Any = None) -> list[Diagnostic]:
+    """Load ``recipe`` (a path or text) and lint it against a checkpoint's ``names``: every
+    validation diagnostic, then the pattern findings. A ``!Modifier`` recipe gets one error
+    saying what to pass instead."""
+    loaded, diagnostics = check(recipe, variables)
+    if loaded is None:
+        return diagnostics
+    if loaded.dialect != "core":
+        return diagnostics + [codes.S005(
+            "--model DIR (a Hugging Face checkpoint) lints stage/group recipes; this is a "
+            "'!Modifier' recipe", "Pass the model as --model package.module:callable or a "
+            ".pt/.safetensors state_dict, or a manifest with --params.", loaded.stages[0].span,
+        ).in_file(loaded.path)]
+    result = diagnostics + validate_recipe(loaded, None, compat) + lint_core_model(loaded, names, compat)
+    result.sort(key=lambda d: (d.line, d.column, d.code))
     return apply_noqa(result, loaded.source.text) if loaded.source is not None else result

@@ -66,3 +66,35 @@ def test_mfac_on_cuda_prunes_as_on_cpu() -> None:
     for a, b in ((cpu.fc1.weight, gpu.fc1.weight), (cpu.fc2.weight, gpu.fc2.weight)):
         assert torch.equal(a == 0, b == 0)
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+def _train_on(model_device: str, grads_device: str) -> torch.nn.Module:
+    """Training-time M-FAC (three pruning steps) with the model on ``model_device`` and the
+    gradient window on ``grads_device``."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)).double().to(model_device)
+    recipe = RECIPE.format(device="cpu").replace("params: [fc1.weight, fc2.weight]", "params: [0.weight, 2.weight]")
+    recipe += f"    grads_device: {grads_device}\n"
+    manager = ScheduledModifierManager.from_yaml(recipe)
+    opt = manager.modify(model, torch.optim.SGD(model.parameters(), lr=0.05), steps_per_epoch=4)
+    gen = torch.Generator().manual_seed(2)
+    for _ in range(16):
+        opt.zero_grad()
+        x = torch.randn(4, 8, generator=gen, dtype=torch.float64).to(model_device)
+        y = torch.randn(4, 4, generator=gen, dtype=torch.float64).to(model_device)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    manager.finalize(model)
+    return model.cpu()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(("model_device", "grads_device"), [("cuda:0", "cpu"), ("cpu", "cuda:0"), ("cuda:0", "cuda:0")])
+def test_mfac_training_with_gradients_on_another_device(model_device: str, grads_device: str) -> None:
+    """The window keeps its rows on ``grads_device`` while masks and gradients live with the
+    weights: every pruning step moves what it compares (the bug: the second step failed)."""
+    reference = _train_on("cpu", "cpu")
+    other = _train_on(model_device, grads_device)
+    for a, b in zip(reference.parameters(), other.parameters(), strict=True):
+        assert torch.equal(a == 0, b == 0)
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)

@@ -10,6 +10,8 @@ from typing import Any
 
 from recipe_spec.params import ParamRecord
 
+from .layout import canonical_axes
+
 __all__ = ["backend", "PyTorchBackend", "CAPABILITIES"]
 
 #: What the PyTorch runtime really does (words of :mod:`recipe_spec.modifiers.spec`).
@@ -92,7 +94,7 @@ class PyTorchBackend:
 
     def canonical_axes(self, layer_type: str, ndim: int) -> tuple[int, ...]:
         """PyTorch stores weights in the canonical order: (out, in, spatial...)."""
-        return tuple(range(ndim))
+        return canonical_axes(layer_type, ndim)
 
     def own_names(self, records: Sequence[ParamRecord], source: str) -> list[ParamRecord]:
         """Another backend's records under their portable (PyTorch-style) names."""

@@ -94,25 +94,3 @@ def lint_core_model(recipe: Recipe, names: ModelNames, compat: Compat | None = N
                 "Narrow the ignore patterns, or remove the modifier.", m.value_span("ignore"),
             ).in_file(recipe.path))
     return out
-
-
-def lint_against_checkpoint(recipe: Any, names: ModelNames, compat: Compat | None = None,
-                            variables: Any = None) -> list[Diagnostic]:
-    """Load ``recipe`` (a path or text) and lint it against a checkpoint's ``names``: every
-    validation diagnostic, then the pattern findings. A ``!Modifier`` recipe gets one error
-    saying what to pass instead."""
-    from ..loader import check
-    from ..validation import apply_noqa, validate_recipe
-
-    loaded, diagnostics = check(recipe, variables)
-    if loaded is None:
-        return diagnostics
-    if loaded.dialect != "core":
-        return diagnostics + [codes.S005(
-            "--model DIR (a Hugging Face checkpoint) lints stage/group recipes; this is a "
-            "'!Modifier' recipe", "Pass the model as --model package.module:callable or a "
-            ".pt/.safetensors state_dict, or a manifest with --params.", loaded.stages[0].span,
-        ).in_file(loaded.path)]
-    result = diagnostics + validate_recipe(loaded, None, compat) + lint_core_model(loaded, names, compat)
-    result.sort(key=lambda d: (d.line, d.column, d.code))
-    return apply_noqa(result, loaded.source.text) if loaded.source is not None else result

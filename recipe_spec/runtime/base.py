@@ -60,7 +60,12 @@ class RecipeRuntime:
     - ``_set_optimizer_value(key, value, groups)`` for ``"lr"`` and ``"weight_decay"``;
     - ``_on_layers``, ``_on_quantization``, ``_on_observers``, ``_on_bn_stats`` (model structure);
     - ``_mask_state(entry)`` (a copy of a mask to save), ``_extra_state()`` and
-      ``_load_structure(state)`` / ``_load_extra(state)`` for what only it saves.
+      ``_load_structure(state)`` / ``_load_extra(state)`` for what only it saves;
+    - ``_reset_momentum()`` (AC/DC's ``momentum`` events) and ``_second_order_host(sampler)``,
+      the :class:`~recipe_spec.pruning.base.WeightHost` of gradient-based pruners.
+
+    Pruning is the pruners' (:mod:`recipe_spec.pruning`): one per pruning modifier, chosen by
+    its declared ``scores``; the runtime is their :class:`~recipe_spec.pruning.base.MaskHost`.
 
     The step protocol: :meth:`apply_events` applies the plan's events of the current step
     (before the optimizer step), and the backend advances :attr:`step_count` after the step.
@@ -312,6 +317,7 @@ class RecipeRuntime:
             "released": sorted(self._released_at_end),
             "layers_removed": self.layers.state() if self.layers is not None else {},
             "quantization": self.quantization.state() if self.quantization is not None else None,
+            # the pruners' own state (gradient windows, movement scores), under its first name
             "second_order": self.pruners.state() if self.pruners is not None else {},
             **self._extra_state(),
         }

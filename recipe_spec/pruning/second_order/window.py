@@ -32,7 +32,9 @@ __all__ = ["GradientWindow"]
 
 class GradientWindow:
     """``capacity`` gradient rows over the coordinates ``keep`` (flat positions into the
-    concatenation of the modifier's parameters), on ``like``'s dtype and device."""
+    concatenation of the modifier's parameters), on ``like``'s dtype and device (``grads_device``).
+    ``keep`` indexes the gradients where the weights are; each row, and the columns kept after
+    a mask update, are moved to the window's device before they meet its rows."""
 
     def __init__(self, ops: FisherOps, keep: Array, capacity: int, like: Array):
         self.ops = ops
@@ -65,6 +67,7 @@ class GradientWindow:
         """After a mask update: keep the columns where ``kept`` (over the current columns) is
         True, the newest ``capacity`` rows oldest first; the next gradient goes to slot 0
         when the window is full, else after the rows kept. ``keep``: the new flat positions."""
+        kept = self.ops.to_device(kept, self.ops.device_of(self.like))  # the mask lives with the weights
         rows = [self.ops.compress(r, kept) for r in self.chronological()][-capacity:] if capacity else []
         self.capacity = int(capacity)
         self.slots = [*rows, *([None] * (self.capacity - len(rows)))]
