@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from recipe_spec_torch import masks as M  # noqa: E402
-from recipe_spec_torch.masks import (
+from recipe_spec_torch.masks import (  # noqa: E402
     MaskShapeError,
     block_mask,
     channel_mask,
@@ -26,7 +26,7 @@ from recipe_spec_torch.masks import (
     unstructured_mask,
 )
 
-from recipe_spec.masks.types import parse_mask_type
+from recipe_spec.masks.types import parse_mask_type  # noqa: E402
 
 CASES_DIR = Path(__file__).parents[2] / "shared" / "conformance" / "sparseml"
 #: The conformance model's prunable weights (README, "How the values were measured").
