@@ -27,6 +27,7 @@ from .loader import load
 from .modifiers import spec
 from .recipe.model import Modifier, Recipe
 from .registry import backend_for
+from .runtime.preflight import refuse_invalid
 from .schedule.epochs import max_epochs, min_epochs
 
 __all__ = ["ScheduledModifierManager", "parse_recipe_variables"]
@@ -65,16 +66,28 @@ def parse_recipe_variables(variables: Any) -> dict[str, Any] | None:
 
 
 class ScheduledModifierManager:
-    """A recipe and, once :meth:`modify` ran, its backend runtime."""
+    """A recipe and, once :meth:`modify` ran, its backend runtime.
+
+    A recipe with an error that ``recipe-spec validate`` reports is refused here, with every
+    error located (:class:`~recipe_spec.RecipeError`); its warnings are given once
+    (:func:`recipe_spec.runtime.preflight.refuse_invalid`)."""
 
     def __init__(self, recipe: Recipe):
+        if not isinstance(recipe, Recipe):
+            raise TypeError(f"ScheduledModifierManager takes a Recipe (from_yaml() loads a path or text), not {type(recipe).__name__}")
+        refuse_invalid(recipe)
         self.recipe = recipe
         self.runtime: Any = None
 
     @classmethod
     def from_yaml(cls, file_path: str | os.PathLike[str] | Recipe, recipe_variables: Any = None) -> ScheduledModifierManager:
-        """Load a recipe (a path, YAML text, or a Recipe) with optional variable overrides."""
+        """Load a recipe (a path, YAML text, or a Recipe) with optional variable overrides.
+        Raises :class:`~recipe_spec.RecipeError` with every error ``recipe-spec validate``
+        reports, each with its file, line, column and hint."""
         if isinstance(file_path, Recipe):
+            if recipe_variables is not None:
+                raise ValueError("recipe_variables apply when loading a recipe; this Recipe is loaded already: "
+                                 "pass the path or text, or load it with recipe_spec.load(path, variables)")
             return cls(file_path)
         return cls(load(file_path, parse_recipe_variables(recipe_variables)))
 

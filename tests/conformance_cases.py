@@ -41,7 +41,12 @@ def refused_at_modify(case: dict) -> bool:
     return bool(error) and ("milestones" in error["message"] or "block_shape" in error["message"])
 
 
-def assert_refused(manager: Any, model: Any, optimizer: Any, steps_per_epoch: int) -> None:
+def assert_refused(source: Any, model: Any, optimizer: Any, steps_per_epoch: int) -> None:
+    """The recipe is refused before it touches the model: at loading where ``validate``
+    reports the error (a milestone, E002), else at ``modify()`` (a block shape the weight
+    cannot take)."""
+    from recipe_spec import ScheduledModifierManager
+
     with pytest.raises((PlanError, RecipeError)) as info:
-        manager.modify(model, optimizer, steps_per_epoch=steps_per_epoch)
+        ScheduledModifierManager.from_yaml(source).modify(model, optimizer, steps_per_epoch=steps_per_epoch)
     assert "milestone" in str(info.value) or "block shape" in str(info.value)

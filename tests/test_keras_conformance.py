@@ -124,14 +124,14 @@ def test_case(path: Path, tmp_path: Path) -> None:
     copy_weights(net, model)
     x = np.random.default_rng(0).normal(size=(4, 12, 12, 3)).astype("float32")
     np.testing.assert_allclose(keras.ops.convert_to_numpy(model(x)), net.eval()(torch.from_numpy(x.transpose(0, 3, 1, 2))).detach().numpy(), atol=1e-5)
-    manager = ScheduledModifierManager.from_yaml(source)
-    assert manager.max_epochs == case["max_epochs"] and manager.min_epochs == case["min_epochs"]
     sgd = TorchSGD if path.stem in RELEASE_CASES else keras.optimizers.SGD
     optimizer = sgd(learning_rate=0.1, momentum=0.9, weight_decay=1e-4)
     if refused_at_modify(case):
-        assert_refused(manager, model, optimizer, S)
+        assert_refused(source, model, optimizer, S)
         COUNTS["cases"] += 1
         return
+    manager = ScheduledModifierManager.from_yaml(source)
+    assert manager.max_epochs == case["max_epochs"] and manager.min_epochs == case["min_epochs"]
     model, optimizer, callbacks = manager.modify(model, optimizer, steps_per_epoch=S)
     model.compile(optimizer=optimizer, loss="mse")
     recorder = Recorder(manager, optimizer)

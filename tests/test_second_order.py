@@ -119,8 +119,8 @@ def _train(recipe: str, steps: int = 16, **kwargs: object) -> torch.nn.Module:
 
 def _refusal(recipe: str, oneshot: bool = False, **kwargs: object) -> str:
     model, opt = _mlp()
-    manager = ScheduledModifierManager.from_yaml(recipe)
-    with pytest.raises(RecipeError) as info:
+    with pytest.raises(RecipeError) as info:  # at loading where validate reports it, else at modify()/apply()
+        manager = ScheduledModifierManager.from_yaml(recipe)
         manager.apply(model, **kwargs) if oneshot else manager.modify(model, opt, steps_per_epoch=4, **kwargs)
     text = str(info.value)
     assert "M012" in text or "M009" in text

@@ -21,7 +21,8 @@ from ..registry import canonical_shape
 from ..schedule.events import Event
 from ..schedule.kinds import track_kind
 from ..schedule.plan import Plan
-from .preflight import check_before_training, runnable_recipe
+from .fit import check_fits_run
+from .preflight import check_before_training, refuse_invalid, runnable_recipe
 from .resume import check_same_recipe, identity, recipe_hash
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ class RecipeRuntime:
     state_version: ClassVar[int] = 1
 
     def __init__(self, recipe: Recipe):
+        refuse_invalid(recipe)  # what `recipe-spec validate` refuses never reaches a model
         self.recipe = runnable_recipe(recipe, self.framework)  # a stage/group recipe's !Modifier twins
         self.plan: Plan | None = None
         self.model: Any = None
@@ -107,6 +109,7 @@ class RecipeRuntime:
         self._refresh()
         assert self._model_params is not None
         check_before_training(self.recipe, self.framework, self._model_params.records, self)
+        check_fits_run(self.recipe, self.plan, self.names_for, self._optimizer_groups())
         records = self._model_params.records
         self.pruners = PrunerSet.attach(
             self.recipe, self.plan, self.step_count, self.framework, self,
@@ -368,6 +371,11 @@ class RecipeRuntime:
 
     def _mask_state(self, entry: Any) -> Any:
         raise NotImplementedError
+
+    def _optimizer_groups(self) -> int | None:
+        """How many parameter groups the optimizer has (``param_groups`` indexes them); None
+        where there is no optimizer (one-shot ``apply()``)."""
+        return None
 
     def _reset_momentum(self) -> None:
         """Zero the optimizer's first-moment buffers (SGD momentum, Adam's first moment) of

@@ -6,24 +6,67 @@ lint and the stage/group dialect, which the runtime itself never imports.
 
 from __future__ import annotations
 
+import logging
+import warnings
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
 from ..checks.support import backend_findings, modifier_findings
 from ..core_dialect.to_modifiers import runnable, twin_recipe
 from ..core_dialect.validate import refuse_to_run
-from ..diagnostics.base import RecipeError, Severity
+from ..diagnostics.base import Diagnostic, RecipeError, Severity
 from ..lint import lint_recipe
 from ..modifiers import emits_of
 from ..params.records import ParamRecord
 from ..recipe.findings import positioned
 from ..recipe.model import Recipe
 from ..registry import get_backend
+from ..validation import apply_noqa, validate_recipe
 
-__all__ = ["BLOCKING_CODES", "check_before_training", "check_recipe_fits", "check_backend_runs", "runnable_recipe"]
+__all__ = ["BLOCKING_CODES", "refuse_invalid", "check_before_training", "check_recipe_fits", "check_backend_runs", "runnable_recipe"]
 
 #: Lint codes that stop ``modify()``: the recipe cannot run on this model as written.
 BLOCKING_CODES = ("P001", "P004", "P005", "P006")
+
+
+#: Recipes :func:`refuse_invalid` passed (a Recipe is immutable and hashed by identity).
+_VALID: weakref.WeakSet[Recipe] = weakref.WeakSet()
+#: (file, code, line, column, message) of each warning already given in this process.
+_WARNED: set[tuple[Any, ...]] = set()
+_LOG = logging.getLogger("recipe_spec")
+
+
+def refuse_invalid(recipe: Recipe) -> None:
+    """``recipe-spec validate``'s verdict on a loaded recipe, before anything runs it: raise
+    :class:`RecipeError` with every error ``validate`` reports (file:line:col, code, hint; a
+    ``# noqa`` comment silences one here too), and give each warning once per process
+    (``UserWarning``; infos go to the ``recipe_spec`` logger). Both dialects
+    (:func:`recipe_spec.validation.validate_recipe`). The manager calls it when it is built
+    and every backend runtime when it is compiled, so nothing ``validate`` refuses reaches a
+    model or an optimizer."""
+    if recipe in _VALID:
+        return
+    found = list(recipe.warnings) + validate_recipe(recipe)
+    text = recipe.source.text if recipe.source is not None else ""
+    diagnostics = apply_noqa(found, text) if text else found
+    errors = [d for d in diagnostics if d.severity is Severity.ERROR]
+    if errors:
+        raise RecipeError(errors)
+    for d in diagnostics:
+        _tell_once(d)
+    _VALID.add(recipe)
+
+
+def _tell_once(d: Diagnostic) -> None:
+    key = (d.file, d.code, d.line, d.column, d.message)
+    if key in _WARNED:
+        return
+    _WARNED.add(key)
+    if d.severity is Severity.WARNING:
+        warnings.warn(d.format(), UserWarning, stacklevel=4)
+    else:
+        _LOG.info("%s", d.format())
 
 
 def check_recipe_fits(recipe: Recipe, records: Sequence[ParamRecord], framework: str) -> None:
