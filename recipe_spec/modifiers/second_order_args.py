@@ -84,7 +84,7 @@ class SecondOrderSettings:
     global_sparsity: bool
     mask_type: str
     devices: tuple[str, ...] | None = None  # None: CUDA when present, else the CPU
-    grads_device: str = "cpu"
+    grads_device: str | int = "cpu"  # an int is a CUDA index
     num_pages: int = 1
     use_gradient_buffering: bool | None = None
     grad_sampler_kwargs: Mapping[str, Any] | None = None
@@ -140,10 +140,16 @@ def settings_for(m: Modifier, defaults: Mapping[str, Any]) -> SecondOrderSetting
         block_size=int(block) if block else None, global_sparsity=bool(args["global_sparsity"]),
         mask_type=str(args["mask_type"]) if not isinstance(args["mask_type"], str) else args["mask_type"],
         devices=tuple(str(d) for d in devices) if devices is not None else None,
-        grads_device=str(args["grads_device"]), num_pages=int(args["num_pages"]),
+        grads_device=_device(args["grads_device"]), num_pages=int(args["num_pages"]),
         use_gradient_buffering=args.get("use_gradient_buffering"),
         grad_sampler_kwargs=args.get("grad_sampler_kwargs"),
     )
+
+
+def _device(value: Any) -> str | int:
+    """``grads_device`` as written: a CUDA index stays an int (``0`` is ``cuda:0``, not the
+    device string ``"0"``), anything else is its text."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else str(value)
 
 
 def static_findings(m: Modifier, defaults: Mapping[str, Any]) -> Iterator[Finding]:

@@ -103,7 +103,14 @@ def second_order_findings(
                 break
     if not sampled and not oneshot:
         yield from _enough_gradients(m, index, s, plan, sizes, first_step)
-    free = memory(s)
+    try:
+        free = memory(s)
+    except (RuntimeError, ValueError, TypeError) as exc:  # the framework refuses a device name
+        where = "available_devices" if s.devices else "grads_device"
+        yield Finding(codes.M012, f"{where} {list(s.devices) if s.devices else repr(s.grads_device)} does not name a device: {exc}",
+                      "Write 'cpu', 'cuda', 'cuda:N' or a CUDA index N (an integer, not quoted).",
+                      m, arg_key(m, where))
+        return
     need = memory_needed(s, sizes, itemsize)
     if free is not None and need > free[0]:
         yield Finding(codes.M012, f"{name} needs about {_gib(need)} for its gradients and inverse "
