@@ -170,12 +170,17 @@ class TorchManager(RecipeRuntime):
     def _set_trainable(self, name: str, flag: bool) -> None:
         param = self._params[name][1]
         param.requires_grad_(flag)
-        if not flag:
+        if flag:
+            self.masks.watch_grads(name)  # held while frozen: its gradients are masked from now on
+        else:
             param.grad = None  # frozen at this step: its gradient is not applied
 
     def _set_optimizer_value(self, key: str, value: float, groups: Any) -> None:
         assert self.optimizer is not None
         set_group_value(self.optimizer, key, value, groups)
+
+    def _optimizer_groups(self) -> int | None:
+        return len(self.optimizer.param_groups) if self.optimizer is not None else None
 
     def _reset_momentum(self) -> None:
         if self.optimizer is not None:

@@ -71,6 +71,7 @@ class MaskedParam:
     #: the mask as bits (:func:`keep_bits`), or, for a dtype without them, ``~mask``
     bits: torch.Tensor | None = field(default=None, repr=False)
     pruned: torch.Tensor | None = field(default=None, repr=False)
+    grad_hook: bool = False  # its gradient is masked by a hook (MaskSet.watch_grad)
 
     def __post_init__(self) -> None:
         self.bits = keep_bits(self.mask, self.param.dtype)
@@ -126,9 +127,7 @@ class MaskSet:
             initial = mask if mask is not None else torch.ones_like(param, dtype=torch.bool)
             entry = MaskedParam(name, param, module, initial.to(device=param.device, dtype=torch.bool).clone(), owner)
             self.params[name] = entry
-            # select, not multiply: a NaN or infinite gradient of a pruned weight becomes 0; in
-            # place once the gradient is accumulated (before DDP's reducer reads it), no copy
-            entry.handles.append(param.register_post_accumulate_grad_hook(lambda p, e=entry: e.mask_grad()))
+            self.watch_grad(entry)
             self._by_module.setdefault(id(module), []).append(entry)
             self._ensure_forward_hook(module)
         else:
@@ -136,6 +135,23 @@ class MaskSet:
             if mask is not None:
                 entry.set_mask(mask)
         return entry
+
+    @staticmethod
+    def watch_grad(entry: MaskedParam) -> None:
+        """Mask ``entry``'s gradient once each backward pass has accumulated it: select, not
+        multiply (a NaN or infinite gradient of a pruned weight becomes 0), in place, before
+        DDP's reducer reads it. A frozen parameter (``requires_grad`` False, e.g. by a
+        TrainableParamsModifier) has no gradient and takes no hook: the hook is added when it
+        is made trainable again (:meth:`watch_grads`)."""
+        if entry.param.requires_grad and not entry.grad_hook:
+            entry.handles.append(entry.param.register_post_accumulate_grad_hook(lambda p, e=entry: e.mask_grad()))
+            entry.grad_hook = True
+
+    def watch_grads(self, name: str) -> None:
+        """Parameter ``name`` may have gradients from now on: mask them if it is masked."""
+        entry = self.params.get(name)
+        if entry is not None:
+            self.watch_grad(entry)
 
     def _ensure_forward_hook(self, module: torch.nn.Module) -> None:
         key = id(module)
