@@ -9,7 +9,8 @@ Linting runs every validation rule too, then the parameter rules (family ``P``):
 - P003 a parameter pruned by two modifiers whose epoch ranges overlap;
 - P004 a mask type the parameter's shape cannot take;
 - P005 a ``re:`` pattern that does not compile, or that could take exponential time;
-- P006 a layer named in QuantizationModifier ``submodules`` / ``ignore`` that does not exist.
+- P006 a layer named in QuantizationModifier ``submodules`` / ``ignore`` or LayerPruningModifier
+  ``layers`` that does not exist.
 """
 
 from __future__ import annotations
@@ -134,11 +135,12 @@ def _layer_name_findings(m: Modifier, layer_names: set[str], layer_types: set[st
     declared = spec(m.type)
     for arg in declared.args if declared is not None else ():
         entries = m.args.get(arg.name)
-        if arg.names is None or not isinstance(entries, (list, tuple)):
+        if arg.names is None or not isinstance(entries, (list, tuple, str)):
             continue
+        single = isinstance(entries, str)
         types_too = arg.names == "layers_or_types"
-        for i, entry in enumerate(entries):
-            if not isinstance(entry, str) or entry == "":
+        for i, entry in enumerate([entries] if single else entries):
+            if not isinstance(entry, str) or entry == "" or entry in ("__ALL__", "__ALL_PRUNABLE__"):
                 continue
             name = entry.removeprefix("module.")
             if name in layer_names or (types_too and name in layer_types):
@@ -148,7 +150,7 @@ def _layer_name_findings(m: Modifier, layer_names: set[str], layer_types: set[st
                 codes.P006,
                 f"{arg.name} names '{entry}', which is not a layer{' or layer type' if types_too else ''} of the model",
                 ("Closest: " + ", ".join(close) + ".") if close else "Check the layer names with `recipe-spec params`.",
-                m, (arg.name, i),
+                m, (arg.name,) if single else (arg.name, i),
             )
 
 

@@ -280,6 +280,9 @@ class KerasManager(RecipeRuntime):
         if changed:
             self._retrace()
 
+    def _optimizer_groups(self) -> int | None:
+        return 1 if self.optimizer is not None else None  # a Keras optimizer has one group
+
     def _set_optimizer_value(self, key: str, value: float, groups: Any) -> None:
         set_value(self.optimizer, key, value, groups, access=self.masks.access)
 

@@ -400,9 +400,10 @@ P005 = _code(
     "params: ['re:conv[0-9']", "Fix the regex (Python `re` syntax); select without lookaround or backreferences.",
 )
 P006 = _code(
-    "P006", "error", "QuantizationModifier names a layer that does not exist",
-    "A layer in `submodules` or `ignore` that the model does not have is a typo: the layer "
-    "meant to be quantized (or kept in float) is not.",
+    "P006", "error", "a modifier names a layer that does not exist",
+    "A layer in QuantizationModifier's `submodules` or `ignore`, or in LayerPruningModifier's "
+    "`layers`, that the model does not have is a typo: the layer meant to be quantized (kept "
+    "in float, removed) is not.",
     "- !QuantizationModifier\n  ignore: [classifer]", "Use a layer name (or, for ignore, a layer type) of the model.",
 )
 P007 = _code(

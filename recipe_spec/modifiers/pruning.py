@@ -376,7 +376,7 @@ LAYER_PRUNING = ModifierSpec(
                 {"type": "string", "minLength": 1},
                 {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
             ],
-        }),
+        }, names="layers"),
         Arg("start_epoch", {
             "description": (
                 "Epoch (fractions allowed) at which the layers are removed; -1 means from the "
