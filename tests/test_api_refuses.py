@@ -161,10 +161,7 @@ def test_warnings_are_given_once_per_file_and_location() -> None:
 def test_training_stack_callbacks_refuse_at_construction() -> None:
     text = ISSUE_CASES["bogus_mask"]
     for module in ("recipe_spec.integrations.transformers", "recipe_spec.integrations.lightning"):
-        try:
-            callback = __import__(module, fromlist=["RecipeCallback"]).RecipeCallback
-        except ImportError:
-            continue
+        callback = __import__(module, fromlist=["RecipeCallback"]).RecipeCallback
         with pytest.raises(RecipeError) as info:
             callback(text)
         assert "M006" in {d.code for d in info.value.diagnostics}
