@@ -283,6 +283,21 @@ def schedule_command(args: argparse.Namespace) -> int:
         )
         return 1
     recipe = load(path, variables or None)
+    if recipe.dialect == "core":
+        # the steps a backend runs: a stage/group recipe runs as its ``!Modifier`` twins
+        from .core_dialect import core_spec
+        from .core_dialect.to_modifiers import refusals, training_twins
+
+        refused = refusals(recipe, None)
+        for m, message, hint in refused:
+            declared = core_spec(m.type)
+            oneshot = declared is not None and not declared.training
+            print(f"{path}:{m.span.line}:{m.span.column}: {'note' if oneshot else 'error'}: "
+                  f"{message}" + (" (a one-shot modifier has no training schedule)" if oneshot
+                                  else f"; {hint}"), file=sys.stderr)
+        if any(getattr(core_spec(m.type), "training", True) for m, _, _ in refused):
+            return 1
+        recipe = training_twins(recipe)
     try:
         plan = compile_plan(recipe, args.steps_per_epoch)
     except PlanError as exc:

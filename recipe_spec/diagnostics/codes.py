@@ -312,6 +312,20 @@ E005 = _code(
     "- !GMPruningModifier {params: [fc.weight], start_epoch: 5, end_epoch: 15, ...}",
     "Give each parameter to one modifier, or make the ranges follow each other.",
 )
+E006 = _code(
+    "E006", "warning", "scheduled after the recipe's end",
+    "A recipe lasts max_epochs: the latest start or end epoch of its modifiers. What a "
+    "modifier schedules at or after that epoch (a MultiStepLR milestone of a modifier that "
+    "runs to the end) never happens, and an EpochRangeModifier that ends before other "
+    "modifiers' events does not end training: max_epochs does. A variable override "
+    "(--var num_epochs=30) changes these epochs without a word, so this is checked after it.",
+    "num_epochs: 30\n"
+    "- !EpochRangeModifier {start_epoch: 0, end_epoch: eval(num_epochs)}\n"
+    "- !LearningRateModifier {end_epoch: -1, lr_class: MultiStepLR, lr_kwargs: {milestones: [43]}, ...}\n"
+    "- !GMPruningModifier {start_epoch: 0, end_epoch: 40, ...}",
+    "End the other modifiers, and put the milestones, before the epoch the recipe should end "
+    "at, or make the EpochRangeModifier end last.",
+)
 
 # --- B: backend support --------------------------------------------------------------------
 B001 = _code(

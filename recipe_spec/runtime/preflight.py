@@ -20,7 +20,7 @@ from ..recipe.findings import positioned
 from ..recipe.model import Recipe
 from ..registry import get_backend
 
-__all__ = ["BLOCKING_CODES", "check_before_training", "check_recipe_fits", "check_backend_runs", "runnable_recipe"]
+__all__ = ["BLOCKING_CODES", "caller_stacklevel", "warn_schedule", "check_before_training", "check_recipe_fits", "check_backend_runs", "runnable_recipe"]
 
 #: Lint codes that stop ``modify()``: the recipe cannot run on this model as written.
 BLOCKING_CODES = ("P001", "P004", "P005", "P006")
@@ -74,3 +74,34 @@ def check_before_training(recipe: Recipe, framework: str, records: Sequence[Para
     """Every check of :func:`check_backend_runs` and :func:`check_recipe_fits`, in that order."""
     check_backend_runs(recipe, framework, get_backend(framework).capabilities, runtime)
     check_recipe_fits(recipe, records, framework)
+    warn_schedule(runnable(recipe, framework))
+
+
+def warn_schedule(recipe: Recipe) -> None:
+    """A ``UserWarning`` at the caller's line for each E006 of ``recipe`` (what it schedules
+    after its end, as ``recipe-spec validate`` reports it), naming the file and line."""
+    import warnings
+
+    from ..checks.rules import rule_after_end
+
+    for finding in rule_after_end(recipe):
+        d = positioned(finding, recipe)
+        text = d.in_file(recipe.path).format() if recipe.path else d.format()
+        warnings.warn(text, UserWarning, stacklevel=caller_stacklevel())
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside recipe-spec and its backends, counted
+    from the function that calls this one: a warning points at the user's line."""
+    import os
+    import sys
+
+    roots = tuple(os.path.dirname(os.path.abspath(mod.__file__)) + os.sep
+                  for name, mod in list(sys.modules.items())
+                  if name in ("recipe_spec", "recipe_spec_torch", "recipe_spec_keras")
+                  and getattr(mod, "__file__", None))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(roots):
+        frame, level = frame.f_back, level + 1
+    return level
+
