@@ -218,7 +218,9 @@ def rule_after_end(recipe: Recipe) -> Iterator[Finding]:
     for m in mods:
         args = m.args
         if m.type == "EpochRangeModifier":
-            stop = _num(args.get("end_epoch"))
+            stop, begin = _num(args.get("end_epoch")), _num(args.get("start_epoch"))
+            if begin is not None and stop is not None and stop != -1 and stop < begin:
+                continue  # end before start: E001
             if stop is not None and stop != -1 and stop < end and last is not m:
                 yield Finding(
                     codes.E006, f"EpochRangeModifier ends at epoch {stop:g}, but {last.type} "

@@ -314,17 +314,15 @@ E005 = _code(
 )
 E006 = _code(
     "E006", "warning", "scheduled after the recipe's end",
-    "A recipe lasts max_epochs: the latest start or end epoch of its modifiers. What a "
-    "modifier schedules at or after that epoch (a MultiStepLR milestone of a modifier that "
-    "runs to the end) never happens, and an EpochRangeModifier that ends before other "
-    "modifiers' events does not end training: max_epochs does. A variable override "
-    "(--var num_epochs=30) changes these epochs without a word, so this is checked after it.",
-    "num_epochs: 30\n"
-    "- !EpochRangeModifier {start_epoch: 0, end_epoch: eval(num_epochs)}\n"
-    "- !LearningRateModifier {end_epoch: -1, lr_class: MultiStepLR, lr_kwargs: {milestones: [43]}, ...}\n"
-    "- !GMPruningModifier {start_epoch: 0, end_epoch: 40, ...}",
-    "End the other modifiers, and put the milestones, before the epoch the recipe should end "
-    "at, or make the EpochRangeModifier end last.",
+    "A recipe lasts max_epochs, its latest start or end epoch: a MultiStepLR milestone at or "
+    "after it (of a modifier running to the end) never happens, and an EpochRangeModifier "
+    "ending earlier does not end training. A --var override can move these epochs silently.",
+    "- !EpochRangeModifier {start_epoch: 0, end_epoch: 30}\n"
+    "- !LearningRateModifier {start_epoch: 0, end_epoch: -1, lr_class: MultiStepLR, "
+    "lr_kwargs: {milestones: [43], gamma: 0.1}, init_lr: 0.01}\n"
+    "- !GMPruningModifier {params: __ALL_PRUNABLE__, init_sparsity: 0.05, final_sparsity: 0.8, "
+    "start_epoch: 0, end_epoch: 40, update_frequency: 1}",
+    "End every modifier, and put every milestone, before the recipe's last epoch.",
 )
 
 # --- B: backend support --------------------------------------------------------------------
