@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
@@ -68,8 +69,19 @@ def collect_files(paths: Sequence[str]) -> list[str]:
     return found
 
 
-def _codes(text: str | None) -> list[str]:
-    return [c.strip().upper() for c in text.split(",") if c.strip()] if text else []
+def _codes(text: str | None, option: str = "--select") -> list[str]:
+    """The codes or code prefixes of ``--select``/``--ignore``; one that names no code is a
+    usage error (a typo would switch the check off without a word)."""
+    from .diagnostics.codes import CODES
+
+    found = [c.strip().upper() for c in text.split(",") if c.strip()] if text else []
+    for prefix in found:
+        if not any(known.startswith(prefix) for known in CODES):
+            close = difflib.get_close_matches(prefix, list(CODES), n=1, cutoff=0.5)
+            raise UsageError(f"{option} {prefix}: no diagnostic code is or starts with {prefix}"
+                             + (f"; did you mean {close[0]}?" if close else "")
+                             + " (the codes are listed in docs/rules/)")
+    return found
 
 
 def _selected(d: Diagnostic, select: list[str], ignore: list[str]) -> bool:
@@ -88,7 +100,7 @@ def _check_files(
     ``check_all(files, variables)`` over all of them at once), print the diagnostics in
     ``args.format`` and return the exit code (shared by validate and lint)."""
     variables = dict(parse_var(v) for v in args.var or [])
-    select, ignore = _codes(args.select), _codes(args.ignore)
+    select, ignore = _codes(args.select, "--select"), _codes(args.ignore, "--ignore")
     files = collect_files(paths)
     if not files:
         raise UsageError("no recipe files (.yaml .yml .json .md) found in " + " ".join(paths))
@@ -271,6 +283,21 @@ def schedule_command(args: argparse.Namespace) -> int:
         )
         return 1
     recipe = load(path, variables or None)
+    if recipe.dialect == "core":
+        # the steps a backend runs: a stage/group recipe runs as its ``!Modifier`` twins
+        from .core_dialect import core_spec
+        from .core_dialect.to_modifiers import refusals, training_twins
+
+        refused = refusals(recipe, None)
+        for m, message, hint in refused:
+            declared = core_spec(m.type)
+            oneshot = declared is not None and not declared.training
+            print(f"{path}:{m.span.line}:{m.span.column}: {'note' if oneshot else 'error'}: "
+                  f"{message}" + (" (a one-shot modifier has no training schedule)" if oneshot
+                                  else f"; {hint}"), file=sys.stderr)
+        if any(getattr(core_spec(m.type), "training", True) for m, _, _ in refused):
+            return 1
+        recipe = training_twins(recipe)
     try:
         plan = compile_plan(recipe, args.steps_per_epoch)
     except PlanError as exc:

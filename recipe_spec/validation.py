@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from .checks.arguments import _args_ok, _numbers_ok
@@ -23,7 +24,7 @@ from .text.locs import gc_paused
 
 __all__ = [
     "Finding", "validate", "validate_recipe", "backend_findings", "positioned", "apply_noqa", "RULES",
-    "CORE_DIALECT_MODIFIERS",
+    "CORE_DIALECT_MODIFIERS", "once_per_file",
 ]
 
 def validate_recipe(recipe: Recipe, backend: str | None = None, compat: Any = None) -> list[Diagnostic]:
@@ -33,7 +34,7 @@ def validate_recipe(recipe: Recipe, backend: str | None = None, compat: Any = No
     whose rules apply (a :class:`recipe_spec.core_dialect.Compat` or its text, e.g.
     ``"llmcompressor==0.8"``); None checks every release."""
     if recipe.dialect == "core":
-        return validate_core(recipe, backend, compat)
+        return once_per_file(validate_core(recipe, backend, compat))
     known = known_names()
     checked = {id(m) for m in recipe.modifiers if m.type in known and _args_ok(m)}  # the usual case
     numbers_ok = {id(m): id(m) in checked or _numbers_ok(m.args) for m in recipe.modifiers}
@@ -45,7 +46,39 @@ def validate_recipe(recipe: Recipe, backend: str | None = None, compat: Any = No
         found = rule(view)  # type: ignore[arg-type]
         findings.extend([f for f in found if id(f.modifier) not in bad] if bad else found)
     out = [positioned(f, recipe) for f in findings]
-    return sorted(out, key=lambda d: (d.line, d.column, d.code))
+    return once_per_file(sorted(out, key=lambda d: (d.line, d.column, d.code)))
+
+
+#: Codes said once per file and message (a deprecated argument written in every modifier).
+_ONCE = frozenset({"M007"})
+
+
+def once_per_file(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    """``diagnostics`` with each repeated deprecation (the same code and message) said once,
+    at its first place, naming the lines of the others.
+
+    >>> from recipe_spec.diagnostics.base import Severity
+    >>> d = [Diagnostic("M007", Severity.WARNING, "'x' is deprecated", line=n) for n in (3, 9, 12)]
+    >>> [(x.line, x.message) for x in once_per_file(d)]
+    [(3, "'x' is deprecated (also on lines 9, 12)")]
+    """
+    if not any(d.code in _ONCE for d in diagnostics):
+        return diagnostics
+    lines: dict[tuple[str, str], list[int]] = {}
+    for d in diagnostics:
+        if d.code in _ONCE:
+            lines.setdefault((d.code, d.message), []).append(d.line)
+    out, said = [], set()
+    for d in diagnostics:
+        key = (d.code, d.message)
+        if d.code not in _ONCE or len(lines[key]) == 1:
+            out.append(d)
+        elif key not in said:
+            said.add(key)
+            rest = lines[key][1:]
+            shown = ", ".join(map(str, rest[:6])) + (f" and {len(rest) - 6} more" if len(rest) > 6 else "")
+            out.append(replace(d, message=f"{d.message} (also on line{'s' if len(rest) > 1 else ''} {shown})"))
+    return out
 
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]\d{3}(?:\s*,\s*[A-Z]\d{3})*))?", re.I)

@@ -73,7 +73,7 @@ def test_argument_releases_are_written_as_summarize_renders_them() -> None:
     assert f"| `sequential_update` | boolean or null | — | — | no | {exists} |" in page
     assert "| `offload_hessians` | boolean | — | — | no | llm-compressor ≥0.4 |" in page
     sparsegpt = _read("SparseGPTModifier.md")
-    assert "| `sparsity` | number or list of number or null | — | — | SparseML 1.6, llm-compressor ≥0.5 |" \
+    assert "| `sparsity` | number or list of number or null | [0, 1), each [0, 1) | — | SparseML 1.6, llm-compressor ≥0.5 |" \
         in sparsegpt
     assert "| `sequential_update` | deprecated | llm-compressor ≥0.5 |" in sparsegpt
 

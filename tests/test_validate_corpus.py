@@ -62,7 +62,9 @@ def test_whole_corpus() -> None:
     assert rule_found == {n: {c} for n, c in RULE_BROKEN.items()}
     assert len(with_errors) == LOAD_BROKEN + len(RULE_BROKEN)
     assert clean == legacy - LOAD_BROKEN - len(RULE_BROKEN)
-    assert set(warnings) <= {"M007", "E004", "V006"}
+    # E006: three copies of a YOLOv3 recipe whose EpochRangeModifier ends at 52 while its
+    # learning-rate modifier runs to 160
+    assert set(warnings) <= {"M007", "E004", "V006", "E006"}
 
 
 def test_core_pattern_findings_are_loose_dots_at_the_pattern() -> None:

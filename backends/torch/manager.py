@@ -251,6 +251,9 @@ class TorchManager(RecipeRuntime):
     def _mask_state(self, entry: MaskedParam) -> torch.Tensor:
         return entry.mask.clone()
 
+    def _mask_zeros(self, entry: MaskedParam) -> tuple[int, int]:
+        return int(entry.mask.numel() - entry.mask.count_nonzero()), int(entry.mask.numel())
+
     def _load_structure(self, state: Mapping[str, Any]) -> None:
         for modifier in state.get("layers_removed", {}):
             self.layers.remove(self.model, int(modifier), state["layers_removed"][modifier])

@@ -10,6 +10,7 @@ arguments. Used by :mod:`recipe_spec.validation`.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import math
 import re
@@ -136,6 +137,10 @@ def _schema_findings(m: Modifier) -> Iterator[Finding]:
         return
     props: Mapping[str, Any] = schema.get("properties", {})
     rule_keys: set[Any] | None = None
+    # a misspelt required argument is reported once, as the unknown key with its hint
+    typos = {difflib.get_close_matches(k, list(props), n=1, cutoff=0.6)[0]
+             for k in m.args if isinstance(k, str) and k not in props
+             and difflib.get_close_matches(k, list(props), n=1, cutoff=0.6)}
     for error in _validator(m.type).iter_errors(instance):
         path = tuple(error.absolute_path)
         top = path[0] if path else None
@@ -147,6 +152,8 @@ def _schema_findings(m: Modifier) -> Iterator[Finding]:
             continue
         if error.validator == "required":
             missing = error.message.split("'")[1] if "'" in error.message else str(error.message)
+            if missing in typos:
+                continue
             desc = props.get(missing, {}).get("description", "")
             yield Finding(codes.M003, f"{m.type} needs '{missing}'", desc, m)
             continue
@@ -179,7 +186,11 @@ def _schema_findings(m: Modifier) -> Iterator[Finding]:
                 "exclusiveMaximum": f"less than {leaf.validator_value}",
                 "not": "a different value",
             }[leaf.validator]
-            yield Finding(code, f"{where} must be {bound}, not {value!r}", desc, m, path)
+            hint = desc
+            if code is codes.M011 and leaf.validator in ("maximum", "exclusiveMaximum") \
+                    and isinstance(value, (int, float)) and 5 <= value <= 100:
+                hint = f"Did you mean {value / 100:g}? A sparsity is a fraction, not a percentage."
+            yield Finding(code, f"{where} must be {bound}, not {value!r}", hint, m, path)
         elif leaf.validator in ("enum", "const"):
             allowed = leaf.validator_value if leaf.validator == "enum" else [leaf.validator_value]
             hint = did_you_mean(str(value), [str(a) for a in allowed]) if isinstance(value, str) else ""

@@ -17,6 +17,7 @@ from ..diagnostics import codes
 from ..modifiers import all_specs
 from ..recipe.findings import Finding
 from ..recipe.model import Modifier, Recipe
+from ..schedule.epochs import max_epochs
 from ..schedule.events import MAX_EVENTS
 from ..schedule.kinds import track_kind
 from ..text.frozen import FrozenDict
@@ -203,6 +204,47 @@ def rule_update_count(recipe: Recipe) -> Iterator[Finding]:
             )
 
 
+def rule_after_end(recipe: Recipe) -> Iterator[Finding]:
+    """E006: what a recipe schedules at or after its end (``max_epochs``) never happens: a
+    MultiStepLR milestone of a modifier that runs to the end; an EpochRangeModifier ending
+    before another modifier's end does not end training."""
+    mods = [m for m in recipe.modifiers if isinstance(m.args, Mapping)]
+    end = max_epochs(mods)
+    if end <= 0:
+        return
+    last = max(mods, key=lambda m: max((v for k in ("start_epoch", "end_epoch")
+                                        if (v := _num(m.args.get(k))) is not None and v != -1),
+                                       default=-1.0))
+    for m in mods:
+        args = m.args
+        if m.type == "EpochRangeModifier":
+            stop, begin = _num(args.get("end_epoch")), _num(args.get("start_epoch"))
+            if begin is not None and stop is not None and stop != -1 and stop < begin:
+                continue  # end before start: E001
+            if stop is not None and stop != -1 and stop < end and last is not m:
+                yield Finding(
+                    codes.E006, f"EpochRangeModifier ends at epoch {stop:g}, but {last.type} "
+                    f"(line {last.span.line}) runs to epoch {end}: the recipe lasts {end} epochs "
+                    "(max_epochs), and what is scheduled after this end still runs",
+                    f"End {last.type} by epoch {stop:g}, or set this end_epoch to {end}.",
+                    m, ("end_epoch",),
+                )
+            continue
+        if args.get("lr_class") != "MultiStepLR" or _num(args.get("end_epoch", -1)) != -1:
+            continue
+        kwargs = args.get("lr_kwargs")
+        marks = kwargs.get("milestones") if isinstance(kwargs, Mapping) else None
+        for i, ms in enumerate(marks if isinstance(marks, tuple) else ()):
+            value = _num(ms)
+            if value is not None and value >= end:
+                yield Finding(
+                    codes.E006, f"milestone {ms!r} is at or after the recipe's end (epoch {end}, "
+                    "max_epochs): the learning rate never changes there",
+                    f"Use milestones before epoch {end}, or make the recipe last longer.",
+                    m, ("lr_kwargs", "milestones", i),
+                )
+
+
 RULES: tuple[Callable[[Recipe], Iterable[Finding]], ...] = (
     rule_end_before_start,
     rule_update_count,
@@ -211,6 +253,7 @@ RULES: tuple[Callable[[Recipe], Iterable[Finding]], ...] = (
     rule_lr_overlap,
     rule_double_pruning,
     rule_bad_regex,
+    rule_after_end,
 )
 
 

@@ -27,6 +27,7 @@ from typing import Any
 from ..text.frozen import thaw
 from . import quant_args as qa
 from .catalogue import core_names, core_variants, variant_in
+from .legacy_scheme import check_legacy
 from .quant_args import Rec, check_quant, type_problems
 from .spec import Renamed
 from .versions import TOOLS, Compat, ToolVersion, all_versions, summarize
@@ -37,7 +38,7 @@ __all__ = ["Problem", "check_modifier", "KINDS"]
 KINDS = frozenset({
     "unknown_modifier", "dotted_name", "unknown_arg", "removed_arg", "renamed_arg",
     "missing_required", "type", "enum", "preset", "null_args", "misplaced", "deprecated",
-    "not_in_version",
+    "not_in_version", "range", "sparsity", "nm", "order",
 })
 
 
@@ -107,7 +108,23 @@ def check_modifier(name: str, args: Any, compat: Compat | None) -> list[Problem]
     typed: dict[tuple[str, int], list[Rec]] = {}
     parts = [(lo, hi, group, mask, _check_in(name, args, steps, tail, group[0], typed))
              for lo, hi, group, mask, steps, tail in _alike(name, tuple(args), compat.pair if compat else None)]
-    return out + _merge(parts, compat)
+    return out + _merge(parts, compat) + _order(args, label)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if value == value and abs(value) != float("inf") else None
+
+
+def _order(args: Mapping[Any, Any], label: str) -> list[Problem]:
+    """``end`` before ``start`` (every release runs such a modifier never, or for no step);
+    ``end: -1`` means "to the end"."""
+    start, end = _number(args.get("start")), _number(args.get("end"))
+    if start is None or end is None or end == -1 or end >= start or start < -1 or end < -1:
+        return []
+    return [Problem(("end",), "error", "order", f"end {end:g} is before start {start:g}",
+                    f"write an end after {start:g}, or end: -1 to run to the end of training", label)]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -239,7 +256,8 @@ def _check_in(name: str, args: Mapping[Any, Any], steps: tuple[tuple[Any, ...], 
             if found:
                 recs += found
             if shape is not None and value is not None:
-                recs += check_quant(shape, value, pair, (key,))
+                recs += (check_legacy(shape[7:], value, (key,)) if shape.startswith("legacy:")
+                         else check_quant(shape, value, pair, (key,)))
         elif kind == 2:
             # the same answer in every release that takes the same arguments
             found = typed.get((key, id(present)))
@@ -249,7 +267,10 @@ def _check_in(name: str, args: Mapping[Any, Any], steps: tuple[tuple[Any, ...], 
         else:
             recs.append(rec)
     if tail:
-        recs += tail
+        # a misspelt required argument is reported once: as the unknown key, with its hint
+        typos = {r.hint[len("did you mean "):-1] for r in recs
+                 if r.kind == "unknown_arg" and r.hint.startswith("did you mean ")}
+        recs += [r for r in tail if r.subject not in typos]
     return recs
 
 

@@ -17,12 +17,15 @@ from .spec import CoreSpec, Deprecation, Renamed, arg, declare
 __all__ = ["SPECS"]
 
 _STR_LIST: dict[str, Any] = {"type": ["string", "array", "null"], "items": {"type": "string"}}
+#: A sparsity: a fraction of the weights in [0, 1) (``fraction``: reported as M011, with the
+#: fraction as the hint when written as a percentage).
+_FRACTION: dict[str, Any] = {"minimum": 0, "exclusiveMaximum": 1, "fraction": True}
 
 _SPARSITY_ARGS = (
     arg("sparsity", "Target sparsity, one value or one per layer.",
-        type=["number", "array", "null"], items={"type": "number"}),
+        type=["number", "array", "null"], items={"type": "number", **_FRACTION}, **_FRACTION),
     arg("mask_structure", "'0:0' (unstructured) or 'N:M' such as '2:4'.", type="string",
-        pattern="^[0-9]+:[0-9]+$"),
+        pattern="^[0-9]+:[0-9]+$", nm=True),
     arg("sequential_update", "Compress layer after layer (deprecated in llm-compressor).",
         type=["boolean", "null"]),
     arg("targets", "Layers compressed one after another (names, 're:' patterns, classes).",
@@ -90,7 +93,7 @@ REAP = declare(
     "REAPPruningModifier", "REAP: prune whole experts of mixture-of-experts layers.",
     "pruning", {"llmcompressor": ">=0.13"},
     (
-        arg("sparsity", "Fraction of experts removed.", type="number", minimum=0, maximum=1),
+        arg("sparsity", "Fraction of experts removed.", type="number", **_FRACTION),
         arg("ignore", "Layers left alone.", type="array", items={"type": "string"}),
     ),
     required={"sparsity": {"llmcompressor": ""}}, example={"sparsity": 0.25},

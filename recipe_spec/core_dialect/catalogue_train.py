@@ -147,12 +147,14 @@ MAGNITUDE = declare(
     {"sparseml": "", "llmcompressor": ""},
     (
         _TARGETS,
-        arg("init_sparsity", "Sparsity at start.", type="number", minimum=0, maximum=1),
-        arg("final_sparsity", "Sparsity at end.", type="number", minimum=0, maximum=1),
+        arg("init_sparsity", "Sparsity at start.", type="number", minimum=0, exclusiveMaximum=1,
+            fraction=True),
+        arg("final_sparsity", "Sparsity at end.", type="number", minimum=0, exclusiveMaximum=1,
+            fraction=True),
         arg("update_scheduler", "cubic, linear, polynomial_decay or polynomial.",
             enum=["cubic", "linear", "polynomial_decay", "polynomial"]),
         arg("scheduler_args", "Scheduler arguments (e.g. exponent).", type="object"),
-        arg("mask_structure", "unstructured, channel, filter or 'N:M'.", type="string"),
+        arg("mask_structure", "unstructured, channel, filter or 'N:M'.", type="string", nm=True),
         arg("leave_enabled", "Keep masks after end.", type="boolean"),
         arg("apply_globally", "Rank all targets together.", type="boolean"),
     ),
@@ -182,19 +184,22 @@ _QAT_ARGS = (
     arg("scheme_overrides", "Module type or name -> scheme.", type=["object", "null"]),
 )
 
+#: SparseML's QAT schemes, checked by :mod:`.legacy_scheme`.
+_QAT_SCHEMES = {"scheme": "legacy:scheme", "scheme_overrides": "legacy:overrides"}
+
 _QAT_EXAMPLE = {"start": 0, "disable_quantization_observer_epoch": 3,
                 "freeze_bn_stats_epoch": 3}
 
 QAT_QUANTIZATION = declare(
     "QuantizationModifier", "SparseML 1.6/1.7 quantization-aware training (QAT).",
-    "quantization", {"sparseml": "<1.8"}, _QAT_ARGS, training=True,
+    "quantization", {"sparseml": "<1.8"}, _QAT_ARGS, training=True, quant=_QAT_SCHEMES,
     twin="QuantizationModifier", translate=translate_legacy_quant, example=_QAT_EXAMPLE,
     notes="From SparseML 1.8 this class is LegacyQuantizationModifier.",
 )
 
 LEGACY_QUANTIZATION = declare(
     "LegacyQuantizationModifier", "SparseML quantization-aware training (QAT).",
-    "quantization", {"sparseml": ">=1.8"}, _QAT_ARGS, training=True,
+    "quantization", {"sparseml": ">=1.8"}, _QAT_ARGS, training=True, quant=_QAT_SCHEMES,
     twin="QuantizationModifier", translate=translate_legacy_quant, example=_QAT_EXAMPLE,
 )
 

@@ -37,6 +37,7 @@ _KIND_CODES: dict[str, Code] = {
     "misplaced": codes.M002, "missing_required": codes.M003, "type": codes.M004,
     "enum": codes.M006, "preset": codes.M006, "deprecated": codes.M007, "null_args": codes.S006,
     "removed_arg": codes.C001, "renamed_arg": codes.C001, "not_in_version": codes.C001,
+    "range": codes.M005, "sparsity": codes.M011, "nm": codes.M006, "order": codes.E001,
 }
 _EVAL = re.compile(r"\beval\(")
 _QUANTIZERS = frozenset({"QuantizationModifier", "GPTQModifier", "AutoRoundModifier"})

@@ -20,6 +20,7 @@ False
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -210,8 +211,8 @@ _SHAPES: dict[int, tuple[Mapping[str, Any], tuple[Any, ...]]] = {}
 
 
 def _shape(schema: Mapping[str, Any]) -> tuple[Any, ...]:
-    """``(enum, ci, type names, Python types, whether a bool passes, minimum?, maximum?,
-    pattern?, items)`` of a schema fragment; the type parts are None without ``type``."""
+    """``(enum, ci, type names, Python types, whether a bool passes, a bound?, pattern or
+    N:M?, items)`` of a schema fragment; the type parts are None without ``type``."""
     found = _SHAPES.get(id(schema))
     if found is not None and found[0] is schema:
         return found[1]
@@ -222,8 +223,9 @@ def _shape(schema: Mapping[str, Any]) -> tuple[Any, ...]:
         py = tuple(t for n in names for t in _PY_TYPES[n]) if all(n in _PY_TYPES for n in names) else None
         ok_bool = "boolean" in names
     enum = schema.get("enum")
+    bounded = any(k in schema for k in ("minimum", "maximum", "exclusiveMaximum"))
     shape = (None if enum is None else tuple(enum), bool(schema.get("ci")), names, py, ok_bool,
-             "minimum" in schema, "maximum" in schema, "pattern" in schema, schema.get("items"))
+             bounded, "pattern" in schema or "nm" in schema, schema.get("items"))
     if len(_SHAPES) > 4096:
         _SHAPES.clear()
     _SHAPES[id(schema)] = (schema, shape)
@@ -237,7 +239,7 @@ def type_problems(value: Any, schema: Mapping[str, Any], path: tuple[Any, ...]) 
     is_str = isinstance(value, str)
     if is_str and "eval(" in value and value.strip().startswith("eval("):
         return []
-    enum, ci, names, py, ok_bool, has_min, has_max, has_pattern, items = _shape(schema)
+    enum, ci, names, py, ok_bool, bounded, has_pattern, items = _shape(schema)
     if enum is not None:
         for e in enum:
             if _same(value, e, ci):
@@ -259,16 +261,19 @@ def type_problems(value: Any, schema: Mapping[str, Any], path: tuple[Any, ...]) 
         if not ok:
             return [_type_rec(path, names, value)]
     out: list[Rec] = []
-    if (has_min or has_max) and isinstance(value, (int, float)) and not isinstance(value, bool):
-        if has_min and value < schema["minimum"]:
-            out.append(Rec(path, "type", f"{value} is below the minimum {schema['minimum']}"))
-        if has_max and value > schema["maximum"]:
-            out.append(Rec(path, "type", f"{value} is above the maximum {schema['maximum']}"))
-    if is_str and has_pattern and not re.search(schema["pattern"], value):
-        out.append(Rec(path, "type", f"{value!r} does not match {schema['pattern']}"))
+    if isinstance(value, float) and not math.isfinite(value):
+        return [Rec(path, "range", f"{_shown(value)} is not a finite number", "write a finite number")]
+    if bounded and isinstance(value, (int, float)) and not isinstance(value, bool):
+        out += bound_problems(value, schema, path)
+    if is_str and has_pattern:
+        if "pattern" in schema and not re.search(schema["pattern"], value):
+            out.append(Rec(path, "type", f"{value!r} does not match {schema['pattern']}"))
+        elif schema.get("nm"):
+            out += nm_problems(value, path)
     if items is not None and isinstance(value, (list, tuple)):
-        i_enum, _, i_names, i_py, i_bool, i_min, i_max, i_pattern, i_items = _shape(items)
-        if i_enum is None and i_py is not None and not (i_min or i_max or i_pattern or i_items is not None):
+        i_enum, _, i_names, i_py, i_bool, i_bounded, i_pattern, i_items = _shape(items)
+        if i_enum is None and i_py is not None and not (i_bounded or i_pattern or i_items is not None) \
+                and not any(isinstance(x, float) and not math.isfinite(x) for x in value):
             for i, item in enumerate(value):  # the common case: items of one plain type
                 if isinstance(item, bool):
                     if i_bool:
@@ -283,9 +288,64 @@ def type_problems(value: Any, schema: Mapping[str, Any], path: tuple[Any, ...]) 
     return out
 
 
+def _shown(value: float) -> str:
+    return {"nan": ".nan", "inf": ".inf", "-inf": "-.inf"}.get(str(value), f"{value:g}")
+
+
+def bound_problems(value: float, schema: Mapping[str, Any], path: tuple[Any, ...]) -> list[Rec]:
+    """``value`` against ``minimum``, ``maximum`` and ``exclusiveMaximum``; a ``fraction``
+    (a sparsity) is reported as kind ``"sparsity"`` and, written as a percentage, with the
+    fraction as the hint."""
+    low, high, below = schema.get("minimum"), schema.get("maximum"), schema.get("exclusiveMaximum")
+    fraction = bool(schema.get("fraction"))
+    kind = "sparsity" if fraction else "range"
+    if low is not None and value < low:
+        if fraction:
+            hint = "write a fraction from 0 (nothing pruned) to below 1 (0.9 prunes 90%)"
+        elif low == -1:
+            hint = "write -1 (the default: from the start, to the end) or a number from 0 up"
+        else:
+            hint = f"write a number from {low:g}" + (f" to {high:g}" if high is not None else " up")
+        return [Rec(path, kind, f"{_shown(value)} is below the minimum {low:g}", hint)]
+    if high is not None and value > high:
+        return [Rec(path, kind, f"{_shown(value)} is above the maximum {high:g}",
+                    f"write a number up to {high:g}")]
+    if below is None or value < below:
+        return []
+    if fraction:
+        hint = (f"did you mean {value / 100:g}? A sparsity is a fraction, not a percentage"
+                if 5 <= value <= 100 else "write a fraction below 1 (0.9 prunes 90%)")
+        return [Rec(path, kind, f"{_shown(value)} is not a fraction below 1 (a sparsity is in [0, 1))",
+                    hint)]
+    return [Rec(path, kind, f"{_shown(value)} is not below {below:g}", f"write a number below {below:g}")]
+
+
+_NM_TEXT = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
+
+
+def nm_problems(value: str, path: tuple[Any, ...]) -> list[Rec]:
+    """An ``'N:M'`` mask structure keeps N of every M weights: N <= M, and M > 0 unless it
+    is ``'0:0'`` (unstructured)."""
+    match = _NM_TEXT.match(value)
+    if match is None:
+        return []
+    n, m = int(match.group(1)), int(match.group(2))
+    if n <= m and (m > 0 or n == 0):
+        return []
+    return [Rec(path, "nm", f"mask structure {value!r} prunes {n} of every {m} weights: "
+                "N:M needs N <= M", "write N:M with N at most M, such as '2:4' (2 of every 4 "
+                "weights pruned), or '0:0' for unstructured pruning")]
+
+
 def _type_rec(path: tuple[Any, ...], names: list[str], value: Any) -> Rec:
     value = thaw(value)
-    return Rec(path, "type", f"expected {' or '.join(names)}, got {type(value).__name__} {value!r}")
+    wanted = " or ".join(n for n in names if n != "null")
+    if isinstance(value, str) and re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", value) \
+            and ("number" in names or "integer" in names):
+        hint = "remove the quotes to make it a number"
+    else:
+        hint = f"write a value of type {wanted or 'null'}" + (" (or null)" if "null" in names and wanted else "")
+    return Rec(path, "type", f"expected {' or '.join(names)}, got {type(value).__name__} {value!r}", hint)
 
 
 #: (id of a field tuple, release) -> what :func:`_check_fields` needs of it there.

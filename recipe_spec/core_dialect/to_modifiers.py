@@ -48,7 +48,7 @@ from .catalogue import core_spec
 from .spec import Translation
 from .versions import Compat
 
-__all__ = ["TwinModifier", "refusals", "twin_recipe", "runnable", "TWIN_KEYS"]
+__all__ = ["TwinModifier", "refusals", "twin_recipe", "runnable", "training_twins", "TWIN_KEYS"]
 
 #: The twin's argument -> the core argument it was written from (to locate errors).
 TWIN_KEYS = {"params": "targets", "start_epoch": "start", "end_epoch": "end",
@@ -192,6 +192,13 @@ def twin_recipe(recipe: Recipe) -> Recipe:
         m, message, _ = refused[0]
         raise ValueError(f"line {m.span.line}: {message}")
     return _twins(recipe)
+
+
+def training_twins(recipe: Recipe) -> Recipe:
+    """The ``!Modifier`` twins of a stage/group recipe's training-time modifiers that have
+    one (one-shot modifiers left out): what a backend runs, for the schedule preview. Check
+    :func:`refusals` first: a refused training modifier is approximated here."""
+    return _twins(recipe) if recipe.dialect == "core" else recipe
 
 
 def _twins(recipe: Recipe) -> Recipe:

@@ -312,6 +312,18 @@ E005 = _code(
     "- !GMPruningModifier {params: [fc.weight], start_epoch: 5, end_epoch: 15, ...}",
     "Give each parameter to one modifier, or make the ranges follow each other.",
 )
+E006 = _code(
+    "E006", "warning", "scheduled after the recipe's end",
+    "A recipe lasts max_epochs, its latest start or end epoch: a MultiStepLR milestone at or "
+    "after it (of a modifier running to the end) never happens, and an EpochRangeModifier "
+    "ending earlier does not end training. A --var override can move these epochs silently.",
+    "- !EpochRangeModifier {start_epoch: 0, end_epoch: 30}\n"
+    "- !LearningRateModifier {start_epoch: 0, end_epoch: -1, lr_class: MultiStepLR, "
+    "lr_kwargs: {milestones: [43], gamma: 0.1}, init_lr: 0.01}\n"
+    "- !GMPruningModifier {params: __ALL_PRUNABLE__, init_sparsity: 0.05, final_sparsity: 0.8, "
+    "start_epoch: 0, end_epoch: 40, update_frequency: 1}",
+    "End every modifier, and put every milestone, before the recipe's last epoch.",
+)
 
 # --- B: backend support --------------------------------------------------------------------
 B001 = _code(

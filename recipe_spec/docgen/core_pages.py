@@ -59,6 +59,10 @@ _QUANT_SHAPES = {
     "groups": "group name → [QuantizationScheme](quantization-arguments.md#quantizationscheme)",
     "scheme": "a [preset](quantization-arguments.md#presets) name, or {preset: targets}",
     "args": "a [QuantizationArgs](quantization-arguments.md#quantizationargs) mapping",
+    "legacy:scheme": "SparseML's QAT scheme: `default`, `deepsparse`, `tensorrt`, or a mapping of "
+                     "`weights` / `input_activations` / `output_activations` (`num_bits` 1-8, "
+                     "`symmetric`, `strategy`, `kwargs`)",
+    "legacy:overrides": "module type or name → a QAT scheme (as `scheme`)",
 }
 _QUANT_EXAMPLE = """\
 quant_stage:

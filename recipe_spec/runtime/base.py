@@ -22,7 +22,7 @@ from ..schedule.events import Event
 from ..schedule.kinds import track_kind
 from ..schedule.plan import Plan
 from .fit import check_fits_run
-from .preflight import check_before_training, refuse_invalid, runnable_recipe
+from .preflight import caller_stacklevel, check_before_training, refuse_invalid, runnable_recipe
 from .resume import check_same_recipe, identity, recipe_hash
 
 if TYPE_CHECKING:
@@ -197,6 +197,7 @@ class RecipeRuntime:
             else:
                 for event in events:
                     self.apply(event)
+        self._oneshot_applied = True  # every final target is applied: nothing is unfinished
         self.finalize()
 
     def apply(self, event: Event) -> None:
@@ -284,20 +285,52 @@ class RecipeRuntime:
         self.masks.release_all()
 
     def _warn_unfinished(self) -> None:
-        if self.plan is None:
+        """Warn, at the caller's ``finalize()`` line, for each pruning modifier that started
+        but whose masks do not hold its final sparsity yet (its last update was still ahead):
+        not after one-shot :meth:`oneshot`, which applied every final target."""
+        if self.plan is None or getattr(self, "_oneshot_applied", False):
             return
         import warnings
 
         started = {e.owner for e in self.masks.params.values()}
         for index, last in sorted(self.plan.updates_after(self.step_count).items()):
-            if index in started:
-                m = self.recipe.modifiers[index]
-                warnings.warn(
-                    f"{m.type} (line {m.span.line}) has not reached its final sparsity: its last "
-                    f"update is due at step {last} (the first step at or after end_epoch), and "
-                    f"training stopped after {self.step_count} steps. Train at least "
-                    f"{last + 1} steps, or end the modifier earlier.", UserWarning, stacklevel=3,
-                )
+            if index not in started or self._holds_final(index, last):
+                continue
+            m = self.recipe.modifiers[index]
+            where = f"{self.recipe.path}:{m.span.line}" if self.recipe.path else f"line {m.span.line}"
+            warnings.warn(
+                f"{m.type} ({where}) has not reached its final sparsity: its last update is due "
+                f"at step {last} (the first step at or after end_epoch), and training stopped "
+                f"after {self.step_count} steps. Train at least {last + 1} steps, or end the "
+                "modifier earlier.", UserWarning, stacklevel=caller_stacklevel(),
+            )
+
+    def _holds_final(self, index: int, last: int) -> bool:
+        """Whether every mask of modifier ``index`` already holds as many zeros as its final
+        sparsity update (at step ``last``) would give it."""
+        assert self.plan is not None
+        finals = [e for e in self.plan.iter_events(last, last + 1)
+                  if e.modifier == index and e.target == "sparsity"]
+        if not finals:
+            return False
+        for event in finals:
+            if not isinstance(event.value, (int, float)) or isinstance(event.value, bool):
+                return False
+            for name in self.names_for(index, event.params):
+                entry = self.masks.params.get(name)
+                if entry is None or entry.owner != index:
+                    continue
+                zeros, size = self._mask_zeros(entry)
+                if zeros < round(float(event.value) * size):
+                    return False
+        return True
+
+    def _mask_zeros(self, entry: Any) -> tuple[int, int]:
+        """(pruned entries, entries) of a mask (a backend with device masks overrides it)."""
+        import numpy as np
+
+        mask = np.asarray(self._mask_state(entry))
+        return int(mask.size - np.count_nonzero(mask)), int(mask.size)
 
     def detach(self) -> None:
         """Let the model and optimizer go without finalizing (a new ``modify()`` replaces this
@@ -394,3 +427,4 @@ class RecipeRuntime:
 
     def _load_extra(self, state: Mapping[str, Any]) -> None:
         """Restore what only this backend saved (after the step and flags, before the masks)."""
+

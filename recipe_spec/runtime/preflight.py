@@ -24,7 +24,10 @@ from ..recipe.model import Recipe
 from ..registry import get_backend
 from ..validation import apply_noqa, validate_recipe
 
-__all__ = ["BLOCKING_CODES", "refuse_invalid", "check_before_training", "check_recipe_fits", "check_backend_runs", "runnable_recipe"]
+__all__ = [
+    "BLOCKING_CODES", "refuse_invalid", "caller_stacklevel", "check_before_training",
+    "check_recipe_fits", "check_backend_runs", "runnable_recipe",
+]
 
 #: Lint codes that stop ``modify()``: the recipe cannot run on this model as written.
 BLOCKING_CODES = ("P001", "P004", "P005", "P006")
@@ -64,7 +67,7 @@ def _tell_once(d: Diagnostic) -> None:
         return
     _WARNED.add(key)
     if d.severity is Severity.WARNING:
-        warnings.warn(d.format(), UserWarning, stacklevel=4)
+        warnings.warn(d.format(), UserWarning, stacklevel=caller_stacklevel())
     else:
         _LOG.info("%s", d.format())
 
@@ -117,3 +120,20 @@ def check_before_training(recipe: Recipe, framework: str, records: Sequence[Para
     """Every check of :func:`check_backend_runs` and :func:`check_recipe_fits`, in that order."""
     check_backend_runs(recipe, framework, get_backend(framework).capabilities, runtime)
     check_recipe_fits(recipe, records, framework)
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside recipe-spec and its backends, counted
+    from the function that calls this one: a warning points at the user's line."""
+    import os
+    import sys
+
+    roots = tuple(os.path.dirname(os.path.abspath(mod.__file__)) + os.sep
+                  for name, mod in list(sys.modules.items())
+                  if name in ("recipe_spec", "recipe_spec_torch", "recipe_spec_keras")
+                  and getattr(mod, "__file__", None))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(roots):
+        frame, level = frame.f_back, level + 1
+    return level
+
