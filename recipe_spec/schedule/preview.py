@@ -15,8 +15,8 @@ modifier makes the most of them and which ``--epochs N`` fits.
 >>> plan = compile_plan(recipe, steps_per_epoch=1000)
 >>> r = refusal(plan, None)
 >>> r.modifier.span.line, r.epochs
-(3, 250)
->>> refusal(plan, 250) is None
+(3, 400)
+>>> refusal(plan, 400) is None
 True
 """
 
