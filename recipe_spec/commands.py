@@ -253,8 +253,8 @@ def positive_float(text: str) -> float:
 
 def schedule_command(args: argparse.Namespace) -> int:
     from .loader import load
-    from .schedule import compile_plan, report
-    from .schedule.events import MAX_EVENTS, PlanError
+    from .schedule import compile_plan, preview, report
+    from .schedule.events import PlanError
 
     variables = dict(parse_var(v) for v in args.var or [])
     path = args.recipe
@@ -304,15 +304,15 @@ def schedule_command(args: argparse.Namespace) -> int:
         text = report.plan_error_text(recipe, args.steps_per_epoch, exc)
         print(f"{path}:{report.plan_error_position(recipe, text)}: error: {text}", file=sys.stderr)
         return 1
-    stop = None if args.epochs is None else report.horizon(plan, args.epochs)
-    if plan.events_bound(stop) > MAX_EVENTS:
-        print(
-            f"{path}:1:1: error: the preview would list up to {plan.events_bound(stop):.3g} events "
-            f"(the limit is {MAX_EVENTS:,}); pass --epochs N to preview the first N epochs",
-            file=sys.stderr,
-        )
+    too_many = preview.refusal(plan, args.epochs)
+    rows = report.schedule_rows(plan, args.epochs, preview.PREVIEW_LIMIT) if too_many is None else []
+    if too_many is None and len(rows) > preview.PREVIEW_LIMIT:  # more events than the bound said
+        too_many = preview.refusal(plan, args.epochs, events=float(len(rows)))
+    if too_many is not None:
+        m = too_many.modifier
+        print(f"{path}:{m.span.line}:{m.span.column}: error: {too_many.message(plan.steps_per_epoch)}",
+              file=sys.stderr)
         return 1
-    rows = report.schedule_rows(plan, args.epochs)
     if args.format == "json":
         meta = {
             "recipe": path,

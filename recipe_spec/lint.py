@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .core_dialect.lint_model import lint_core_model
@@ -30,11 +30,19 @@ from .modifiers import spec
 from .params.checkpoint import ModelNames
 from .params.patterns import PatternError
 from .params.records import ParamRecord
-from .params.selectors import ParamIndex, closest_names, compile_selectors, resolve, selector_items
+from .params.selectors import (
+    ParamIndex,
+    closest_names,
+    compile_selectors,
+    names_matcher,
+    resolve,
+    selector_items,
+)
 from .recipe.findings import Finding
 from .recipe.model import Modifier, Recipe
 from .registry import canonical_shape
 from .schedule.kinds import track_kind
+from .text.similar import CloseMatches
 from .validation import apply_noqa, validate_recipe
 
 __all__ = ["lint", "lint_recipe", "as_target", "lint_against_checkpoint"]
@@ -127,11 +135,11 @@ def _layers(records: Sequence[ParamRecord]) -> tuple[set[str], set[str]]:
     return names, types
 
 
-def _layer_name_findings(m: Modifier, layer_names: set[str], layer_types: set[str]) -> Iterator[Finding]:
+def _layer_name_findings(m: Modifier, layer_names: set[str], layer_types: set[str],
+                         matcher: Callable[[], CloseMatches]) -> Iterator[Finding]:
     """P006 for each entry of an argument declared to name layers (``Arg.names``) that names
-    no layer (or, where allowed, layer type) of the model."""
-    import difflib
-
+    no layer (or, where allowed, layer type) of the model. ``matcher()``: the layer names
+    and types, sorted, to find the closest among."""
     declared = spec(m.type)
     for arg in declared.args if declared is not None else ():
         entries = m.args.get(arg.name)
@@ -145,7 +153,7 @@ def _layer_name_findings(m: Modifier, layer_names: set[str], layer_types: set[st
             name = entry.removeprefix("module.")
             if name in layer_names or (types_too and name in layer_types):
                 continue
-            close = difflib.get_close_matches(name, sorted(layer_names | layer_types), n=3, cutoff=0.5)
+            close = matcher().get(name, n=3, cutoff=0.5)
             yield Finding(
                 codes.P006,
                 f"{arg.name} names '{entry}', which is not a layer{' or layer type' if types_too else ''} of the model",
@@ -158,6 +166,17 @@ def _param_findings(recipe: Recipe, records: Sequence[ParamRecord], framework: s
     pruned: dict[str, list[tuple[Modifier, tuple[float, float], bool]]] = {}
     layer_names, layer_types = _layers(records)
     param_index = ParamIndex(records)
+    matchers: dict[str, CloseMatches] = {}  # made on first use, once for every modifier
+
+    def layer_matcher() -> CloseMatches:
+        if "layers" not in matchers:
+            matchers["layers"] = CloseMatches(sorted(layer_names | layer_types))
+        return matchers["layers"]
+
+    def param_matcher() -> CloseMatches:
+        if "params" not in matchers:
+            matchers["params"] = names_matcher(records)
+        return matchers["params"]
     for m in recipe.modifiers:
         strict = _pruning(m) or m.args.get("params_strict", True) is not False
         for path, params in _selector_groups(m):
@@ -178,7 +197,7 @@ def _param_findings(recipe: Recipe, records: Sequence[ParamRecord], framework: s
                 if selector not in result.unmatched:
                     continue
                 keys = path + ((index,) if index is not None else ())
-                close = closest_names(selector, records)
+                close = closest_names(selector, records, matcher=param_matcher())
                 yield Finding(
                     codes.P001,
                     f"'{selector}' matches no parameter of the model",
@@ -207,7 +226,7 @@ def _param_findings(recipe: Recipe, records: Sequence[ParamRecord], framework: s
                     pruned.setdefault(r.name, []).append((m, window, bool(exact & set(r.names))))
             if path == ("params",):
                 yield from _mask_findings(m, result.matched, framework)
-        yield from _layer_name_findings(m, layer_names, layer_types)
+        yield from _layer_name_findings(m, layer_names, layer_types, layer_matcher)
     for name, uses in pruned.items():
         for j in range(1, len(uses)):
             m, window, by_exact = uses[j]

@@ -184,7 +184,7 @@ def _schema_findings(m: Modifier) -> Iterator[Finding]:
                 "maximum": f"at most {leaf.validator_value}",
                 "exclusiveMinimum": f"greater than {leaf.validator_value}",
                 "exclusiveMaximum": f"less than {leaf.validator_value}",
-                "not": "a different value",
+                "not": _excluded(leaf.validator_value),
             }[leaf.validator]
             hint = desc
             if code is codes.M011 and leaf.validator in ("maximum", "exclusiveMaximum") \
@@ -200,6 +200,20 @@ def _schema_findings(m: Modifier) -> Iterator[Finding]:
             )
         else:
             yield Finding(codes.M008, f"{where}: {leaf.message}", desc, m, path)
+
+
+def _excluded(schema: Any) -> str:
+    """What a ``not`` schema leaves allowed, in words: ``not {exclusiveMinimum: -1,
+    maximum: 0}`` is "-1 or above 0"."""
+    if not isinstance(schema, Mapping):
+        return "a different value"
+    low = schema.get("exclusiveMinimum", schema.get("minimum"))
+    high = schema.get("exclusiveMaximum", schema.get("maximum"))
+    if low is None or high is None:
+        return "a different value"
+    below = f"{low:g}" if "exclusiveMinimum" in schema else f"below {low:g}"
+    above = f"above {high:g}" if "maximum" in schema else f"at least {high:g}"
+    return f"{below} or {above}"
 
 
 # -- numbers -------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ __all__ = [
     "GRADUAL_START_EPOCH",
     "GRADUAL_END_EPOCH",
     "GRADUAL_UPDATE_FREQUENCY",
+    "update_frequency",
     "INTER_FUNC",
     "LEAVE_ENABLED",
     "MASK_TYPE",
@@ -181,15 +182,23 @@ GRADUAL_END_EPOCH = Arg("end_epoch", {
     "minimum": -1,
 })
 
-GRADUAL_UPDATE_FREQUENCY = Arg("update_frequency", {
-    "description": (
-        "Epochs (fractions allowed) between two updates of the target inside [start_epoch, "
-        "end_epoch); -1 updates at every optimizer step; 0 is not allowed."
-    ),
-    "type": "number",
-    "minimum": -1,
-    "not": {"const": 0},
-})
+def update_frequency(description: str, *, zero: bool = False, **schema: Any) -> Arg:
+    """An ``update_frequency`` argument: -1 or a positive number of epochs (0 too when
+    ``zero``, for the modifiers that ignore it). A value between -1 and 0 is an error: SparseML
+    took it as "update once every step" only for exactly -1, and any other negative spacing
+    never reaches the next update (a schedule that never ends, a run that never prunes)."""
+    excluded: dict[str, Any] = {"type": "number", "exclusiveMinimum": -1}
+    excluded["exclusiveMaximum" if zero else "maximum"] = 0
+    return Arg("update_frequency", {
+        "description": description, "type": "number", "minimum": -1, "not": excluded, **schema,
+    })
+
+
+GRADUAL_UPDATE_FREQUENCY = update_frequency(
+    "Epochs (fractions allowed) between two updates of the target inside [start_epoch, "
+    "end_epoch); -1 updates at every optimizer step; 0 and values between -1 and 0 are not "
+    "allowed."
+)
 
 INTER_FUNC = Arg("inter_func", {
     "description": (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .common import LOG_TYPES
+from .common import LOG_TYPES, update_frequency
 from .spec import Arg, Look, ModifierSpec
 
 __all__ = ["SPECS"]
@@ -67,15 +67,11 @@ DISTILLATION = ModifierSpec(
             "type": "array",
             "items": {"type": ["string", "integer"]},
         }),
-        Arg("update_frequency", {
-            "description": (
-                "Ignored: SparseML accepted it and forced -1 (the loss is changed at every step); "
-                "kept so old recipes load."
-            ),
-            "type": "number",
-            "minimum": -1,
-            "default": -1,
-        }),
+        update_frequency(
+            "Ignored: SparseML accepted it and forced -1 (the loss is changed at every step); "
+            "kept so old recipes load; -1, 0 or a positive number.",
+            zero=True, default=-1,
+        ),
         LOG_TYPES,
     ),
     schema_extra={"required": [], "additionalProperties": False},

@@ -4,7 +4,7 @@ fixed value."""
 from __future__ import annotations
 
 from . import rules
-from .common import CONSTANT_LOGGING, LOG_TYPES, PARAM_GROUPS, PARAM_GROUPS_DEF
+from .common import CONSTANT_LOGGING, LOG_TYPES, PARAM_GROUPS, PARAM_GROUPS_DEF, update_frequency
 from .spec import Arg, Look, ModifierSpec
 
 __all__ = ["SPECS"]
@@ -96,15 +96,11 @@ LEARNING_RATE = ModifierSpec(
             "minimum": -1,
             "default": -1,
         }),
-        Arg("update_frequency", {
-            "description": (
-                "Ignored: SparseML accepted it and forced -1 (the schedule is evaluated at every "
-                "step); kept so old recipes load."
-            ),
-            "type": "number",
-            "minimum": -1,
-            "default": -1,
-        }),
+        update_frequency(
+            "Ignored: SparseML accepted it and forced -1 (the schedule is evaluated at every "
+            "step); kept so old recipes load; -1, 0 or a positive number.",
+            zero=True, default=-1,
+        ),
         CONSTANT_LOGGING,
         LOG_TYPES,
     ),
@@ -210,15 +206,11 @@ LEARNING_RATE_FUNCTION = ModifierSpec(
             "default": 1.0,
         }),
         PARAM_GROUPS,
-        Arg("update_frequency", {
-            "description": (
-                "Ignored: SparseML accepted it and forced -1 (the rate is updated at every step); "
-                "kept so old recipes load."
-            ),
-            "type": "number",
-            "minimum": -1,
-            "default": -1,
-        }),
+        update_frequency(
+            "Ignored: SparseML accepted it and forced -1 (the rate is updated at every step); "
+            "kept so old recipes load; -1, 0 or a positive number.",
+            zero=True, default=-1,
+        ),
         LOG_TYPES,
     ),
     schema_extra={

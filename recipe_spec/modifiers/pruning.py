@@ -29,6 +29,7 @@ from .common import (
     SPARSITY_MAP_DEF,
     SPARSITY_MAP_NEEDS_EMPTY_PARAMS,
     gradual_pruning,
+    update_frequency,
 )
 from .spec import Arg, Look, ModifierSpec
 
@@ -333,15 +334,11 @@ CONSTANT_PRUNING = ModifierSpec(
             "minimum": -1,
             "default": -1,
         }),
-        Arg("update_frequency", {
-            "description": (
-                "Ignored: SparseML accepted it and forced -1 (masks are re-applied at every "
-                "step); kept so old recipes load."
-            ),
-            "type": "number",
-            "minimum": -1,
-            "default": -1,
-        }),
+        update_frequency(
+            "Ignored: SparseML accepted it and forced -1 (masks are re-applied at every "
+            "step); kept so old recipes load; -1, 0 or a positive number.",
+            zero=True, default=-1,
+        ),
         LOG_TYPES,
     ),
     schema_extra={
@@ -395,15 +392,11 @@ LAYER_PRUNING = ModifierSpec(
             "minimum": -1,
             "default": -1,
         }),
-        Arg("update_frequency", {
-            "description": (
-                "Ignored: SparseML accepted it and forced -1 (the layers are swapped once at "
-                "start and end); kept so old recipes load."
-            ),
-            "type": "number",
-            "minimum": -1,
-            "default": -1,
-        }),
+        update_frequency(
+            "Ignored: SparseML accepted it and forced -1 (the layers are swapped once at "
+            "start and end); kept so old recipes load; -1, 0 or a positive number.",
+            zero=True, default=-1,
+        ),
         LOG_TYPES,
     ),
     schema_extra={"required": ["layers"], "additionalProperties": False},

@@ -34,11 +34,12 @@ except ImportError:  # pragma: no cover - Python 3.10
     import sre_constants  # type: ignore[no-redef]
     import sre_parse  # type: ignore[no-redef]
 
+from ..text.similar import CloseMatches
 from .patterns import LinearPattern, compile_pattern
 from .records import MAX_NAME, TOKENS, ParamRecord
 
 __all__ = [
-    "Resolution", "resolve", "compile_selectors", "ParamIndex", "closest_names", "selector_items",
+    "Resolution", "resolve", "compile_selectors", "ParamIndex", "closest_names", "names_matcher", "selector_items",
     "ModelParams",
 ]
 
@@ -139,13 +140,20 @@ def resolve(params: Any, records: Sequence[ParamRecord] | ParamIndex) -> Resolut
     return Resolution(tuple(index.records[i] for i in sorted(hit)), counts)
 
 
-def closest_names(selector: str, records: Sequence[ParamRecord], n: int = 3) -> list[str]:
-    """The real names closest to a selector that matched nothing (for the error's hint)."""
-    import difflib
+def names_matcher(records: Sequence[ParamRecord]) -> CloseMatches:
+    """The records' names, sorted, to ask :func:`closest_names` about many selectors."""
+    return CloseMatches(sorted({name for r in records for name in r.names}))
 
+
+def closest_names(selector: str, records: Sequence[ParamRecord], n: int = 3,
+                  matcher: CloseMatches | None = None) -> list[str]:
+    """The real names closest to a selector that matched nothing (for the error's hint).
+    ``matcher``: :func:`names_matcher` of ``records``, made once for many selectors."""
     target = selector[3:] if selector.startswith("re:") else selector
-    names = sorted({name for r in records for name in r.names})
-    close = difflib.get_close_matches(target, names, n=n, cutoff=0.5)
+    if matcher is None:
+        matcher = names_matcher(records)
+    names = matcher.candidates
+    close = matcher.get(target, n=n, cutoff=0.5)
     if close:
         return close
     # a pattern: the names sharing its longest literal prefix

@@ -96,6 +96,8 @@ class Track:
         steps = end - self.first
         if steps <= 0:
             return 0
+        if steps > FLOAT_INT_LIMIT:
+            return math.inf  # (an ``end_epoch`` near 1e308: more steps than a float holds)
         if self.spacing > 0:
             # Grid points spacing*S steps apart, plus the start and end events.
             return min(steps, steps / (self.spacing * steps_per_epoch) + 2)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import math
 import re
@@ -92,6 +93,9 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+_PLAIN = frozenset({str, int, bool, type(None)})
+
+
 def _row(e: Event) -> dict[str, Any]:
     return {
         "step": e.step,
@@ -105,15 +109,36 @@ def _row(e: Event) -> dict[str, Any]:
     }
 
 
-def schedule_rows(plan: Plan, epochs: float | None = None) -> list[dict[str, Any]]:
+def schedule_rows(plan: Plan, epochs: float | None = None, limit: int | None = None) -> list[dict[str, Any]]:
     """One JSON-safe row per event (fields :data:`COLUMNS`), in the order they happen.
 
     ``epochs`` given: only the steps before ``epochs * steps_per_epoch``; otherwise up to the
-    last event (or ``plan.total_steps`` when a modifier never ends).
+    last event (or ``plan.total_steps`` when a modifier never ends). ``limit`` given: at most
+    ``limit + 1`` rows (so that a caller sees that there are more than ``limit``).
     ``modifier`` is the modifier's type and ``line`` the line of its ``!Tag`` in the file.
+    Rows of the events of one modifier's selection share its ``params`` list.
     """
     stop = None if epochs is None else _steps_before(epochs, plan.steps_per_epoch)
-    return [_row(e) for e in plan.iter_events(0, stop)]
+    events = plan.iter_events(0, stop)
+    if limit is not None:
+        events = itertools.islice(events, limit + 1)
+    plain = _PLAIN
+    shared: dict[int, tuple[Any, Any]] = {}  # id(params) -> (params, its JSON form)
+    out = []
+    append = out.append
+    for e in events:
+        value, params = e.value, e.params
+        c = value.__class__
+        if c not in plain and not (c is float and value - value == 0.0):  # finite floats as is
+            value = _jsonable(value)
+        if params.__class__ not in plain:
+            known = shared.get(id(params))
+            if known is None or known[0] is not params:
+                known = shared[id(params)] = (params, _jsonable(params))
+            params = known[1]
+        append({"step": e.step, "epoch": e.epoch, "modifier": e.type, "line": e.line,
+                "action": e.action, "target": e.target, "value": value, "params": params})
+    return out
 
 
 # -- series --------------------------------------------------------------------------------
@@ -269,30 +294,48 @@ def render_table(rows: Sequence[Mapping[str, Any]]) -> str:
     if not rows:
         return "(no events)\n"
     header = list(COLUMNS)
+    params_cells: dict[int, tuple[Any, str]] = {}  # rows of one selection share its list
+
+    plain_cells: dict[tuple[Any, ...], str] = {}
+
+    def params_cell(r: Mapping[str, Any]) -> str:
+        params = r["params"]
+        if params.__class__ is list:
+            known = params_cells.get(id(params))
+            if known is None or known[0] is not params:
+                known = params_cells[id(params)] = (params, _params_cell(r))
+            return known[1]
+        if params.__class__ not in _PLAIN:
+            return _params_cell(r)
+        key = (params.__class__, params, r["target"])
+        text = plain_cells.get(key)
+        if text is None:
+            text = plain_cells[key] = _params_cell(r)
+        return text
+
+    cell = _cell
     body = [
-        [
+        (
             str(r["step"]),
             f"{r['epoch']:.6g}",
             str(r["modifier"]),
             str(r["line"]),
             str(r["action"]),
             str(r["target"]),
-            _cell(r["value"]),
-            _params_cell(r),
-        ]
+            f"{r['value']:.6g}" if r["value"].__class__ is float else cell(r["value"]),
+            params_cell(r),
+        )
         for r in rows
     ]
-    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(header)]
-    right = {0, 1, 3}
+    widths = [max(len(h), max(map(len, column))) for h, column in zip(header, zip(*body, strict=True), strict=True)]
+    w0, w1, w2, w3, w4, w5, w6, w7 = widths
 
-    def line(cells: Sequence[str]) -> str:
-        parts = [
-            c.rjust(w) if i in right else c.ljust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return "  ".join(parts).rstrip()
+    def line(c: Sequence[str]) -> str:  # columns 0, 1 and 3 right-aligned
+        return "  ".join((c[0].rjust(w0), c[1].rjust(w1), c[2].ljust(w2), c[3].rjust(w3), c[4].ljust(w4),
+                          c[5].ljust(w5), c[6].ljust(w6), c[7].ljust(w7))).rstrip()
 
-    out = [line(header), line(["-" * w for w in widths])] + [line(b) for b in body]
+    out = [line(header), line(["-" * w for w in widths])]
+    out += map(line, body)
     return "\n".join(out) + "\n"
 
 

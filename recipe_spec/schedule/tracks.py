@@ -148,8 +148,11 @@ class TrackBuilder:
         final = args.get("final_sparsity")
         inter = str(args.get("inter_func", "cubic"))
         uf = _num(m, "update_frequency", -1)
-        if uf == 0:
-            raise PlanError(f"{m.type} (line {m.span.line}): `update_frequency` must not be 0")
+        if uf != -1 and uf <= 0:  # a negative spacing would never reach the next update
+            raise PlanError(
+                f"{m.type} (line {m.span.line}): `update_frequency` must be -1 (every step) or a "
+                f"positive number of epochs. Received: update_frequency={uf:g}"
+            )
         groups: list[tuple[Any, float]]
         if isinstance(final, Mapping):
             groups = [(tuple(v) if isinstance(v, (list, tuple)) else v, _sparsity(m, "final_sparsity", s))

@@ -322,14 +322,23 @@ def _estimate_bits(op: type, left: Number, right: Number) -> float:
     if op is ast.Pow:
         if right <= 0 or abs(left) <= 1:
             return 1.0  # a float (negative exponent), 1, 0 or -1
-        return right * math.log2(abs(left))
+        return _power_bits(left, right)
     return 0.0  # / // %: no larger than the operands
+
+
+def _power_bits(base: Number, exp: Number) -> float:
+    """The size in bits of ``base ** exp`` (``abs(base) > 1``, ``exp > 0``); ``inf`` when
+    even that estimate is beyond a float (``3 ** 2 ** 1100``: an exponent of 1101 bits)."""
+    try:
+        return exp * math.log2(abs(base))
+    except OverflowError:
+        return math.inf
 
 
 def _power(base: Number, exp: Number, node: ast.AST, starts: list[int]) -> Number:
     if isinstance(base, (int, float)) and abs(base) > 1 and exp > 0:
         # Floats too: refused rather than overflowing to an unhelpful message.
-        bits = exp * math.log2(abs(base))
+        bits = _power_bits(base, exp)
         if bits > MAX_INT_BITS:
             raise ExpressionError(
                 f"{base} ** {exp} is too large to compute",

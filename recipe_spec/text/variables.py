@@ -14,7 +14,6 @@ Rules (SPEC, "Variables and expressions"):
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections import ChainMap
 from collections.abc import Iterable, Mapping
@@ -33,6 +32,7 @@ from .expressions import (
 )
 from .frozen import FrozenDict
 from .nodes import Document
+from .similar import close_matches
 
 __all__ = ["Invalid", "INVALID", "VariableEvaluator", "did_you_mean"]
 
@@ -66,7 +66,7 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     >>> did_you_mean("num_epoch", ["num_epochs", "lr"])
     "Did you mean 'num_epochs'?"
     """
-    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    close = close_matches(name, candidates, n=1, cutoff=0.6)
     return f"Did you mean '{close[0]}'?" if close else ""
 
 
