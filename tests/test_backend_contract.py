@@ -164,11 +164,12 @@ def test_keras_set_learning_rate_really_sets_it() -> None:
 
 
 def test_unknown_modifier_refused_at_modify() -> None:
-    """A modifier no declaration knows never runs silently as nothing: M001 at modify()."""
+    """A modifier no declaration knows never runs silently as nothing: M001 before modify()
+    touches the model (the backend's runtime refuses it when it is compiled)."""
     torch = pytest.importorskip("torch")
     model = torch.nn.Linear(4, 2)
-    manager = _recipe("  - !FooPruningModifier {params: [weight], start_epoch: 0}\n").compile("torch")
     with pytest.raises(RecipeError) as info:
+        manager = _recipe("  - !FooPruningModifier {params: [weight], start_epoch: 0}\n").compile("torch")
         manager.modify(model, torch.optim.SGD(model.parameters(), lr=0.1), steps_per_epoch=2)
     (d,) = info.value.diagnostics
     assert (d.code, d.line) == ("M001", 3) and "FooPruningModifier" in d.message

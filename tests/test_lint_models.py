@@ -46,7 +46,8 @@ def berts() -> dict[tuple[int, str], list]:
 
 
 def _model_for(path: str, berts: dict) -> list:
-    layers = 6 if "6layer" in path else 12
+    # a "6layers" recipe that removes layers itself (LayerPruningModifier) starts from BERT-base's 12
+    layers = 6 if "6layer" in path and "LayerPruningModifier" not in Path(path).read_text() else 12
     head = "BertForQuestionAnswering" if "quant" in Path(path).name and path.endswith(".md") else "BertForMaskedLM"
     return berts[(layers, head)]
 

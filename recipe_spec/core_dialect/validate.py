@@ -34,7 +34,9 @@ def _compat(compat: Any) -> Compat | None:
 
 def validate_core(recipe: Recipe, backend: str | None = None, compat: Any = None) -> list[Diagnostic]:
     """Every diagnostic of a stage/group ``recipe``, in file order (see the module docstring)."""
-    out = core_diagnostics(recipe, _compat(compat)) + _schedule_diagnostics(recipe)
+    out = core_diagnostics(recipe, _compat(compat))
+    said = {(d.line, d.column, d.code) for d in out}  # a value the core checks already refuse: once
+    out += [d for d in _schedule_diagnostics(recipe) if (d.line, d.column, d.code) not in said]
     if backend is not None:
         for m, message, hint in refusals(recipe, backend, compat):
             out.append(codes.B001(message, hint, m.span).in_file(recipe.path))

@@ -21,7 +21,7 @@ from ..modifiers import emits_of
 from ..params.records import ParamRecord
 from ..recipe.findings import positioned
 from ..recipe.model import Recipe
-from ..registry import get_backend
+from ..registry import get_backend, installed_backends
 from ..validation import apply_noqa, validate_recipe
 
 __all__ = [
@@ -128,10 +128,10 @@ def caller_stacklevel() -> int:
     import os
     import sys
 
+    packages = {"recipe_spec"} | {type(b).__module__.split(".")[0] for b in installed_backends()}
     roots = tuple(os.path.dirname(os.path.abspath(mod.__file__)) + os.sep
                   for name, mod in list(sys.modules.items())
-                  if name in ("recipe_spec", "recipe_spec_torch", "recipe_spec_keras")
-                  and getattr(mod, "__file__", None))
+                  if name in packages and getattr(mod, "__file__", None))
     frame, level = sys._getframe(1), 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(roots):
         frame, level = frame.f_back, level + 1
