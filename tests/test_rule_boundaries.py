@@ -206,3 +206,203 @@ def test_E004_only_within_a_stage() -> None:
             "stage_b:\n  modifiers:\n    - !SetLearningRateModifier {learning_rate: 0.1, start_epoch: 2}\n"
             "    - !SetLearningRateModifier {learning_rate: 0.2, start_epoch: 2}\n")
     assert [d.code for d in validate(text)] == ["E004"]
+
+
+# -- E005: one parameter pruned by two modifiers over overlapping epochs ---------------------
+
+def pruner(start: float, end: float, params: str = "[fc.weight]", kind: str = "GMPruningModifier") -> str:
+    return (f"  - !{kind} {{params: {params}, init_sparsity: 0.05, final_sparsity: 0.8,"
+            f" start_epoch: {start}, end_epoch: {end}, update_frequency: 0.5}}\n")
+
+
+# Active on [start, end) (SPEC): windows that only touch do not overlap. E005 is on the later
+# modifier's parameter: "  - !GMPruningModifier {params: [" is 33 characters.
+@pytest.mark.parametrize(("items", "expected"), [
+    ((pruner(0, 5), pruner(5, 10)), []),
+    ((pruner(0, 5), pruner(4.5, 10)), [("E005", 3, 34)]),
+    ((pruner(4.5, 10), pruner(0, 5)), [("E005", 3, 34)]),
+    ((pruner(0, 5), pruner(-1, 0.5)), [("E005", 3, 34)]),  # -1: from epoch 0
+    ((pruner(0, 5), pruner(4, -1)), [("E005", 3, 34)]),  # -1: never ends
+    ((pruner(0, 5), pruner(0, 5, "[other.weight]")), []),
+    ((pruner(0, 5), pruner(1, 4, "[other.weight, fc.weight]")), [("E005", 3, 48)]),
+    ((pruner(0, 5), pruner(1, 4, "fc.weight")), [("E005", 3, 33)]),  # one name, not a list
+    # a third modifier: one finding per parameter, the first overlap found
+    ((pruner(0, 5), pruner(5, 10), pruner(4, 6)), [("E005", 4, 34)]),
+    ((pruner(0, 5), pruner(10, 15), pruner(12, 20)), [("E005", 4, 34)]),
+])
+def test_E005_windows(items: tuple[str, ...], expected: list) -> None:
+    assert found(lr(*items)) == expected
+
+
+def test_E005_message_and_what_prunes() -> None:
+    (d,) = validate(lr(pruner(0, 5), pruner(4.5, 10)))
+    assert d.message == "'fc.weight' is also pruned by the GMPruningModifier on line 2 over overlapping epochs"
+    assert d.hint == "Give each parameter to one pruning modifier, or make the ranges follow each other."
+    trainable = "  - !TrainableParamsModifier {params: [fc.weight], trainable: false, start_epoch: 0, end_epoch: 5}\n"
+    assert found(lr(trainable, pruner(0, 5))) == []  # not a pruning modifier
+    assert found(lr(trainable, pruner(0, 5), pruner(1, 4))) == [("E005", 4, 34)]
+
+
+def test_E005_only_within_a_stage() -> None:
+    text = "stage_a:\n  modifiers:\n  " + pruner(0, 5) + "stage_b:\n  modifiers:\n  " + pruner(0, 5)
+    assert found(text) == []
+
+
+# -- M005: at most MAX_EVENTS (10,000,000) updates per modifier ------------------------------
+
+# 2**-20 epochs: 10,000,000 updates take exactly 10**7 * 2**-20 = 9.5367431640625 epochs, all
+# exact in binary, so the count on the limit is exactly 10,000,000.
+FREQ = "9.5367431640625e-07"
+
+
+def grid(start: float, end: float, freq: str = FREQ) -> str:
+    return ("modifiers:\n  - !GMPruningModifier\n    params: [fc.weight]\n    init_sparsity: 0.05\n"
+            f"    final_sparsity: 0.8\n    start_epoch: {start}\n    end_epoch: {end}\n"
+            f"    update_frequency: {freq}\n")
+
+
+@pytest.mark.parametrize(("start", "end", "freq", "expected"), [
+    (0, 9.5367431640625, FREQ, []),  # exactly the limit
+    (0, 9.54, FREQ, [("M005", 8, 23)]),
+    (1, 10.5367431640625, FREQ, []),  # counted from the start
+    (1, 10.54, FREQ, [("M005", 8, 23)]),
+    (-1, 9.5367431640625, FREQ, []),  # -1: from epoch 0
+    (0, -1, FREQ, []),  # never ends: no count
+    (0, 9.54, "-1", []),  # every step: the steps per epoch decide
+])
+def test_M005_update_count(start: float, end: float, freq: str, expected: list) -> None:
+    assert found(grid(start, end, freq)) == expected
+
+
+def test_M005_message_and_later_modifiers() -> None:
+    (d,) = validate(grid(0, 9.54))
+    assert d.message == ("'update_frequency' 9.53674e-07 over epochs 0 to 9.54 makes 1e+07 updates; "
+                         "the limit is 10,000,000")
+    assert d.hint == ("Raise update_frequency or shorten the epoch range (at most 10,000,000 updates "
+                      "per modifier).")
+    before = ("modifiers:\n  - !EpochRangeModifier {start_epoch: 0, end_epoch: -1}\n"
+              "  - !SetLearningRateModifier {learning_rate: 0.1, start_epoch: 0}\n"
+              "  - !GMPruningModifier {params: [a.weight], init_sparsity: 0.05, final_sparsity: 0.8,"
+              " start_epoch: 0, end_epoch: 1, update_frequency: -1}\n")
+    assert found(before + grid(0, 9.54).replace("modifiers:\n", "")) == [("M005", 11, 23)]
+
+
+# -- E006: scheduled at or after the recipe's end (max_epochs = ceil of the largest epoch) ----
+
+def epoch_range(start: float, end: float) -> str:
+    return f"  - !EpochRangeModifier {{start_epoch: {start}, end_epoch: {end}}}\n"
+
+
+def multistep(marks: str, start: float = 0, end: float = -1) -> str:
+    return (f"  - !LearningRateModifier {{lr_class: MultiStepLR, init_lr: 0.1, start_epoch: {start},"
+            f" end_epoch: {end}, lr_kwargs: {{milestones: [{marks}], gamma: 0.1}}}}\n")
+
+
+# "  - !EpochRangeModifier {start_epoch: S, end_epoch: " is 52 characters with a one-digit S.
+FIRST, SECOND = len(multistep("").split("[")[0]) + 2, len(multistep("").split("[")[0]) + 6  # "[39, 40"
+@pytest.mark.parametrize(("items", "expected"), [
+    ((epoch_range(0, 30), pruner(0, 40)), [("E006", 2, 53)]),
+    ((epoch_range(0, 40), pruner(0, 40)), []),  # ends with the recipe
+    ((epoch_range(0, 39.5), pruner(0, 39.2)), []),  # max_epochs 40, but it is the last
+    ((epoch_range(0, 39.5), pruner(0, 39.6)), [("E006", 2, 53)]),
+    ((epoch_range(0, -1), pruner(0, 40)), []),
+    ((epoch_range(5, 5), pruner(0, 20)), [("E006", 2, 53)]),  # equal ends: not E001
+    ((epoch_range(5, 4.5), pruner(0, 20)), [("E001", 2, 53)]),  # E001 only
+    ((epoch_range(0, 0.5), pruner(0, 1)), [("E006", 2, 53)]),  # max_epochs 1
+    ((epoch_range(1, 3), epoch_range(0, 2), pruner(0, 4)),
+     [("E006", 2, 53), ("E006", 3, 53)]),
+    ((multistep("39, 40"), pruner(0, 40)), [("E006", 2, SECOND)]),  # on the end
+    ((multistep("39, 39.5"), pruner(0, 40)), []),
+    ((multistep("39, 40.5"), pruner(0, 40.2)), []),  # max_epochs 41
+    ((multistep("39, 41"), pruner(0, 40.2)), [("E006", 2, SECOND)]),
+    ((multistep("5"),), []),  # from 0 to -1 only: max_epochs 0, nothing to compare
+    ((multistep("5", 0, 20), pruner(0, 10)), []),  # ends itself: E002's business
+    ((pruner(0, 10), multistep("10, 12")), [("E006", 3, FIRST), ("E006", 3, SECOND)]),
+])
+def test_E006_after_the_end(items: tuple[str, ...], expected: list) -> None:
+    assert found(lr(*items)) == expected
+
+
+def test_E006_messages() -> None:
+    (d,) = validate(lr(epoch_range(0, 30), pruner(0, 40)))
+    assert d.message == ("EpochRangeModifier ends at epoch 30, but GMPruningModifier (line 3) runs to "
+                         "epoch 40: the recipe lasts 40 epochs (max_epochs), and what is scheduled "
+                         "after this end still runs")
+    assert d.hint == "End GMPruningModifier by epoch 30, or set this end_epoch to 40."
+    (d,) = validate(lr(multistep("39, 40"), pruner(0, 40)))
+    assert d.message == ("milestone 40 is at or after the recipe's end (epoch 40, max_epochs): the "
+                         "learning rate never changes there")
+    assert d.hint == "Use milestones before epoch 40, or make the recipe last longer."
+
+
+# -- a modifier's own rules (recipe_spec/modifiers/rules.py) ---------------------------------
+
+LR_FUNCTION = ("modifiers:\n  - !LearningRateFunctionModifier\n    lr_func: linear\n    init_lr: 0.1\n"
+               "    final_lr: 0.01\n    start_epoch: {s}\n    end_epoch: {e}\n")
+
+
+# A learning-rate function runs over [max(start, 0), end]: it needs end > max(start, 0).
+@pytest.mark.parametrize(("start", "end", "expected"), [
+    (3, 3, [("E001", 7, 16)]),
+    (3, 3.5, []),
+    (3, 2.5, [("E001", 7, 16)]),  # before its start: the general E001, once
+    (0, 0, [("E001", 7, 16)]),
+    (-1, 0, [("E001", 7, 16)]),  # -1 starts at epoch 0
+    (-1, 0.5, []),
+    (0.5, 0.25, [("E001", 7, 16)]),
+    (3, -1, [("E001", 7, 16)]),  # a function cannot run forever
+])
+def test_E001_learning_rate_function_range(start: float, end: float, expected: list) -> None:
+    assert found(LR_FUNCTION.format(s=start, e=end)) == expected
+
+
+def test_E001_learning_rate_function_message() -> None:
+    (d,) = validate(LR_FUNCTION.format(s=3, e=3))
+    assert d.message == "a learning-rate function needs end_epoch after start_epoch; got 3 to 3"
+    assert d.hint == "The function runs from start_epoch to end_epoch: give it a range."
+    (d,) = validate(LR_FUNCTION.format(s=3, e=2.5))
+    assert d.message == "end_epoch 2.5 is before start_epoch 3"
+
+
+MULTISTEP = ("modifiers:\n  - !EpochRangeModifier {{start_epoch: 0, end_epoch: 200}}\n"
+             "  - !LearningRateModifier\n    start_epoch: {s}\n    end_epoch: {e}\n    lr_class: MultiStepLR\n"
+             "    lr_kwargs: {{milestones: [{marks}], gamma: 0.1}}\n    init_lr: 0.1\n")
+
+
+def mark(marks: list[float], i: int) -> tuple[str, int, int]:
+    """E002 on milestone ``i``: "    lr_kwargs: {milestones: [" is 29 characters."""
+    return ("E002", 7, 30 + sum(len(str(m)) + 2 for m in marks[:i]))
+
+
+# Milestones lie strictly inside (start_epoch, end_epoch); -1 bounds nothing.
+@pytest.mark.parametrize(("start", "end", "marks", "bad"), [
+    (5, 20, [5], [0]),
+    (5, 20, [5.5, 19.5], []),
+    (5, 20, [4.5, 20], [0, 1]),
+    (5, 20, [6, 20.5], [1]),
+    (0, 20, [0, 1], [0]),
+    (-1, 20, [0.5, 1], []),
+    (5, -1, [6, 150], []),
+    (0, 0.5, [0.25], []),
+])
+def test_E002_milestones_inside_the_range(start: float, end: float, marks: list, bad: list) -> None:
+    text = MULTISTEP.format(s=start, e=end, marks=", ".join(map(str, marks)))
+    assert found(text) == [mark(marks, i) for i in bad]
+
+
+def test_E002_messages_and_default_end() -> None:
+    d1, d2 = validate(MULTISTEP.format(s=5, e=20, marks="5, 20"))
+    assert (d1.message, d1.hint) == ("milestone 5 is not after start_epoch 5",
+                                     "Milestones are absolute epochs: each must be greater than start_epoch.")
+    assert (d2.message, d2.hint) == ("milestone 20 is not before end_epoch 20",
+                                     "Milestones are absolute epochs: each must be less than end_epoch.")
+    no_end = MULTISTEP.format(s=5, e=20, marks="6, 150").replace("    end_epoch: 20\n", "")
+    assert found(no_end) == []  # no end_epoch: -1
+
+
+@pytest.mark.parametrize(("end", "expected"), [("-1", []), ("5", [("E003", 4, 16)]), (None, [])])
+def test_E003_quantization_has_no_end(end: str | None, expected: list) -> None:
+    text = "modifiers:\n  - !QuantizationModifier\n    start_epoch: 0\n"
+    if end is not None:
+        text += f"    end_epoch: {end}\n"
+    assert found(text) == expected
