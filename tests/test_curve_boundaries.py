@@ -10,7 +10,6 @@ from fractions import Fraction
 
 import pytest
 
-from recipe_spec.schedule import curves
 from recipe_spec.schedule.clock import (
     epoch_of_step,
     exact,
@@ -79,12 +78,13 @@ def chained(value: float, gamma: float, times: int) -> float:
 
 
 def test_decays_chained_up_to_the_limit() -> None:
-    limit = curves.CHAINED_DECAYS  # 100,000
+    limit = 100_000  # CHAINED_DECAYS, as documented
     assert decays(0.1, 0.9999, limit) == chained(0.1, 0.9999, limit)  # differs from 0.1 * 0.9999 ** limit
     assert chained(0.1, 0.9999, limit) != 0.1 * 0.9999 ** limit
     assert decays(0.1, 0.9999, limit + 1) == 0.1 * 0.9999 ** (limit + 1)
     assert decays(0.1, 0.5, limit + 1) == 0.0  # underflows, as the product does
     assert decays(0.0, 2.0, limit + 1) == 0.0  # never 0 * inf
+    assert decays(1.0, 0.5, limit + 1) == 0.0
     assert decays(0.1, 2.0, limit + 1) == math.inf
 
 
@@ -125,9 +125,9 @@ def test_cosine_warm_restarts_cycles() -> None:
     g = cosine_warm_restarts_lr(0.1, 0.02, 2, 1)  # t_mult 1: every cycle 2 epochs, from 1
     quarter = 0.02 + (0.1 - 0.02) * (1 + math.cos(math.pi * 0.5 / 2)) / 2
     assert [g(0), g(1), g(1.5), g(3), g(3.5)] == [0.1, 0.1, quarter, 0.1, quarter]
-    far = 1 + 2 * curves.CHAINED_DECAYS  # past the cycles skipped at once
+    far = 1 + 2 * 100_000  # past the cycles skipped at once (CHAINED_DECAYS of them)
     assert [g(far), g(far + 2), g(far + 0.5)] == [0.1, 0.1, quarter]
-    assert g(1 + 2 * (curves.CHAINED_DECAYS - 1) + 0.5) == quarter
+    assert g(1 + 2 * (100_000 - 1) + 0.5) == quarter
     with pytest.raises(ValueError, match=r"^Argument `cycle_epochs` must be > 0. Received: cycle_epochs=0$"):
         cosine_warm_restarts_lr(0.1, 0.0, 0, 0)
     with pytest.raises(ValueError, match=r"^Argument `T_mult` must be >= 1. Received: T_mult=0$"):
