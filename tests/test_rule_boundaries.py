@@ -280,7 +280,7 @@ def test_M005_message_and_later_modifiers() -> None:
                          "the limit is 10,000,000")
     assert d.hint == ("Raise update_frequency or shorten the epoch range (at most 10,000,000 updates "
                       "per modifier).")
-    before = ("modifiers:\n  - !EpochRangeModifier {start_epoch: 0, end_epoch: -1}\n"
+    before = ("modifiers:\n  - !EpochRangeModifier {start_epoch: 0, end_epoch: 20}\n"
               "  - !SetLearningRateModifier {learning_rate: 0.1, start_epoch: 0}\n"
               "  - !GMPruningModifier {params: [a.weight], init_sparsity: 0.05, final_sparsity: 0.8,"
               " start_epoch: 0, end_epoch: 1, update_frequency: -1}\n")
@@ -406,3 +406,57 @@ def test_E003_quantization_has_no_end(end: str | None, expected: list) -> None:
     if end is not None:
         text += f"    end_epoch: {end}\n"
     assert found(text) == expected
+
+
+# -- P005: a re: selector that does not compile ---------------------------------------------
+
+def _re_error(pattern: str) -> str:
+    import re
+
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        return str(exc)
+    raise AssertionError(pattern)
+
+
+PRUNE_WITH = ("  - !GMPruningModifier {{params: {params}, init_sparsity: 0.05, final_sparsity: {final},"
+              " start_epoch: 0, end_epoch: 10, update_frequency: 1}}\n")
+
+
+def test_P005_bad_pattern_in_params_and_in_a_sparsity_mapping() -> None:
+    text = lr(PRUNE_WITH.format(params="[fc.weight, 're:fc[']", final=0.8))
+    (d,) = validate(text)
+    assert (d.code, d.line, d.column) == ("P005", 2, text.splitlines()[1].index("'re:fc['") + 1)
+    assert d.message == f"re:fc[: the regex does not compile: {_re_error('fc[')}"
+    assert d.hint == "Fix the pattern (Python re syntax)."
+    mapped = lr(PRUNE_WITH.format(params="[]", final="{0.5: [a.weight], 0.9: [b.weight, 're:c(']}"))
+    assert found(mapped) == [("P005", 2, mapped.splitlines()[1].index("'re:c('") + 1)]
+    one = lr(PRUNE_WITH.format(params="'re:fc['", final=0.8))  # one selector, not a list
+    assert found(one) == [("P005", 2, one.splitlines()[1].index("'re:fc['") + 1)]
+
+
+def test_P005_after_modifiers_without_patterns() -> None:
+    text = lr(epoch_range(0, 10), PRUNE_WITH.format(params="[a.weight]", final=0.8),
+              PRUNE_WITH.format(params="[b.weight, 're:ok\\.weight', 're:fc[']", final=0.8))
+    assert found(text) == [("P005", 4, text.splitlines()[3].index("'re:fc['") + 1)]
+
+
+def test_E005_within_a_later_stage() -> None:
+    """A modifier of another stage does not end the search for an overlap in its own."""
+    text = ("stage_a:\n  modifiers:\n  " + pruner(0, 5) +
+            "stage_b:\n  modifiers:\n  " + pruner(0, 5) + "  " + pruner(0, 5))
+    assert found(text) == [("E005", 7, 36)]
+
+
+def test_rules_skip_values_they_cannot_read() -> None:
+    """On a plain recipe (no validator in front), a value that is not a number is skipped by
+    the rules, never a crash, and does not end the check of the others."""
+    import recipe_spec
+    from recipe_spec.validation import RULES
+
+    recipe = recipe_spec.loads(lr(set_lr(2), SET.format(s="'x'", extra=""), set_lr(2),
+                                  "  - !GMPruningModifier {params: [c.weight], init_sparsity: 0.05,"
+                                  " final_sparsity: 0.8, start_epoch: 0, end_epoch: 10, update_frequency: 0}\n"))
+    got = [(f.code.id, f.modifier.span.line) for rule in RULES for f in rule(recipe)]
+    assert got == [("E004", 4)]
