@@ -6,6 +6,7 @@ from the code. Found by mutation testing (docs/mutation.md)."""
 from __future__ import annotations
 
 import math
+import re
 from fractions import Fraction
 
 import pytest
@@ -109,7 +110,8 @@ def test_multi_step_lr_milestones() -> None:
     assert [g(1), g(2)] == [0.05, 0.025]
     multi_step_lr(0.1, 0.5, [0.5], -1)  # -1 starts at 0: 0.5 is after it
     for marks, start in (([1], 1), ([0], -1), ([0.5, 3], 0.5), ([0], 0)):
-        with pytest.raises(ValueError, match=r"^Argument `milestones` must all be > `start_epoch`"):
+        with pytest.raises(ValueError, match=r"^Argument `milestones` must all be > `start_epoch`. Received: "
+                           rf"milestones={re.escape(str(marks))}, start_epoch={start}$"):
             multi_step_lr(0.1, 0.5, marks, start)
 
 
@@ -134,6 +136,9 @@ def test_cosine_warm_restarts_cycles() -> None:
         cosine_warm_restarts_lr(0.1, 0.0, 2, 0, t_mult=0)
     h = cosine_warm_restarts_lr(0.1, 0.0, 2, -1)  # -1: from 0
     assert h(1) == half
+    # t_mult 2 from cycles of 1: cycle k starts at 2**k - 1 and lasts 2**k, far past 100,000 cycles' worth
+    d = cosine_warm_restarts_lr(0.1, 0.0, 1, 0, t_mult=2)
+    assert [d(2 ** 20 - 1), d(2 ** 20 - 1 + 2 ** 19), d(2 ** 21 - 1)] == [0.1, half, 0.1]
 
 
 # -- learning-rate functions over [max(start, 0), end] ----------------------------------------

@@ -457,6 +457,8 @@ def test_rules_skip_values_they_cannot_read() -> None:
 
     recipe = recipe_spec.loads(lr(set_lr(2), SET.format(s="'x'", extra=""), set_lr(2),
                                   "  - !GMPruningModifier {params: [c.weight], init_sparsity: 0.05,"
-                                  " final_sparsity: 0.8, start_epoch: 0, end_epoch: 10, update_frequency: 0}\n"))
+                                  " final_sparsity: 0.8, start_epoch: 0, end_epoch: 10, update_frequency: 0}\n",
+                                  "  - !GMPruningModifier {params: [d.weight], init_sparsity: 0.05,"
+                                  " final_sparsity: 0.8, start_epoch: 0, end_epoch: 10, update_frequency: 'x'}\n"))
     got = [(f.code.id, f.modifier.span.line) for rule in RULES for f in rule(recipe)]
     assert got == [("E004", 4)]
