@@ -50,7 +50,51 @@ CAMPAIGN: dict[str, tuple[str, tuple[str, ...]]] = {
 #: Mutants judged equivalent (no input tells them apart), as (module, the original line, the
 #: mutated line), stripped; the reasons are in docs/mutation.md. Keyed by text, not by mutmut's
 #: numbers, so that the list survives edits elsewhere in the file.
-EQUIVALENT: dict[tuple[str, str, str], str] = {}
+_CR = "checks.rules"
+_SC = "schedule.curves"
+EQUIVALENT: dict[tuple[str, str, str], str] = {
+    (_CR, 'facts = getattr(recipe, "_facts", None)', 'facts = getattr(recipe, "XX_factsXX", None)'):
+        "the facts are computed again from the same modifiers: the same facts, at a cost",
+    (_CR, 'facts = getattr(recipe, "_facts", None)', "facts = None"):
+        "the facts are computed again from the same modifiers: the same facts, at a cost",
+    (_CR, "s = 0.0 if start < 0 else start", "s = 0.0 if start <= 0 else start"):
+        "a start of 0 gives 0.0 either way",
+    (_CR, "clash = wa[0] == wb[0]", "clash = wa[1] == wb[0]"): "both windows are points here",
+    (_CR, "clash = wa[0] == wb[0]", "clash = wa[0] == wb[1]"): "both windows are points here",
+    (_CR, "clash = wb[0] < wa[0] < wb[1]", "clash = wb[0] < wa[1] < wb[1]"): "wa is a point here",
+    (_CR, "clash = wa[0] < wb[0] < wa[1]", "clash = wa[0] < wb[1] < wa[1]"): "wb is a point here",
+    (_CR, "args: Mapping[Any, Any] = m.args._data if m.args.__class__ is FrozenDict else m.args",
+     "args: Mapping[Any, Any] = m.args._data if m.args.__class__ is not FrozenDict else m.args"):
+        "Modifier.args is always a FrozenDict",
+    (_CR, "mapping = final.__class__ is FrozenDict or (final.__class__ not in _SCALARS and isinstance(final, Mapping))",
+     "mapping = final.__class__ is FrozenDict or (final.__class__  in _SCALARS and isinstance(final, Mapping))"):
+        "a mapping argument is always a FrozenDict (the first test decides)",
+    (_CR, "mapping = final.__class__ is FrozenDict or (final.__class__ not in _SCALARS and isinstance(final, Mapping))",
+     "mapping = final.__class__ is FrozenDict or (final.__class__ not in _SCALARS or isinstance(final, Mapping))"):
+        "arguments are FrozenDicts, tuples or scalars: nothing else is outside _SCALARS",
+    (_CR, "mapping = final.__class__ is FrozenDict or (final.__class__ not in _SCALARS and isinstance(final, Mapping))",
+     "mapping = final.__class__ is FrozenDict and (final.__class__ not in _SCALARS and isinstance(final, Mapping))"):
+        "a FrozenDict is a Mapping outside _SCALARS: the same test",
+    (_CR, 'groups += [(("final_sparsity", k), v) for k, v in final.items()]',
+     'groups = [(("final_sparsity", k), v) for k, v in final.items()]'):
+        "with a sparsity mapping, params is [] (the schema refuses more: M008): nothing is dropped",
+    (_SC, "Curve = Callable[[float], float]", "Curve = None"): "a type alias, only read by annotations",
+    (_SC, "if epoch <= start:", "if epoch < start:"):
+        "at epoch == start < end, p = 0 and every y(0) is 0: init either way",
+    (_SC, "origin = max(start, 0.0) if start != -1 else 0.0", "origin = max(start, 0.0) if start != -2 else 0.0"):
+        "max(-1, 0.0) is 0.0 too",
+    (_SC, "if t_mult == 1 and t_cur / t_i > CHAINED_DECAYS:", "if t_mult != 1 and t_cur / t_i > CHAINED_DECAYS:"):
+        "one cycle length: subtracting cycle by cycle gives the same (exact) remainder, slower",
+    (_SC, "if t_mult == 1 and t_cur / t_i > CHAINED_DECAYS:", "if t_mult == 1 and t_cur * t_i > CHAINED_DECAYS:"):
+        "one cycle length: the remainder at once or cycle by cycle is the same",
+    (_SC, "if t_mult == 1 and t_cur / t_i > CHAINED_DECAYS:", "if t_mult == 1 and t_cur / t_i >= CHAINED_DECAYS:"):
+        "one cycle length: the remainder at once or cycle by cycle is the same",
+}
+#: ``continue`` -> ``break`` mutants judged equivalent, by the line above them (stripped).
+_BREAKS: dict[tuple[str, str], str] = {
+    (_CR, "if a.stage != b.stage:"):
+        "a stage's modifiers are listed together: after the first of another stage, all are",
+}
 
 
 #: What the test server imports once (the project is imported afresh for every mutant).
@@ -122,12 +166,16 @@ def _statuses(work: Path) -> dict[int, str]:
         return dict(db.execute("select id, status from Mutant"))
 
 
-def _diff(work: Path, env: dict[str, str], mutant: int) -> tuple[str, str, str]:
+def _diff(work: Path, env: dict[str, str], mutant: int) -> tuple[str, str, str, str]:
+    """The mutated line(s) before and after, the line above them, and the whole diff."""
     out = subprocess.run([sys.executable, "-m", "mutmut", "show", str(mutant)], cwd=work, env=env,
                          capture_output=True, text=True, check=True).stdout
-    old = [ln[1:].strip() for ln in out.splitlines() if ln.startswith("-") and not ln.startswith("---")]
-    new = [ln[1:].strip() for ln in out.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
-    return " ".join(old), " ".join(new), out
+    lines = out.splitlines()
+    old = [ln[1:].strip() for ln in lines if ln.startswith("-") and not ln.startswith("---")]
+    new = [ln[1:].strip() for ln in lines if ln.startswith("+") and not ln.startswith("+++")]
+    first = next((i for i, ln in enumerate(lines) if ln.startswith("-") and not ln.startswith("---")), 0)
+    above = lines[first - 1][1:].strip() if first and lines[first - 1].startswith(" ") else ""
+    return " ".join(old), " ".join(new), above, out
 
 
 def run(module: str, mutlib: str, keep: Path | None, baseline: bool = False) -> dict[str, float]:
@@ -163,8 +211,8 @@ def run(module: str, mutlib: str, keep: Path | None, baseline: bool = False) -> 
     untested = sum(s in ("untested", "skipped") for s in statuses.values())
     equivalent, alive = 0, []
     for m in sorted(survived):
-        old, new, text = _diff(work, env, m)
-        if (module, old, new) in EQUIVALENT:
+        old, new, above, text = _diff(work, env, m)
+        if (module, old, new) in EQUIVALENT or (old, new) == ("continue", "break") and (module, above) in _BREAKS:
             equivalent += 1
         else:
             alive.append((m, text))

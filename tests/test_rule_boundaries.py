@@ -351,6 +351,7 @@ LR_FUNCTION = ("modifiers:\n  - !LearningRateFunctionModifier\n    lr_func: line
     (-1, 0.5, []),
     (0.5, 0.25, [("E001", 7, 16)]),
     (3, -1, [("E001", 7, 16)]),  # a function cannot run forever
+    (3, 1, [("E001", 7, 16)]),
 ])
 def test_E001_learning_rate_function_range(start: float, end: float, expected: list) -> None:
     assert found(LR_FUNCTION.format(s=start, e=end)) == expected
@@ -462,3 +463,23 @@ def test_rules_skip_values_they_cannot_read() -> None:
                                   " final_sparsity: 0.8, start_epoch: 0, end_epoch: 10, update_frequency: 'x'}\n"))
     got = [(f.code.id, f.modifier.span.line) for rule in RULES for f in rule(recipe)]
     assert got == [("E004", 4)]
+
+
+def test_E001_learning_rate_function_without_start() -> None:
+    text = LR_FUNCTION.format(s=0, e=5).replace("    start_epoch: 0\n", "")
+    assert [d.code for d in validate(text)] == ["M003"]  # missing, and nothing more
+
+
+def test_modifier_rules_skip_values_they_cannot_read() -> None:
+    """A modifier's own rules on a plain recipe: a start or a milestone that is not a number
+    (a text, a bool) is skipped, and the milestones after it are still checked."""
+    import recipe_spec
+    from recipe_spec.validation import RULES
+
+    recipe = recipe_spec.loads(lr(
+        "  - !LearningRateFunctionModifier {lr_func: linear, init_lr: 0.1, final_lr: 0.01,"
+        " start_epoch: 'x', end_epoch: 3}\n",
+        "  - !LearningRateModifier {lr_class: MultiStepLR, init_lr: 0.1, start_epoch: 5, end_epoch: 20,"
+        " lr_kwargs: {milestones: [true, 'x', 4, 6], gamma: 0.1}}\n"))
+    got = [(f.code.id, f.modifier.span.line, f.keys) for rule in RULES for f in rule(recipe)]
+    assert got == [("E002", 3, ("lr_kwargs", "milestones", 2))]
