@@ -181,6 +181,11 @@ def test_cyclic_linear_cycles() -> None:
         0.1, 0.1 - 3 / 3 * (0.1 - 0.01), 0.1, 0.1 - 0 / 1 * (0.1 - 0.01), 0.1 - 1 / 1 * (0.1 - 0.01), 0.1 - 0 / 1 * (0.1 - 0.01)]
     h = cyclic_linear_function_lr(0.1, 0.01, 0, 2.25, 1.0, 4)  # 9 steps: a last cycle of 1 step
     assert [h(2), h(2.25)] == [0.1, 0.1]
+    # 11 steps: 4 + 4 + a last cycle of 3; past step 8 SparseML's formula takes ``cur mod 3``
+    # (sparseml-semantics.md 3.3: the last partial cycle shortened, ``cur`` not reset)
+    r = cyclic_linear_function_lr(0.1, 0.01, 0, 2.75, 1.0, 4)
+    assert [r(k / 4) for k in range(12)] == [0.1 - (k % 4) / 3 * (0.1 - 0.01) for k in range(9)] + [
+        0.1 - (k % 3) / 2 * (0.1 - 0.01) for k in (9, 10, 11)]
     cyclic_linear_function_lr(0.1, 0.01, 0, 2, 0.5, 4)  # exactly 2 steps per cycle
     with pytest.raises(ValueError, match=r"^Argument `cycle_epochs` must span at least 2 optimizer steps. "
                        r"Received: cycle_epochs=0.25 with steps_per_epoch=4$"):
