@@ -483,3 +483,66 @@ def test_modifier_rules_skip_values_they_cannot_read() -> None:
         " lr_kwargs: {milestones: [true, 'x', 4, 6], gamma: 0.1}}\n"))
     got = [(f.code.id, f.modifier.span.line, f.keys) for rule in RULES for f in rule(recipe)]
     assert got == [("E002", 3, ("lr_kwargs", "milestones", 2))]
+
+
+@pytest.mark.parametrize(("start", "end", "marks", "bad"), [
+    (-1, 0.5, [0.25, 0.5], [1]),  # an end below 1 still bounds the milestones
+    (-1, 0, [0.5], [0]),  # even an end of 0
+])
+def test_E002_end_below_one_epoch(start: float, end: float, marks: list, bad: list) -> None:
+    text = MULTISTEP.format(s=start, e=end, marks=", ".join(map(str, marks)))
+    assert [f for f in found(text) if f[0] == "E002"] == [mark(marks, i) for i in bad]
+
+
+def test_E003_message_and_an_end_of_one() -> None:
+    (d,) = validate("modifiers:\n  - !QuantizationModifier\n    start_epoch: 0\n    end_epoch: 1\n")
+    assert (d.code, d.line, d.column) == ("E003", 4, 16)
+    assert d.message == "QuantizationModifier has no end, but end_epoch is 1"
+    assert d.hint == "Remove end_epoch: quantized modules stay quantized to the end of training."
+
+
+MFAC = ("modifiers:\n  - !MFACPruningModifier\n    params: [fc.weight]\n    init_sparsity: 0.05\n"
+        "    final_sparsity: 0.85\n    start_epoch: 0\n    end_epoch: 10\n    update_frequency: 1\n")
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    ("    num_grads: {0.0: 32, 0.5: 64}\n", []),
+    ("    num_grads: {0: 32, 0.5: 64}\n", []),  # an int 0 is the same key
+    ("    num_grads: {1: 32, 0.5: 64}\n", [("M009", 9, 16)]),
+    ("    num_grads: 64\n", []),
+    ("    mfac_options: {num_grads: {0.0: 32, 0.5: 64}}\n", []),
+    ("    mfac_options: {num_grads: {0.5: 64}}\n", [("M009", 9, 31)]),
+])
+def test_M009_num_grads_needs_sparsity_zero(extra: str, expected: list) -> None:
+    assert [f for f in found(MFAC + extra) if f[0] == "M009"] == expected
+
+
+def test_M009_and_M013_messages() -> None:
+    (d,) = [d for d in validate(MFAC + "    num_grads: {0.5: 64, 0.8: 128}\n") if d.code == "M009"]
+    assert d.message == "num_grads gives counts for sparsities [0.5, 0.8] but none for 0.0"
+    assert d.hint == "Add '0.0: COUNT', the number of gradients used until the first threshold."
+    (d,) = validate("modifiers:\n  - !TrainableParamsModifier\n    params: __ALL__\n")
+    assert d.code == "M013" and d.message == (
+        "TrainableParamsModifier without 'trainable' makes the selected parameters trainable "
+        "(default true); SparseML required the argument and refused the recipe")
+    assert d.hint == "Write 'trainable: true' (or 'trainable: false' to freeze)."
+
+
+MOVEMENT = ("modifiers:\n  - !MovementPruningModifier\n    params: [fc.weight]\n    init_sparsity: 0.05\n"
+            "    final_sparsity: 0.8\n    start_epoch: 0\n    end_epoch: 10\n    update_frequency: 1\n")
+
+
+@pytest.mark.parametrize(("mask", "expected"), [
+    (None, []), ("unstructured", []), ("block4", []), ("'[1, 4]'", []), ("channel", [("M006", 9, 16)]),
+    ("filter", [("M006", 9, 16)]), ("'2:4'", [("M006", 9, 16), ("M010", 4, 20), ("M010", 5, 21)]),  # and 2:4 means sparsity 0.5
+])
+def test_M006_movement_ranks_signed_scores(mask: str | None, expected: list) -> None:
+    text = MOVEMENT + (f"    mask_type: {mask}\n".replace("'[1, 4]'", "[1, 4]") if mask else "")
+    assert found(text) == expected
+
+
+def test_M006_movement_message() -> None:
+    (d,) = validate(MOVEMENT + "    mask_type: channel\n")
+    assert d.message == ("MovementPruningModifier cannot rank mask_type 'channel': movement scores are "
+                         "signed, and that mask type ranks magnitudes")
+    assert d.hint == "Use one of unstructured, block4 or a block shape [a, b]."
