@@ -52,6 +52,7 @@ CAMPAIGN: dict[str, tuple[str, tuple[str, ...]]] = {
 #: numbers, so that the list survives edits elsewhere in the file.
 _CR = "checks.rules"
 _SC = "schedule.curves"
+_SK = "schedule.clock"
 EQUIVALENT: dict[tuple[str, str, str], str] = {
     (_CR, 'facts = getattr(recipe, "_facts", None)', 'facts = getattr(recipe, "XX_factsXX", None)'):
         "the facts are computed again from the same modifiers: the same facts, at a cost",
@@ -89,6 +90,17 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "one cycle length: the remainder at once or cycle by cycle is the same",
     (_SC, "if t_mult == 1 and t_cur / t_i > CHAINED_DECAYS:", "if t_mult == 1 and t_cur / t_i >= CHAINED_DECAYS:"):
         "one cycle length: the remainder at once or cycle by cycle is the same",
+    (_SK, "@lru_cache(maxsize=4096)", "@lru_cache(maxsize=4097)"): "a cache's size: the same values",
+    (_SK, "@lru_cache(maxsize=4096)", ""): "exact() is pure: without its cache, the same values",
+    (_SK, "if epoch == -1 or epoch <= 0:", "if epoch == -2 or epoch <= 0:"): "-1 <= 0 too",
+    (_SK, "if epoch == -1 or epoch <= 0:", "if epoch == -1 or epoch < 0:"): "ceil(0 * S) is step 0 too",
+    (_SK, "origin = exact(max(start, 0) if start != -1 else 0)",
+     "origin = exact(max(start, 0) if start != -2 else 0)"): "max(-1, 0) is 0 too",
+    (_SC, "if final_lr < init_lr:", "if final_lr <= init_lr:"):
+        "equal learning rates: y_range is 0 and both branches give init_lr",
+    ("modifiers.rules", 'start, end = number(m.args.get("start_epoch")), number(m.args.get("end_epoch", -1))',
+     'start, end = number(m.args.get("start_epoch")), number(m.args.get("end_epoch", -2))'):
+        "an absent end of -2, like -1, is negative: no bound either way",
 }
 #: ``continue`` -> ``break`` mutants judged equivalent, by the line above them (stripped).
 _BREAKS: dict[tuple[str, str], str] = {
@@ -175,7 +187,7 @@ def _diff(work: Path, env: dict[str, str], mutant: int) -> tuple[str, str, str, 
     new = [ln[1:].strip() for ln in lines if ln.startswith("+") and not ln.startswith("+++")]
     first = next((i for i, ln in enumerate(lines) if ln.startswith("-") and not ln.startswith("---")), 0)
     above = lines[first - 1][1:].strip() if first and lines[first - 1].startswith(" ") else ""
-    return " ".join(old), " ".join(new), above, out
+    return " ".join(old).strip(), " ".join(new).strip(), above, out
 
 
 def run(module: str, mutlib: str, keep: Path | None, baseline: bool = False) -> dict[str, float]:
