@@ -101,6 +101,10 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("modifiers.rules", 'start, end = number(m.args.get("start_epoch")), number(m.args.get("end_epoch", -1))',
      'start, end = number(m.args.get("start_epoch")), number(m.args.get("end_epoch", -2))'):
         "an absent end of -2, like -1, is negative: no bound either way",
+    ("modifiers.rules", 'mask_type = m.args.get("mask_type", "unstructured")',
+     'mask_type = m.args.get("mask_type", "XXunstructuredXX")'):
+        "an absent mask type: a text that is no mask type is accepted here (the schema's business), "
+        "as unstructured is",
 }
 #: ``continue`` -> ``break`` mutants judged equivalent, by the line above them (stripped).
 _BREAKS: dict[tuple[str, str], str] = {
