@@ -546,3 +546,53 @@ def test_M006_movement_message() -> None:
     assert d.message == ("MovementPruningModifier cannot rank mask_type 'channel': movement scores are "
                          "signed, and that mask type ranks magnitudes")
     assert d.hint == "Use one of unstructured, block4 or a block shape [a, b]."
+
+
+# -- E006: which modifier is the last, and the skips --------------------------------------
+
+@pytest.mark.parametrize(("items", "expected"), [
+    ((epoch_range(0, 39.5), set_lr(39.7)), [("E006", 2, 53)]),  # a start can be the last epoch
+    ((epoch_range(5, 1), pruner(0, 20)), [("E001", 2, 53)]),  # an end of exactly 1 before its start
+    ((epoch_range(5, 4.5), epoch_range(0, 10), pruner(0, 20)), [("E001", 2, 53), ("E006", 3, 53)]),
+    ((pruner(0, 40), epoch_range(0, 40)), []),  # ends on max_epochs, tied with the last
+])
+def test_E006_the_last_modifier(items: tuple[str, ...], expected: list) -> None:
+    assert found(lr(*items)) == expected
+
+
+def test_E006_names_the_modifier_that_runs_longest() -> None:
+    (d,) = validate(lr(epoch_range(0, 0.5), pruner(0, 0.75), set_lr(-1)))  # max_epochs 1
+    assert d.message.startswith("EpochRangeModifier ends at epoch 0.5, but GMPruningModifier (line 3) runs to epoch 1")
+
+
+def test_E006_milestones_of_a_modifier_without_end_epoch() -> None:
+    text = lr(pruner(0, 10), multistep("10, 12").replace(" end_epoch: -1,", ""))
+    line = text.splitlines()[2]
+    first = line.index("[10") + 2
+    assert found(text) == [("E006", 3, first), ("E006", 3, first + 4)]
+
+
+def test_M005_message_names_a_nested_key() -> None:
+    text = lr("  - !LearningRateModifier {lr_class: StepLR, init_lr: 0.1, start_epoch: 0, end_epoch: 9.54,"
+              f" lr_kwargs: {{step_size: {FREQ}, gamma: 0.9}}}}\n")
+    (d,) = validate(text)
+    assert d.code == "M005" and d.column == text.splitlines()[1].index(FREQ) + 1
+    assert d.message == ("'lr_kwargs.step_size' 9.53674e-07 over epochs 0 to 9.54 makes 1e+07 updates; "
+                         "the limit is 10,000,000")
+    assert d.hint.startswith("Raise step_size or shorten the epoch range")
+
+
+def test_rules_still_run_beside_a_modifier_with_a_bad_argument() -> None:
+    """A modifier the rules cannot read (unknown: M001) is left out of them, the others not."""
+    text = lr("  - !NoSuchModifier {start_epoch: 3, end_epoch: 1}\n", epoch_range(10, 9.5))
+    assert [(d.code, d.line) for d in validate(text)] == [("M001", 2), ("E001", 3)]
+
+
+def test_P005_beside_a_selector_that_is_not_text() -> None:
+    """On a plain recipe a selector that is not text (the schema's M004) is skipped."""
+    import recipe_spec
+    from recipe_spec.validation import RULES
+
+    recipe = recipe_spec.loads(lr(PRUNE_WITH.format(params="[3, 're:fc[']", final=0.8)))
+    got = [(f.code.id, f.keys) for rule in RULES for f in rule(recipe)]
+    assert got == [("P005", ("params", 1))]
