@@ -57,6 +57,7 @@ def test_interpolate_functions_at_half(func: str, y: float) -> None:
 def test_gradual_start_and_end() -> None:
     f = gradual(0.0, 1.0, -1, 4, "linear")  # -1: from epoch 0
     assert [f(e) for e in (0, 1, 4, 5)] == [0.0, 0.25, 1.0, 1.0]
+    assert gradual(0.0, 1.0, 1, 5, "linear")(3) == 0.5  # from its start, 1
     g = gradual(0.0, 1.0, 2, 2, "linear")  # start == end: one shot at the end
     assert [g(e) for e in (1.5, 2, 3)] == [0.0, 1.0, 1.0]
     gradual(0.0, 1.0, 0, -1)  # -1: never ends, accepted
