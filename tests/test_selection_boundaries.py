@@ -142,3 +142,39 @@ def test_nth_true_on_block_edges(chunk: int) -> None:
             positions = np.flatnonzero(pattern)
             for nth in range(1, len(positions) + 1):
                 assert nth_true(NP, pattern, nth, chunk=chunk) == positions[nth - 1], (chunk, n, nth)
+
+
+def bracket_ranks(k: int, n: int, ns: int) -> tuple[int, int]:
+    """The documented bracket: ``q s -/+ (6 sqrt(s q (1 - q)) + 16)`` sample ranks."""
+    q = k / n
+    margin = 6 * math.sqrt(ns * q * (1 - q)) + 16
+    return math.floor(q * ns - margin), math.ceil(q * ns + margin)
+
+
+def test_bracket_bounds_on_the_sample_edges() -> None:
+    """The k whose lower bound is the sample's smallest value (rank 0), and those whose upper
+    bound is one past the sample's largest (no upper bound) or its largest."""
+    n, ns = 5000, 256
+    x = data(n)["normal"]
+    ks = [next(k for k in range(1, n + 1) if bracket_ranks(k, n, ns)[0] == 0),
+          next(k for k in range(n, 0, -1) if bracket_ranks(k, n, ns)[1] == ns),
+          next(k for k in range(n, 0, -1) if bracket_ranks(k, n, ns)[1] == ns - 1)]
+    for k in ks:
+        ops = Recording()
+        value, n_le = kth_smallest(ops, [x], k, direct=64, sample=ns)
+        assert value == np.sort(x)[k - 1]
+        assert (ops.sizes, n_le) == expected_path(x, k, ops.drawn[0]), k
+
+
+def test_answer_on_the_lower_bound() -> None:
+    """Every drawn entry is the largest value: the lower bound is that value, and the answer is
+    the first entry in the bracket (k - below = 1), found among the candidates."""
+    n, ns = 1000, 64
+    drawn = np.unique(np.random.default_rng(0).integers(0, n, ns))  # the fixed seed's draws
+    x = np.arange(n, dtype=np.float64)
+    x[drawn] = 1e6
+    k = n - len(drawn) + 1
+    ops = Recording()
+    value, n_le = kth_smallest(ops, [x], k, direct=64, sample=ns)
+    assert (value, n_le) == (1e6, n)
+    assert ops.sizes == [ns, len(drawn)]  # no upper bound; every 1e6 a candidate
