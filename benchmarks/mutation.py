@@ -105,6 +105,10 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "the rules read only modifiers and _facts, which the view holds itself",
     (_CR, "self._facts = [(m, _fact(m, declaration)) for m in self.modifiers]", "self._facts = None"):
         "without them each rule computes the same facts itself, at a cost",
+    ("masks.selection", "for f, size in zip(flats, sizes, strict=True):",
+     "for f, size in zip(flats, sizes, strict=False):"): "sizes is made from flats: always the same length",
+    ("masks.selection", "for f, flags in zip(flats, inside, strict=True)])",
+     "for f, flags in zip(flats, inside, strict=False)])"): "inside is made from flats: always the same length",
     (_SK, "@lru_cache(maxsize=4096)", "@lru_cache(maxsize=4097)"): "a cache's size: the same values",
     (_SK, "@lru_cache(maxsize=4096)", ""): "exact() is pure: without its cache, the same values",
     (_SK, "if epoch == -1 or epoch <= 0:", "if epoch == -2 or epoch <= 0:"): "-1 <= 0 too",

@@ -178,3 +178,21 @@ def test_answer_on_the_lower_bound() -> None:
     value, n_le = kth_smallest(ops, [x], k, direct=64, sample=ns)
     assert (value, n_le) == (1e6, n)
     assert ops.sizes == [ns, len(drawn)]  # no upper bound; every 1e6 a candidate
+
+
+def test_answer_on_the_last_of_a_run_of_ties() -> None:
+    """Every drawn entry is one middle value v: both bounds are v (a run of ties, no selection
+    at all), and the answer is the last v (k - below = the number of entries in the bracket)."""
+    n, ns = 20_000, 1024
+    drawn = np.unique(np.random.default_rng(0).integers(0, n, ns))  # the fixed seed's draws
+    rest = np.setdiff1d(np.arange(n), drawn)
+    below = len(rest) // 2
+    x = np.empty(n)
+    x[drawn] = 0.5
+    x[rest[:below]] = -1.0 - np.arange(below)
+    x[rest[below:]] = 2.0 + np.arange(len(rest) - below)
+    k = below + len(drawn)
+    ops = Recording()
+    value, n_le = kth_smallest(ops, [x], k, direct=64, sample=ns)
+    assert (value, n_le) == (0.5, k) and value == np.sort(x)[k - 1]
+    assert ops.sizes == [ns, ns]
