@@ -187,6 +187,8 @@ def test_cyclic_linear_cycles() -> None:
     r = cyclic_linear_function_lr(0.1, 0.01, 0, 2.75, 1.0, 4)
     assert [r(k / 4) for k in range(12)] == [0.1 - (k % 4) / 3 * (0.1 - 0.01) for k in range(9)] + [
         0.1 - (k % 3) / 2 * (0.1 - 0.01) for k in (9, 10, 11)]
+    c = cyclic_linear_function_lr(0.1, 0.01, 1, 4, 1.5, 4)  # cycles of 6 steps counted from epoch 1
+    assert [c(1 + k / 4) for k in (0, 4, 5, 6, 11)] == [0.1 - (k % 6) / 5 * (0.1 - 0.01) for k in (0, 4, 5, 6, 11)]
     cyclic_linear_function_lr(0.1, 0.01, 0, 2, 0.5, 4)  # exactly 2 steps per cycle
     with pytest.raises(ValueError, match=r"^Argument `cycle_epochs` must span at least 2 optimizer steps. "
                        r"Received: cycle_epochs=0.25 with steps_per_epoch=4$"):
