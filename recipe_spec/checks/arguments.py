@@ -383,7 +383,7 @@ def _pattern_verdict(selector: str) -> tuple[str, str] | None:
 # -- what the rules of recipe_spec.validation read of the arguments ------------------------
 #: What the rules read of one modifier, computed once per modifier and validation:
 #: (start_epoch, end_epoch as numbers or None, start_epoch with -1 when absent, the epoch
-#: window of :func:`recipe_spec.validation._range`, the modifier's declaration).
+#: window (from max(start, 0) to end, inf for -1; None when either is unreadable), the modifier's declaration).
 _Fact = tuple[float | None, float | None, float | None, tuple[float, float] | None, Any]
 
 

@@ -28,10 +28,6 @@ __all__ = ["RULES", "WithoutModifiers"]
 _NM = re.compile(r"^(\d+):(\d+)$")
 
 
-def _range(m: Modifier) -> tuple[float, float] | None:
-    return _fact(m, all_specs().get)[3]
-
-
 def _facts(recipe: Recipe) -> list[tuple[Modifier, _Fact]]:
     """Each modifier of ``recipe`` with its :data:`_Fact` (shared by the rules of one
     :func:`validate_recipe` call through :class:`WithoutModifiers`)."""
