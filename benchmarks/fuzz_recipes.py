@@ -7,7 +7,16 @@ Prints the inputs tried, the outcomes, the failures (none expected), the slowest
 process's peak memory; the slowest time is compared with the median (a ratio, so that it reads
 the same on a fast or slow machine). Exit 1 if anything failed.
 
-    python benchmarks/fuzz_recipes.py [--minutes 10] [--seed 0] [--limit 2.0] [--save DIR] [--update-docs]
+    python benchmarks/fuzz_recipes.py [--minutes 10 | --inputs 20000] [--seed 0] [--limit 2.0]
+        [--train [--train-limit 5.0]] [--save DIR] [--update-docs]
+
+``--train`` adds the training path (``tests/fuzz_training.py``): each input that loads also goes
+through ``ScheduledModifierManager.from_yaml`` / ``modify`` / at most 40 optimizer steps on a
+tiny PyTorch model / ``finalize``, where the only outcomes allowed are success, a located
+``RecipeError`` and a located ``PlanError`` at ``modify()``; any error during the steps or
+``finalize`` is a failure ("a raw error mid-training"), and so is a run over ``--train-limit``
+seconds. Its inputs are drawn by ``make_training_input`` (half of them built to reach training).
+``--inputs N`` runs exactly N inputs (seeds ``seed .. seed + N - 1``) instead of a duration.
 
 ``--save DIR`` writes each failing input there. An input that hangs inside C code (where the
 per-input alarm cannot interrupt it) ends the process through ``faulthandler`` after
@@ -41,27 +50,44 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--seed", type=int, default=0, help="the first seed (input n uses seed + n)")
     ap.add_argument("--limit", type=float, default=2.0, help="seconds one call may take")
+    ap.add_argument("--inputs", type=int, help="run exactly this many inputs (instead of --minutes)")
+    ap.add_argument("--train", action="store_true", help="also run each input that loads through training")
+    ap.add_argument("--train-limit", type=float, default=5.0, help="seconds the training path may take")
     ap.add_argument("--save", type=Path, help="write failing inputs here")
     ap.add_argument("--update-docs", action="store_true", help="write the figures into docs/validate.md")
     args = ap.parse_args()
 
     texts = corpus_texts()
+    make, train_once = make_input, None
+    if args.train:
+        from fuzz_training import make_training_input
+        from fuzz_training import train_once as train_once
+
+        make = make_training_input
+    paths: collections.Counter[str] = collections.Counter()
     workdir = Path(tempfile.mkdtemp(prefix="fuzz-recipes-"))
     outcomes: collections.Counter[str] = collections.Counter()
     failures: list[tuple[int, str]] = []
     times: list[float] = []
     slowest = (0.0, -1)
-    deadline = time.monotonic() + args.minutes * 60
+    began = time.monotonic()
+    deadline = began + args.minutes * 60
     seed = args.seed
-    print(f"fuzzing for {args.minutes:g} min from seed {args.seed}, {len(texts)} corpus recipes, "
-          f"{args.limit:g} s per call", flush=True)
+    span = f"{args.inputs:,} inputs" if args.inputs else f"{args.minutes:g} min"
+    print(f"fuzzing {span} from seed {args.seed}, {len(texts)} corpus recipes, {args.limit:g} s per call"
+          + (f", training path {args.train_limit:g} s" if args.train else ""), flush=True)
     next_report = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        text = make_input(random.Random(seed), texts)
-        faulthandler.dump_traceback_later(10 * args.limit, exit=True)
+    while (seed - args.seed < args.inputs) if args.inputs else (time.monotonic() < deadline):
+        text = make(random.Random(seed), texts)
+        faulthandler.dump_traceback_later(10 * max(args.limit, args.train_limit if args.train else 0), exit=True)
         started = time.perf_counter()
         try:
-            outcomes[exercise(text, workdir, args.limit)] += 1
+            outcome = exercise(text, workdir, args.limit)
+            outcomes[outcome] += 1
+            if train_once is not None:  # from_yaml refuses what does not load, located
+                trained = train_once(text, seed, args.train_limit)
+                outcomes[trained] += 1
+                paths["train"] += trained == "train-ok"
         except (FuzzFailure, Hang) as exc:
             outcomes["FAILED"] += 1
             failures.append((seed, f"{type(exc).__name__}: {exc}"[:500]))
@@ -81,7 +107,10 @@ def main() -> int:
 
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     median = statistics.median(times)
-    print(f"inputs tried:   {len(times):,} (seeds {args.seed}..{seed - 1})")
+    wall = time.monotonic() - began
+    print(f"inputs tried:   {len(times):,} (seeds {args.seed}..{seed - 1}) in {wall / 60:.1f} min")
+    if train_once is not None:
+        print(f"training:       {len(times):,} inputs through from_yaml, {paths['train']:,} trained and finalized")
     print(f"outcomes:       {dict(sorted(outcomes.items()))}")
     print(f"failures:       {len(failures)} (uncaught exceptions, internal errors, exits other than 0/1, "
           f"unlocated errors, calls over {args.limit:g} s)")
@@ -92,8 +121,10 @@ def main() -> int:
         from docfigures import replace_block
 
         replace_block("validate.md", "fuzz_recipes", [
-            f"{len(times):,} inputs in {args.minutes:g} minutes (seeds {args.seed}..{seed - 1}): "
+            f"{len(times):,} inputs in {wall / 60:.0f} minutes (seeds {args.seed}..{seed - 1}"
+            + (", `--train`" if args.train else "") + "): "
             + ", ".join(f"{n:,} {k}" for k, n in sorted(outcomes.items()))
+            + (f"; every input also through from_yaml/modify, {paths['train']:,} trained and finalized" if args.train else "")
             + f"; **{len(failures)} failures**. Time per input (every path above): median "
             f"{median * 1000:.0f} ms, 99th percentile {sorted(times)[int(0.99 * (len(times) - 1))] * 1000:.0f} ms, "
             f"slowest {slowest[0] * 1000:.0f} ms; peak memory {peak_mb:.0f} MB.",
