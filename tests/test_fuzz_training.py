@@ -97,14 +97,14 @@ def test_refusals_are_located() -> None:
 
 
 def test_hostile_recipes_train_or_are_refused_located() -> None:
-    """A few hundred inputs of the ``--train`` campaign (seconds): every one trains and
+    """Two hundred inputs of the ``--train`` campaign (seconds): every one trains and
     finalizes or is refused with located errors, and some of them reach training."""
     outcomes: dict[str, int] = {}
-    for seed in range(300):
+    for seed in range(200):
         text = make_training_input(random.Random(seed), TEXTS)
         outcome = train_once(text, seed)
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
-    assert outcomes.get("train-ok", 0) >= 30, outcomes
+    assert outcomes.get("train-ok", 0) >= 20, outcomes
 
 
 @pytest.mark.parametrize(("args", "line"), [
