@@ -147,3 +147,16 @@ def test_freezing_every_parameter_is_refused_at_modify() -> None:
     (d,) = info.value.diagnostics
     assert d.code == "P011" and d.line == 3, d.format()
     assert train_once(text.replace("[__ALL__, re:conv.*]", "[re:conv.*]")) == "train-ok"
+
+
+def test_a_training_path_that_spins_is_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fuzz_inputs import Hang
+    from recipe_spec_torch.manager import TorchManager
+
+    def spin(self: object, model: object = None) -> None:
+        while True:
+            pass
+
+    monkeypatch.setattr(TorchManager, "finalize", spin)
+    with pytest.raises(Hang, match="CPU time"):
+        train_once("modifiers:\n  - !EpochRangeModifier {start_epoch: 0, end_epoch: 1}\n", limit=0.5)
