@@ -13,6 +13,8 @@ compressed by the choice of ``steps_per_epoch``), ``loss_update`` in each step, 
   every diagnostic of it *located* (a line >= 1 and a message);
 - ``"train-gradient-budget"``: M-FAC / OBS asked for more than :data:`GRADIENT_BUDGET`
   gradients (seconds of sampling on this machine, which the recipe asked for): stopped there;
+- ``"train-diverged"``: the loss became NaN or infinite (a learning rate the recipe set, such
+  as ``gamma: 10000``): a training loop stops there, as this one does;
 - ``"train-plan-error"``: a :class:`~recipe_spec.schedule.events.PlanError` from ``modify()``
   (the schedule at this ``steps_per_epoch``) whose message is located: it names the modifier
   and its recipe line (``"(line N)"``, ``"line N"`` or ``file:N:``).
@@ -196,6 +198,8 @@ def train_once(text: str, seed: int = 0, limit: float = 5.0) -> str:
                 x = _INPUTS
                 out = model(x)
                 loss = nn.functional.mse_loss(out, _TARGETS)
+                if not torch.isfinite(loss):  # the recipe's learning rate (gamma: 10000 ...) diverged it
+                    return "train-diverged"
                 loss = manager.loss_update(loss, student_outputs=out, student_inputs=x)
                 loss.backward()
                 optimizer.step()

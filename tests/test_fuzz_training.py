@@ -160,3 +160,19 @@ def test_a_training_path_that_spins_is_a_hang(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(TorchManager, "finalize", spin)
     with pytest.raises(Hang, match="CPU time"):
         train_once("modifiers:\n  - !EpochRangeModifier {start_epoch: 0, end_epoch: 1}\n", limit=0.5)
+
+
+def test_a_layer_removed_for_good_while_pruned_by_a_pattern_is_refused_at_modify() -> None:
+    """Found: a LayerPruningModifier without end_epoch (the layer stays removed) counted as
+    removed only at its first step, so a pruning modifier that still pruned the layer's weight
+    (through a pattern) passed modify(), and its pruner asked for the removed weight mid-training
+    (KeyError)."""
+    text = ("modifiers:\n  - !MovementPruningModifier\n    params: ['re:.*weight']\n    init_sparsity: 0.05\n"
+            "    final_sparsity: 0.8\n    start_epoch: 0\n    end_epoch: 1\n    update_frequency: 0.5\n"
+            "  - !LayerPruningModifier\n    layers: [encoder.layer.0.attention.self.query]\n"
+            "    start_epoch: -1\n    end_epoch: -1\n")
+    with pytest.raises(RecipeError) as info:
+        _modify(text)
+    (d,) = info.value.diagnostics
+    assert d.code == "P003" and d.line == 10 and "still prunes" in d.message, d.format()
+    assert train_once(text.replace("start_epoch: -1", "start_epoch: 2")) == "train-ok"
