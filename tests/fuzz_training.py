@@ -32,14 +32,11 @@ import json
 import logging
 import random
 import re
-import signal
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import torch
-from fuzz_inputs import FuzzFailure, Hang, _scalar, make_input
+from fuzz_inputs import FuzzFailure, Hang, _scalar, make_input, time_limit
 from torch import nn
 
 from recipe_spec import RecipeError, ScheduledModifierManager
@@ -124,23 +121,6 @@ def _loader(kwargs: Any) -> Any:
 _SAMPLER = {"data_loader_builder": _loader, "loss_function": nn.functional.mse_loss}
 
 
-@contextmanager
-def cpu_time_limit(seconds: float, what: str) -> Iterator[None]:
-    """Raise :class:`Hang` once this process has spent ``seconds`` of CPU time inside: a loop
-    that never ends spends it, while a busy machine that only delays the process does not (the
-    harness's ``faulthandler`` watchdog, on the wall clock, catches a process that waits)."""
-    def ring(signum: int, frame: Any) -> None:
-        raise Hang(f"{what} ran past {seconds} s of CPU time")
-
-    old = signal.signal(signal.SIGPROF, ring)
-    signal.setitimer(signal.ITIMER_PROF, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_PROF, 0)
-        signal.signal(signal.SIGPROF, old)
-
-
 def _located_error(exc: BaseException, what: str) -> str:
     """The outcome of an error raised at ``from_yaml``/``modify()``, or FuzzFailure."""
     if isinstance(exc, RecipeError):
@@ -178,7 +158,7 @@ def train_once(text: str, seed: int = 0, limit: float = 5.0) -> str:
     stage = "from_yaml"
     _SAMPLED[0] = 0
     try:
-        with cpu_time_limit(limit, "the training path"), warnings.catch_warnings():
+        with time_limit(limit, "the training path"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
                 manager = ScheduledModifierManager.from_yaml(text)

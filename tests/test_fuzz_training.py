@@ -176,3 +176,17 @@ def test_a_layer_removed_for_good_while_pruned_by_a_pattern_is_refused_at_modify
     (d,) = info.value.diagnostics
     assert d.code == "P003" and d.line == 10 and "still prunes" in d.message, d.format()
     assert train_once(text.replace("start_epoch: -1", "start_epoch: 2")) == "train-ok"
+
+
+def test_a_second_quantization_modifier_with_nothing_left_is_refused_at_modify() -> None:
+    """Found: two QuantizationModifiers over the same layers passed modify(); at the later one's
+    start the earlier one had converted every layer, and it failed (found no layer to quantize)."""
+    text = ("modifiers:\n  - !QuantizationModifier\n    start_epoch: 0\n"
+            "  - !QuantizationModifier\n    start_epoch: 1\n")
+    with pytest.raises(RecipeError) as info:
+        _modify(text)
+    (d,) = info.value.diagnostics
+    assert d.code == "P007" and d.line == 4 and "on line 2" in d.message, d.format()
+    # each its own layers: runs
+    assert train_once(text.replace("start_epoch: 1\n", "start_epoch: 1\n    submodules: [fc2]\n")
+                      .replace("start_epoch: 0\n", "start_epoch: 0\n    ignore: [fc2]\n", 1)) == "train-ok"
