@@ -10,17 +10,20 @@ the same on a fast or slow machine). Exit 1 if anything failed.
     python benchmarks/fuzz_recipes.py [--minutes 10 | --inputs 20000] [--seed 0] [--limit 2.0] [--jobs 1]
         [--train [--train-limit 5.0]] [--save DIR] [--update-docs]
 
-``--train`` adds the training path (``tests/fuzz_training.py``): each input that loads also goes
-through ``ScheduledModifierManager.from_yaml`` / ``modify`` / at most 40 optimizer steps on a
-tiny PyTorch model / ``finalize``, where the only outcomes allowed are success, a located
-``RecipeError`` and a located ``PlanError`` at ``modify()``; any error during the steps or
+``--train`` adds the training path (``tests/fuzz_training.py``): each input also goes through
+``ScheduledModifierManager.from_yaml`` and, where it loads, ``modify`` / at most 40 optimizer
+steps on a tiny PyTorch model / ``finalize``, where the only outcomes allowed are success, a
+located ``RecipeError`` and a located ``PlanError`` at ``modify()`` (a diverged loss and an
+M-FAC/OBS gradient budget end a run early, counted apart); any error during the steps or
 ``finalize`` is a failure ("a raw error mid-training"), and so is a run over ``--train-limit``
 seconds. Its inputs are drawn by ``make_training_input`` (half of them built to reach training).
-``--inputs N`` runs exactly N inputs (seeds ``seed .. seed + N - 1``) instead of a duration.
+``--inputs N`` runs exactly N inputs (seeds ``seed .. seed + N - 1``) instead of a duration;
+``--jobs N`` splits them over N processes (each takes every N-th seed).
 
-``--save DIR`` writes each failing input there. An input that hangs inside C code (where the
-per-input alarm cannot interrupt it) ends the process through ``faulthandler`` after
-``10 x --limit`` seconds, with the stack and the seed.
+Time limits count the process's CPU time (a machine busy with other work is no hang).
+``--save DIR`` writes each failing input there. An input that hangs inside C code or waits
+(where the per-input limit cannot interrupt it) ends the process through ``faulthandler``
+after ``10 x`` the limit in wall-clock seconds, with the stack and the seed.
 """
 
 from __future__ import annotations

@@ -190,3 +190,17 @@ def test_a_second_quantization_modifier_with_nothing_left_is_refused_at_modify()
     # each its own layers: runs
     assert train_once(text.replace("start_epoch: 1\n", "start_epoch: 1\n    submodules: [fc2]\n")
                       .replace("start_epoch: 0\n", "start_epoch: 0\n    ignore: [fc2]\n", 1)) == "train-ok"
+
+
+def test_teacher_input_keys_with_tensor_inputs_is_a_located_error() -> None:
+    """Found: teacher_input_keys with a tensor as student_inputs indexed the tensor by the
+    keys (IndexError: too many indices) in loss_update(): now a located error saying what to pass."""
+    text = "modifiers:\n  - !DistillationModifier\n    start_epoch: 0\n    teacher_input_keys: [pixels]\n"
+    model = TinyNet()
+    manager = ScheduledModifierManager.from_yaml(text)
+    manager.modify(model, torch.optim.SGD(model.parameters(), lr=0.01), steps_per_epoch=2,
+                   distillation_teacher="self")
+    x = torch.randn(4, 3, 6, 6)
+    out = model(x)
+    with pytest.raises(ValueError, match=r"DistillationModifier \(line 2\).*teacher_input_keys \['pixels'\]"):
+        manager.loss_update(out.sum(), student_outputs=out, student_inputs=x)
