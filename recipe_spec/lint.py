@@ -10,7 +10,8 @@ Linting runs every validation rule too, then the parameter rules (family ``P``):
 - P004 a mask type the parameter's shape cannot take;
 - P005 a ``re:`` pattern that does not compile, or that could take exponential time;
 - P006 a layer named in QuantizationModifier ``submodules`` / ``ignore`` or LayerPruningModifier
-  ``layers`` that does not exist.
+  ``layers`` that does not exist;
+- P011 a modifier that freezes every parameter of the model (training cannot go on).
 """
 
 from __future__ import annotations
@@ -88,12 +89,30 @@ def _window(m: Modifier) -> tuple[float, float] | None:
     return window if all(not math.isnan(v) for v in window) else None
 
 
+def _freezes(m: Modifier) -> bool:
+    """Whether ``m`` makes its parameters untrainable (``trainable: false``)."""
+    declared = spec(m.type)
+    return declared is not None and declared.schedule == "trainable" and m.args.get("trainable", True) is False
+
+
 def _mask_findings(m: Modifier, records: Sequence[ParamRecord], framework: str) -> Iterator[Finding]:
     mask = m.args.get("mask_type", "unstructured")
     nm = nm_of(mask)
+    needs_2d = (f"'{mask}'" if mask in ("channel", "filter") else f"block shape {list(mask)}"
+                if isinstance(mask, (list, tuple)) else None)
     for r in records:
         axes, canonical = canonical_shape(r, framework)
         dim = axes[1] if len(axes) >= 2 else None
+        if needs_2d is not None and len(r.shape) < 2:
+            yield Finding(
+                codes.P004,
+                f"mask_type {needs_2d} prunes blocks or slices of 2 or more dimensions, but "
+                f"'{r.name}' has shape {list(r.shape)}",
+                "Select only weights of 2 or more dimensions (__ALL_PRUNABLE__, not __ALL__ or a "
+                "pattern that takes biases and norms), or use mask_type 'unstructured'.",
+                m, ("mask_type",),
+            )
+            continue
         if isinstance(mask, str) and mask in ("block4", "block") and dim is not None and r.shape[dim] % 4:
             yield Finding(
                 codes.P004,
@@ -148,17 +167,26 @@ def _layer_name_findings(m: Modifier, layer_names: set[str], layer_types: set[st
         single = isinstance(entries, str)
         types_too = arg.names == "layers_or_types"
         for i, entry in enumerate([entries] if single else entries):
-            if not isinstance(entry, str) or entry == "" or entry in ("__ALL__", "__ALL_PRUNABLE__"):
+            if not isinstance(entry, str) or entry == "":
                 continue
             name = entry.removeprefix("module.")
             if name in layer_names or (types_too and name in layer_types):
+                continue
+            where = (arg.name,) if single else (arg.name, i)
+            if name.upper() in ("__ALL__", "__ALL_PRUNABLE__"):  # no backend reads a token here
+                yield Finding(
+                    codes.P006,
+                    f"{arg.name} names '{entry}', a parameter selector token; {arg.name} takes "
+                    f"layer{' or layer type' if types_too else ''} names",
+                    "Name the layers (`recipe-spec params` lists them).", m, where,
+                )
                 continue
             close = matcher().get(name, n=3, cutoff=0.5)
             yield Finding(
                 codes.P006,
                 f"{arg.name} names '{entry}', which is not a layer{' or layer type' if types_too else ''} of the model",
                 ("Closest: " + ", ".join(close) + ".") if close else "Check the layer names with `recipe-spec params`.",
-                m, (arg.name,) if single else (arg.name, i),
+                m, where,
             )
 
 
@@ -203,6 +231,14 @@ def _param_findings(recipe: Recipe, records: Sequence[ParamRecord], framework: s
                     f"'{selector}' matches no parameter of the model",
                     ("Closest: " + ", ".join(close) + ".") if close else "The model has no parameters.",
                     m, keys, severity=None if strict else Severity.WARNING,
+                )
+            if _freezes(m) and records and len({r.name for r in result.matched}) == len({r.name for r in records}):
+                yield Finding(
+                    codes.P011,
+                    f"{m.type} freezes every parameter of the model ({len(records)}): from its "
+                    "start, backward() has nothing to compute and training stops with an error",
+                    "Select the parameters to freeze (e.g. 're:embeddings.*'), leaving some trainable.",
+                    m, ("params",),
                 )
             if not _pruning(m):
                 continue

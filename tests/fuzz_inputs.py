@@ -7,7 +7,8 @@ catalogue with arguments drawn from hostile pools, or plain random text. :func:`
 it through the public paths (``check`` / ``loads``, ``validate``, ``compile_plan`` and plan
 queries, ``lint``, and the CLI's ``validate``, ``lint`` and ``schedule``) and raises
 :class:`FuzzFailure` for anything a user must never see: an uncaught exception, an internal
-error, an exit code other than 0 or 1, an error without a line, or a call over its time limit.
+error, an exit code other than 0 or 1, an error without a line, or a call over its time limit
+(CPU time).
 
 ``tests/test_fuzz.py`` drives it through hypothesis (a minute in the suite);
 ``benchmarks/fuzz_recipes.py`` runs it for as long as asked and reports the figures.
@@ -205,16 +206,20 @@ def make_input(rnd: random.Random, texts: list[str]) -> str:
 # -- the check ---------------------------------------------------------------------------------
 @contextlib.contextmanager
 def time_limit(seconds: float, what: str) -> Iterator[None]:
+    """Raise :class:`Hang` once the process has spent ``seconds`` of CPU time inside: what runs
+    too long spends it, while a machine busy with other work only delays the process (a
+    wall-clock limit read a loaded machine as hangs). A process that waits without computing
+    is the long run's ``faulthandler`` watchdog's, on the wall clock."""
     def ring(signum: int, frame: Any) -> None:
-        raise Hang(f"{what} ran past {seconds} s")
+        raise Hang(f"{what} ran past {seconds} s of CPU time")
 
-    old = signal.signal(signal.SIGALRM, ring)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    old = signal.signal(signal.SIGPROF, ring)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, old)
 
 
 def _located(diagnostics: list[Any], what: str) -> None:

@@ -1,11 +1,65 @@
 """LayerPruningModifier on PyTorch: named layers are replaced by ``Identity`` from the start
-step (SparseML's behaviour) and put back at the end step, if the modifier has one."""
+step (SparseML's behaviour) and put back at the end step, if the modifier has one. A layer
+whose output cannot have the shape of its input (a Linear from 16 to 32 features, a 3x3
+convolution without padding) is refused at ``modify()`` (:func:`reshaping_layers`, P010):
+replaced by ``Identity`` it would break the forward pass at its start step, mid-training."""
 
 from __future__ import annotations
 
-import torch
+from collections.abc import Iterator
+from typing import Any
 
-__all__ = ["LayerSwap"]
+import torch
+from recipe_spec.diagnostics import codes
+from recipe_spec.modifiers import emits_of
+from recipe_spec.recipe.findings import Finding
+
+__all__ = ["LayerSwap", "reshaping", "reshaping_layers"]
+
+
+def reshaping(module: torch.nn.Module) -> str | None:
+    """Why ``module``'s output never has its input's shape (so ``Identity`` cannot stand in for
+    it), or None when it may have (a container, a norm, a square Linear ...)."""
+    kind = type(module).__name__
+    if isinstance(module, torch.nn.Linear) and module.in_features != module.out_features:
+        return f"a {kind} from {module.in_features} to {module.out_features} features"
+    if isinstance(module, torch.nn.Embedding):
+        return f"an {kind}: indices in, {module.embedding_dim}-vectors out"
+    if isinstance(module, torch.nn.modules.conv._ConvNd):
+        if module.in_channels != module.out_channels:
+            return f"a {kind} from {module.in_channels} to {module.out_channels} channels"
+        if any(s != 1 for s in module.stride):
+            return f"a {kind} of stride {tuple(module.stride)}"
+        if not isinstance(module.padding, str):
+            for k, p, d in zip(module.kernel_size, module.padding, module.dilation, strict=False):
+                if 2 * p != d * (k - 1):
+                    return f"a {kind} of kernel {tuple(module.kernel_size)} and padding {tuple(module.padding)}, which changes the spatial size"
+        elif module.padding == "valid" and any(k > 1 for k in module.kernel_size):
+            return f"a {kind} of kernel {tuple(module.kernel_size)} without padding, which changes the spatial size"
+    return None
+
+
+def reshaping_layers(model: torch.nn.Module, modifiers: Any) -> Iterator[Finding]:
+    """P010 for each layer a layer-removing modifier names whose output cannot have the shape of
+    its input (``modifiers``: the recipe's; names the model lacks are P006's)."""
+    known = dict(model.named_modules())
+    for m in modifiers:
+        layers = m.args.get("layers")
+        if "layers" not in emits_of(m.type) or not isinstance(layers, (str, list, tuple)):
+            continue
+        single = isinstance(layers, str)
+        for i, name in enumerate([layers] if single else layers):
+            module = known.get(name) if isinstance(name, str) else None
+            why = reshaping(module) if module is not None else None
+            if why is not None:
+                yield Finding(
+                    codes.P010,
+                    f"layers names '{name}', {why}: replaced by Identity at the start step, its "
+                    "input would reach the next layer in the wrong shape",
+                    "Remove only layers whose output has their input's shape (a residual block, "
+                    "a square Linear), or drop this entry.",
+                    m, ("layers",) if single else ("layers", i),
+                )
 
 
 def _parent(model: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:

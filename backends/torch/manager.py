@@ -21,9 +21,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
+from recipe_spec.diagnostics import RecipeError
+from recipe_spec.recipe.findings import positioned
 from recipe_spec.runtime import RecipeRuntime
 
-from .layers import LayerSwap
+from .layers import LayerSwap, reshaping_layers
 from .optim import StepHooks, reset_momentum, set_group_value
 from .params import param_records, unwrap
 from .pruning import MaskedParam, MaskSet
@@ -84,6 +86,13 @@ class TorchManager(RecipeRuntime):
         if self.step_hooks is not None:  # modify() again: the previous optimizer is let go
             self.step_hooks.remove()
             self.step_hooks = None
+        from .quantization import nothing_to_quantize
+
+        found = [*reshaping_layers(unwrap(model), self.recipe.modifiers),
+                 *nothing_to_quantize(unwrap(model), self.recipe.modifiers)]
+        refused = [positioned(f, self.recipe) for f in found]
+        if refused:
+            raise RecipeError(refused)
         self._attach(unwrap(model), optimizer, steps_per_epoch, epoch, grad_sampler)
         from .distillation import TorchDistillation
 

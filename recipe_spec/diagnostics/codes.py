@@ -9,50 +9,10 @@ generated from this table).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from .base import Diagnostic, Severity, Span
+from .code_table import CODES, Code, code
+from .code_table import register as _code
 
 __all__ = ["Code", "CODES", "code"]
-
-
-@dataclass(frozen=True)
-class Code:
-    """A rule code: its identity, default severity and documentation."""
-
-    id: str
-    severity: Severity
-    title: str
-    why: str
-    example: str = ""
-    fix: str = ""
-
-    def __call__(
-        self,
-        message: str,
-        hint: str = "",
-        span: Span | None = None,
-        severity: Severity | None = None,
-    ) -> Diagnostic:
-        """A diagnostic of this code at ``span``."""
-        d = Diagnostic(self.id, severity or self.severity, message, hint)
-        return d.at(span)
-
-
-CODES: dict[str, Code] = {}
-
-
-def _code(id: str, severity: str, title: str, why: str, example: str = "", fix: str = "") -> Code:
-    c = Code(id, Severity(severity), title, why, example, fix)
-    if id in CODES:
-        raise RuntimeError(f"duplicate diagnostic code {id}")
-    CODES[id] = c
-    return c
-
-
-def code(id: str) -> Code:
-    """The :class:`Code` named ``id`` (``KeyError`` if there is none)."""
-    return CODES[id]
 
 
 # --- Y: files and YAML ---------------------------------------------------------------------
@@ -372,79 +332,6 @@ C004 = _code(
     "Add a QuantizationModifier (or GPTQModifier) with the scheme after AWQModifier.",
 )
 
-# --- P: parameter patterns (recipe-spec lint, and P005 in validate) -------------------------
-P001 = _code(
-    "P001", "error", "pattern matches no parameter",
-    "An exact name or `re:` pattern that selects nothing means the modifier silently skips "
-    "what its author meant to prune or freeze; SparseML only found out at run time.",
-    "params: ['re:bert\\.encoder\\.layr\\.\\d+\\.output\\.dense\\.weight']",
-    "Fix the name; the hint lists the closest real parameter names.",
-)
-P002 = _code(
-    "P002", "warning", "pruning hits biases or norm parameters",
-    "`__ALL__` or a broad regex also selects biases and normalisation parameters, which are "
-    "tiny, sensitive, and almost never meant to be pruned.",
-    "- !GMPruningModifier\n  params: __ALL__", "Use `__ALL_PRUNABLE__`, or narrow the regex to `\\.weight$`.",
-)
-P003 = _code(
-    "P003", "error", "parameter pruned by two modifiers at once",
-    "Two pruning modifiers whose patterns select the same parameter over overlapping epochs "
-    "fight over its mask.",
-    "- !GMPruningModifier {params: __ALL_PRUNABLE__, start_epoch: 0, end_epoch: 10, ...}\n"
-    "- !GMPruningModifier {params: ['re:fc.*'], start_epoch: 5, end_epoch: 15, ...}",
-    "Narrow the patterns so each parameter has one pruning modifier at a time.",
-)
-P004 = _code(
-    "P004", "error", "mask type does not fit the parameter's shape",
-    "An N:M mask needs the input dimension to be a multiple of M, a block shape must divide "
-    "the parameter's shape; block4 on a dimension not divisible by 4 pads the last block "
-    "(a warning: it runs, but the sparsity differs from the target).",
-    "mask_type: '2:4'   # on a Linear(10, 3): 3 input features", "Exclude the parameter or change the mask type.",
-)
-P005 = _code(
-    "P005", "error", "bad regex",
-    "A `re:` pattern that does not compile cannot select anything. Patterns run on a "
-    "linear-time matcher (no backtracking, so `(a+)+` is as fast as `a+`); a backreference, "
-    "lookaround, conditional or atomic group, or a pattern that expands to more than 1,000 "
-    "states (`(a{1,100}){1,100}`) is outside it and refused. In a stage/group recipe's "
-    "`targets` and `ignore`, which SparseML and llm-compressor compile with Python's `re`, "
-    "only what Python refuses is reported (`re:*lm_head`: nothing to repeat).",
-    "params: ['re:conv[0-9']", "Fix the regex (Python `re` syntax); select without lookaround or backreferences.",
-)
-P006 = _code(
-    "P006", "error", "a modifier names a layer that does not exist",
-    "A layer in QuantizationModifier's `submodules` or `ignore`, or in LayerPruningModifier's "
-    "`layers`, that the model does not have is a typo: the layer meant to be quantized (kept "
-    "in float, removed) is not.",
-    "- !QuantizationModifier\n  ignore: [classifer]", "Use a layer name (or, for ignore, a layer type) of the model.",
-)
-P007 = _code(
-    "P007", "warning", "ignore removes everything the modifier targets",
-    "An `ignore` list that covers every module the `targets` select leaves the modifier with "
-    "nothing to do; llm-compressor runs it without a word (`ignore: [\"re:.*\"]`, "
-    "llm-compressor #91).",
-    "GPTQModifier:\n  targets: [Linear]\n  ignore: ['re:.*']", "Narrow the ignore patterns.",
-)
-P008 = _code(
-    "P008", "warning", "regex pitfall in targets/ignore",
-    "SparseML and llm-compressor compare a target with the module's full dotted name "
-    "(`model.layers.0.mlp.down_proj`) or its class name: exactly, or after `re:` with "
-    "`re.match`, which starts at the beginning of the name. So regex text without `re:` "
-    "(`.*lm_head`), and a pattern or name that begins inside a layer (`re:mlp.down_proj`, "
-    "`q_proj`), match nothing, without a word from llm-compressor. So does a pattern whose "
-    "backslashes YAML changed: in double quotes `\"\\b\"` becomes a backspace, and `\\\\` "
-    "copied from Python source asks for a literal backslash (llm-compressor #1230, #1428, "
-    "PR #2803, vLLM #48508).",
-    "GPTQModifier:\n  scheme: W4A16\n  ignore: ['.*lm_head', 're:mlp.down_proj']",
-    "Write the pattern the hint gives: with `re:`, with a leading `.*` for the layers before "
-    "it, and in single quotes, where YAML keeps a backslash as typed.",
-)
-P009 = _code(
-    "P009", "info", "unescaped `.` in a `re:` pattern",
-    "In a regex `.` matches any character, so `re:mtp.layers.*` also matches `mtpXlayers`: "
-    "looser than meant, though a real model seldom has a name it wrongly catches. Where the "
-    "same pattern escapes another dot (`re:.*mixer.gate\\..*`) the plain one is a slip, "
-    "reported as a warning (PR #2803).",
-    "GPTQModifier:\n  scheme: W4A16\n  ignore: ['re:.*mixer.gate\\..*']",
-    "Write `\\.` for each literal dot: `'re:.*mixer\\.gate\\..*'`.",
-)
+# --- P: parameter patterns (recipe-spec lint, and P005 in validate), registered last from a
+# module of their own (this one would pass 450 lines) --------------------------------------
+from .codes_params import *  # noqa: E402, F403 - P001 ... P011 (codes_params.__all__)

@@ -365,8 +365,8 @@ LAYER_PRUNING = ModifierSpec(
         Arg("layers", {
             "description": (
                 "Modules to replace with identity: a module name or list of full module names "
-                "(e.g. 'bert.encoder.layer.6'); __ALL__ / __ALL_PRUNABLE__ tokens are also "
-                "understood."
+                "(e.g. 'bert.encoder.layer.6'); parameter selector tokens (__ALL__, "
+                "__ALL_PRUNABLE__) name no layer."
             ),
             "type": ["string", "array"],
             "anyOf": [

@@ -9,7 +9,7 @@ hosts); nothing here knows the runtime's class.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..diagnostics.base import RecipeError
@@ -21,7 +21,19 @@ from ..schedule.plan import Plan
 from .base import MaskHost, Pruner, PrunerContext
 from .registry import PRUNERS
 
-__all__ = ["PrunerSet"]
+__all__ = ["PrunerSet", "pruned_names"]
+
+
+def pruned_names(index: int, m: Any, names_for: Callable[[int, Any], list[str]]) -> list[str]:
+    """Every parameter modifier ``m`` prunes: its ``params`` and, when ``final_sparsity`` maps
+    sparsities to selectors (``params: []``), each group's, in order and once each, selected
+    as the plan's events select them (a group's list is a tuple there)."""
+    names = list(names_for(index, m.args.get("params")))
+    final = m.args.get("final_sparsity")
+    if isinstance(final, Mapping):
+        for selectors in final.values():
+            names += names_for(index, tuple(selectors) if isinstance(selectors, list) else selectors)
+    return list(dict.fromkeys(names))
 
 
 class PrunerSet:
@@ -58,7 +70,7 @@ class PrunerSet:
                     f"the {framework} backend does not implement"
                 )
             ctx = PrunerContext(
-                i, m, names_for(i, m.args.get("params")), f"{recipe.path or '<recipe>'}:{m.span.line}: {m.type}",
+                i, m, pruned_names(i, m, names_for), f"{recipe.path or '<recipe>'}:{m.span.line}: {m.type}",
                 plan, step, oneshot, grad_sampler, masks, weights, names_for, shapes,
             )
             pruners[i] = make(ctx)

@@ -176,3 +176,17 @@ def check_loss_update_args(term: DistillationTerm, step: int, student_outputs: A
             "student_outputs=outputs, student_inputs=inputs) with outputs = model(inputs) "
             "(teacher_inputs= gives the teacher other inputs)"
         )
+    keys = term.teacher_input_keys
+    by_position = isinstance(student_inputs, (list, tuple)) and all(
+        isinstance(k, int) and not isinstance(k, bool) and -len(student_inputs) <= k < len(student_inputs) for k in keys or ())
+    if keys and teacher_inputs is None and not by_position and not (
+        isinstance(student_inputs, Mapping) and all(k in student_inputs for k in keys)
+    ):
+        what = (f"a mapping without {[k for k in keys if k not in student_inputs]}"
+                if isinstance(student_inputs, Mapping)
+                else f"a {type(student_inputs).__name__}, not a mapping (or a list for int keys)")
+        raise ValueError(
+            f"{term.type} (line {term.line}) is active at step {step}: its teacher_input_keys "
+            f"{list(keys)} pick the teacher's inputs from student_inputs by key, but they are {what}: "
+            "pass student_inputs as a mapping with those keys, or teacher_inputs= to loss_update()"
+        )

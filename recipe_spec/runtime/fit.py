@@ -89,7 +89,9 @@ def _removed_while_pruned(recipe: Recipe, plan: Plan, names_for: NamesFor) -> It
         for e in events:
             if e.target == "layers" and e.value == "remove":
                 layers = e.params if isinstance(e.params, (list, tuple)) else [e.params]
-                removed += [(index, first, end, i, str(layer)) for i, layer in enumerate(layers)]
+                # the track's last step is its removal when it never restores (end_epoch -1)
+                until = end if recipe.modifiers[index].args.get("end_epoch", -1) not in (-1, None) else math.inf
+                removed += [(index, first, until, i, str(layer)) for i, layer in enumerate(layers)]
             elif e.target == "sparsity" or (e.target == "masks" and e.value == "hold"):
                 pruned.append((index, first, end, names_for(index, e.params)))
     spe = plan.steps_per_epoch
