@@ -163,7 +163,7 @@ class TorchOps(InPlaceOps):
         return x.device
 
 
-TORCH_OPS = _OPS = TorchOps()
+TORCH_OPS = TorchOps()
 
 
 # -- public entry points (rules and messages: recipe_spec.masks) -----------------------------
@@ -178,7 +178,7 @@ def unstructured_mask(scores: torch.Tensor, sparsity: float) -> torch.Tensor:
     >>> unstructured_mask(torch.tensor([0.3, 0.1, 0.2, 0.1]), 0.5).tolist()
     [True, False, True, False]
     """
-    return core.unstructured_mask(_OPS, scores.detach(), sparsity)
+    return core.unstructured_mask(TORCH_OPS, scores.detach(), sparsity)
 
 
 @torch.no_grad()
@@ -191,7 +191,7 @@ def global_unstructured_masks(scores_list: Sequence[torch.Tensor], sparsity: flo
     sample and per-tensor counts, so the extra memory is the bool masks plus the few entries
     near the threshold.
     """
-    return core.global_unstructured_masks(_OPS, [s.detach() for s in scores_list], sparsity)
+    return core.global_unstructured_masks(TORCH_OPS, [s.detach() for s in scores_list], sparsity)
 
 
 @torch.no_grad()
@@ -199,33 +199,33 @@ def block_mask(weight: torch.Tensor, sparsity: float, block_shape: Sequence[int]
     """SparseML's ``BlockMaskCreator``: prune whole ``a x b`` blocks of dims 0 and 1 (see
     :func:`recipe_spec.masks.block_mask`); a block shape that does not divide the weight raises
     :class:`MaskShapeError`."""
-    return core.block_mask(_OPS, weight.detach(), sparsity, block_shape)
+    return core.block_mask(TORCH_OPS, weight.detach(), sparsity, block_shape)
 
 
 @torch.no_grad()
 def four_block_mask(weight: torch.Tensor, sparsity: float) -> torch.Tensor:
     """SparseML's ``FourBlockMaskCreator`` (``mask_type: block4``): groups of 4 input channels,
     the last one padded (see :func:`recipe_spec.masks.four_block_mask`)."""
-    return core.four_block_mask(_OPS, weight.detach(), sparsity)
+    return core.four_block_mask(TORCH_OPS, weight.detach(), sparsity)
 
 
 @torch.no_grad()
 def nm_mask(weight: torch.Tensor, n: int, m: int) -> torch.Tensor:
     """N:M sparsity (``"N:M"``, ``"tensorrt"`` = 2:4): the ``n`` largest ``|w|`` of every ``m``
     consecutive input channels kept (see :func:`recipe_spec.masks.nm_mask`)."""
-    return core.nm_mask(_OPS, weight.detach(), n, m)
+    return core.nm_mask(TORCH_OPS, weight.detach(), n, m)
 
 
 @torch.no_grad()
 def channel_mask(weight: torch.Tensor, sparsity: float) -> torch.Tensor:
     """Prune whole input channels (slices of dim 1) by L1 norm."""
-    return core.channel_mask(_OPS, weight.detach(), sparsity)
+    return core.channel_mask(TORCH_OPS, weight.detach(), sparsity)
 
 
 @torch.no_grad()
 def filter_mask(weight: torch.Tensor, sparsity: float) -> torch.Tensor:
     """Prune whole output filters (slices of dim 0) by L1 norm."""
-    return core.filter_mask(_OPS, weight.detach(), sparsity)
+    return core.filter_mask(TORCH_OPS, weight.detach(), sparsity)
 
 
 @torch.no_grad()
@@ -237,4 +237,4 @@ def compute_mask(weight: torch.Tensor, sparsity: float, mask_type: Any = "unstru
     gives an all-True mask and a target further than 1e-2 from ``1 - N/M`` raises
     ``ValueError``.
     """
-    return core.compute_mask(_OPS, weight.detach(), sparsity, mask_type)
+    return core.compute_mask(TORCH_OPS, weight.detach(), sparsity, mask_type)

@@ -19,14 +19,12 @@ from recipe_spec.pruning.second_order.checks import host_memory_available
 from recipe_spec.pruning.second_order.fisher import FisherInverse
 from recipe_spec.pruning.second_order.sampler import batches, sampler_parts
 
-from .masks import TorchOps
+from .masks import TORCH_OPS
 
 if TYPE_CHECKING:
     from recipe_spec.runtime import RecipeRuntime
 
 __all__ = ["fisher_inverse", "GradSampler", "TorchHost", "resolve_device"]
-
-_OPS = TorchOps()
 
 
 def fisher_inverse(grads: torch.Tensor, damp: float, block_size: int | None = None,
@@ -35,7 +33,7 @@ def fisher_inverse(grads: torch.Tensor, damp: float, block_size: int | None = No
     ``grads``, block diagonal with blocks of ``block_size`` consecutive coordinates (``None``:
     one block). ``.diag()`` and ``.mul(v)`` give its diagonal and ``F⁻¹v`` (see
     :class:`recipe_spec.pruning.second_order.fisher.FisherInverse`). ``grads`` is not modified."""
-    return FisherInverse(_OPS, grads.detach(), damp, block_size, devices)
+    return FisherInverse(TORCH_OPS, grads.detach(), damp, block_size, devices)
 
 
 def resolve_device(name: Any) -> torch.device:
@@ -76,7 +74,7 @@ class GradSampler:
 class TorchHost:
     """:class:`recipe_spec.pruning.second_order.pruner.Host` on a :class:`~recipe_spec_torch.manager.TorchManager`."""
 
-    ops = _OPS
+    ops = TORCH_OPS
 
     def __init__(self, manager: RecipeRuntime, grad_sampler: Any):
         self.manager = manager
