@@ -172,6 +172,7 @@ def train_once(text: str, seed: int = 0, limit: float = 5.0) -> str:
                 raise
             except Exception as exc:  # noqa: BLE001 - sorted into located or not
                 return _located_error(exc, stage)
+            keyed = any(m.args.get("teacher_input_keys") for m in manager._scheduled.modifiers)
             for k in range(steps):
                 stage = f"training step {k} (steps_per_epoch={spe})"
                 optimizer.zero_grad()
@@ -180,7 +181,9 @@ def train_once(text: str, seed: int = 0, limit: float = 5.0) -> str:
                 loss = nn.functional.mse_loss(out, _TARGETS)
                 if not torch.isfinite(loss):  # the recipe's learning rate (gamma: 10000 ...) diverged it
                     return "train-diverged"
-                loss = manager.loss_update(loss, student_outputs=out, student_inputs=x)
+                # keys pick the teacher's inputs from a mapping; a script feeding tensors names them
+                loss = manager.loss_update(loss, student_outputs=out, student_inputs=x,
+                                           teacher_inputs=x if keyed else None)
                 loss.backward()
                 optimizer.step()
             stage = "finalize"

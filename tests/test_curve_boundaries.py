@@ -222,3 +222,19 @@ def test_update_grid(start: float, freq: float, spe: int, steps: list[int]) -> N
     assert [grid_step(start, freq, n, spe) for n in range(5)] == steps
     for k in range(steps[-1] + 1):
         assert next_grid_step(start, freq, k, spe) == min(s for s in steps if s >= k), k
+
+
+def test_next_grid_step_agrees_with_the_grid_on_awkward_decimals() -> None:
+    """The integer form of ``next_grid_step`` against the grid's points enumerated one by one,
+    on starts and spacings whose decimals have unlike denominators (1/3 of an epoch, 88255.07...)."""
+    import random
+
+    rnd = random.Random(7)
+    for _ in range(300):
+        start = rnd.choice([-1, 0, 0.1, 2.3, 1e-3, 19.999, 88255.07003334555, round(rnd.uniform(0, 9), 3)])
+        freq = rnd.choice([0.25, 1e-3, 3.7, 1 / 3, 0.1, round(rnd.uniform(0.01, 4), 4)])
+        spe = rnd.randint(1, 400)
+        points = [grid_step(start, freq, n, spe) for n in range(60)]
+        span = range(points[0] - 3, points[-1] + 1)
+        for k in rnd.sample(span, min(20, len(span))):
+            assert next_grid_step(start, freq, k, spe) == min(p for p in points if p >= k), (start, freq, spe, k)

@@ -204,3 +204,34 @@ def test_teacher_input_keys_with_tensor_inputs_is_a_located_error() -> None:
     out = model(x)
     with pytest.raises(ValueError, match=r"DistillationModifier \(line 2\).*teacher_input_keys \['pixels'\]"):
         manager.loss_update(out.sum(), student_outputs=out, student_inputs=x)
+
+
+def test_qat_observers_pass_non_finite_values_through() -> None:
+    """Found (seed 10009545): ``weight_decay: 1e18`` made the weights infinite, and the QAT
+    observer computed a zero point out of range (a raw RuntimeError from torch). A NaN or inf
+    now passes through the fake quantizer unchanged, the range it had is kept, and the loss shows
+    the divergence as it would without QAT."""
+    from recipe_spec_torch.quantization import FakeQuantize
+
+    fq = FakeQuantize(8, symmetric=False, averaging=0.0)
+    finite = torch.tensor([-1.0, 0.0, 2.0])
+    fq(finite)
+    scale, zero = float(fq.scale), int(fq.zero_point)
+    assert scale == pytest.approx(3.0 / 255) and zero == round(1.0 / (3.0 / 255))
+    bad = torch.tensor([1.0, float("inf"), float("nan")])
+    out = fq(bad)
+    assert torch.equal(out[:2], bad[:2]) and torch.isnan(out[2])
+    assert (float(fq.scale), int(fq.zero_point)) == (scale, zero)
+
+
+def test_a_weight_decay_that_diverges_a_qat_run_is_a_diverged_loss() -> None:
+    text = (
+        "modifiers:\n  - !SetWeightDecayModifier\n    weight_decay: 1e18\n    start_epoch: 0.5\n"
+        "  - !QuantizationModifier\n    start_epoch: 0.5\n"
+    )
+    assert train_once(text, 0) == "train-diverged"
+
+
+def test_teacher_input_keys_with_teacher_inputs_given_trains() -> None:
+    text = "modifiers:\n  - !DistillationModifier\n    start_epoch: 0\n    teacher_input_keys: [pixels]\n"
+    assert train_once(text, 0) == "train-ok"

