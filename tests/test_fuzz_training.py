@@ -235,3 +235,31 @@ def test_a_weight_decay_that_diverges_a_qat_run_is_a_diverged_loss() -> None:
 def test_teacher_input_keys_with_teacher_inputs_given_trains() -> None:
     text = "modifiers:\n  - !DistillationModifier\n    start_epoch: 0\n    teacher_input_keys: [pixels]\n"
     assert train_once(text, 0) == "train-ok"
+
+
+def test_movement_scores_skip_a_parameter_whose_layer_is_removed_for_now() -> None:
+    """Found (seed 20000674): movement pruning collects scores from the first step, and read a
+    parameter whose layer a LayerPruningModifier had removed (KeyError mid-training). While the
+    layer is out its parameter has no gradient, so its scores stay as they are (SparseML skips a
+    parameter without a gradient); the others' scores move."""
+    text = (
+        "modifiers:\n  - !LayerPruningModifier\n    layers: [fc1]\n    start_epoch: 0\n    end_epoch: 1\n"
+        "  - !MovementPruningModifier\n    params: ['re:fc.*weight']\n    init_sparsity: 0.05\n"
+        "    final_sparsity: 0.5\n    start_epoch: 3\n    end_epoch: 5\n    update_frequency: 1\n"
+    )
+    manager, model, optimizer = _modify(text)
+    pruner = next(iter(manager._need_runtime().pruners.pruners.values()))
+    x = torch.randn(4, 3, 6, 6)
+    seen = []
+    for _ in range(4):  # fc1 is removed by step 0's events (after its gradient) and back at step 2's
+        optimizer.zero_grad()
+        model(x).pow(2).mean().backward()
+        optimizer.step()
+        seen.append(dict(zip(pruner.names, [s.clone() for s in pruner.scores], strict=True)))
+    assert set(seen[0]) == {"fc1.weight", "fc2.weight"}
+    fc1 = [s["fc1.weight"] for s in seen]
+    assert torch.count_nonzero(fc1[0]) > 0  # step 0: collected before the removal
+    assert torch.equal(fc1[0], fc1[1]) and torch.equal(fc1[1], fc1[2])  # steps 1, 2: out, skipped
+    assert not torch.equal(fc1[2], fc1[3])  # step 3: back
+    assert all(not torch.equal(a["fc2.weight"], b["fc2.weight"]) for a, b in zip(seen, seen[1:]))
+    assert train_once(text, 0) == "train-ok"

@@ -162,6 +162,9 @@ class KerasHost:
             if self.on_write is not None:
                 self.on_write(variable, value)
 
+    def has(self, name: str) -> bool:
+        return name in self.manager._vars
+
     def gradients(self, names: Sequence[str]) -> list[np.ndarray] | None:
         grads = [None if self.step_grads is None else self.step_grads.get(n) for n in names]
         if any(g is None for g in grads):

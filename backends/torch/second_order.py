@@ -100,6 +100,9 @@ class TorchHost:
             entry.param.copy_(w)
             entry.enforce()
 
+    def has(self, name: str) -> bool:
+        return name in self.manager._params
+
     def gradients(self, names: Sequence[str]) -> list[torch.Tensor] | None:
         grads = [self._param(n).grad for n in names]
         if any(g is None for g in grads):

@@ -64,6 +64,10 @@ class WeightHost(Protocol):
     def gradients(self, names: Sequence[str]) -> list[Array] | None:
         """The current gradients (None when one of them has none)."""
 
+    def has(self, name: str) -> bool:
+        """Whether the model has the parameter now (False while a ``LayerPruningModifier``
+        has removed its layer)."""
+
 
 class Pruner(Protocol):
     """One pruning modifier's algorithm.

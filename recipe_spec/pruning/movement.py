@@ -7,7 +7,8 @@ SparseML's semantics (``modifier_pruning_movement.py``, ``MovementPruningParamsS
 - before every optimizer step, from the first step of training (not only from
   ``start_epoch``) to the modifier's last pruning step, ``S += -0.01 * grad * w`` with the
   step's masked gradient and the weight before the update; a parameter whose gradient holds a
-  NaN, or has none, is skipped for that step;
+  NaN, or has none (its layer removed for now by a ``LayerPruningModifier``), is skipped for
+  that step;
 - at each pruning step of the gradual schedule (GMPruningModifier's), each parameter keeps its
   highest-scoring weights, layer by layer (movement scores of different layers are not
   comparable, so there is no global ranking): ``round(sparsity * n)`` lowest scores pruned,
@@ -50,17 +51,19 @@ class MovementPruner(TargetPruner):
         if self.collect_until is not None and step > self.collect_until:
             return
         ops = self.host.ops
-        weights, masks = self.host.read(self.names)
         if self.scores is None:
-            self.scores = self._zeros(weights)
-        for j, name in enumerate(self.names):
+            self.scores = self._zeros(self.host.read(self.names)[0])
+        # a parameter whose layer is removed for now has no gradient: skipped, as SparseML does
+        present = [(j, name) for j, name in enumerate(self.names) if self.host.has(name)]
+        weights, masks = self.host.read([name for _, name in present])
+        for (j, name), weight, mask in zip(present, weights, masks, strict=True):
             grads = self.host.gradients([name])
             if grads is None:
                 continue
-            grad = ops.where(masks[j], grads[0], 0.0)  # the masked gradient the update sees
+            grad = ops.where(mask, grads[0], 0.0)  # the masked gradient the update sees
             if ops.count_nonzero(ops.isnan(grad)):
                 continue
-            self.scores[j] = self.scores[j] + grad * weights[j] * -MOVEMENT_RATE
+            self.scores[j] = self.scores[j] + grad * weight * -MOVEMENT_RATE
 
     def prune(self, targets: Sequence[float]) -> None:
         """Keep each parameter's highest-scoring weights: ``targets[j]`` of parameter ``j``'s
