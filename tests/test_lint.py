@@ -117,3 +117,26 @@ def test_records_have_bias_and_norm_flags() -> None:
     flags = {r.name: r.is_bias_or_norm for r in RECORDS}
     assert flags["fc1.bias"] and flags["bn1.weight"] and not flags["fc1.weight"] and not flags["conv1.weight"]
     assert ParamRecord("emb/embeddings", (10, 4), "Embedding", True, "emb.weight").is_bias_or_norm is False
+
+
+def test_a_pattern_python_may_read_differently_later_gives_no_raw_warning(tmp_path: Path) -> None:
+    """``[[`` in a ``re:`` pattern makes Python's ``re`` warn "Possible nested set" (a
+    FutureWarning from library code, printed by lint); the pattern matches as today, silently:
+    the same findings as the same set written ``[\\[1]``."""
+    import warnings
+
+    name = RECORDS[0].name
+    head, last = name[:-1], name[-1]
+    found = {}
+    for cls in (f"[[{last}]", f"[\\[{last}]"):
+        path = tmp_path / "r.yaml"
+        path.write_text(
+            f"modifiers:\n  - !GMPruningModifier\n    params: ['re:{re.escape(head)}{cls}']\n"
+            "    init_sparsity: 0.05\n    final_sparsity: 0.8\n    start_epoch: 0\n    end_epoch: 2\n"
+            "    update_frequency: 1\n"
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            found[cls] = [(f.code, f.line) for f in lint(str(path), RECORDS, FRAMEWORK)]
+    first, second = found.values()
+    assert first == second and all(code != "P001" for code, _ in first)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,7 +92,10 @@ class ParamIndex:
 def _literal_prefix(pattern: str) -> str:
     """The literal text every match of ``pattern`` (with re.match) starts with."""
     out = []
-    for op, arg in sre_parse.parse(pattern):
+    with warnings.catch_warnings():  # re's FutureWarning on "[[", said when it compiled
+        warnings.simplefilter("ignore")
+        parsed = sre_parse.parse(pattern)
+    for op, arg in parsed:
         if op == sre_constants.LITERAL:
             out.append(chr(arg))
         else:
