@@ -14,7 +14,10 @@ compressed by the choice of ``steps_per_epoch``), ``loss_update`` in each step, 
 - ``"train-gradient-budget"``: M-FAC / OBS asked for more than :data:`GRADIENT_BUDGET`
   gradients (seconds of sampling on this machine, which the recipe asked for): stopped there;
 - ``"train-diverged"``: the loss became NaN or infinite (a learning rate the recipe set, such
-  as ``gamma: 10000``): a training loop stops there, as this one does;
+  as ``gamma: 10000``): a training loop stops there, as this one does; or the library reported
+  the divergence itself (:class:`~recipe_spec.pruning.magnitude.NonFiniteWeightsError`, naming
+  the parameter and the step: weights that went infinite while the loss stayed finite, behind
+  a ReLU);
 - ``"train-plan-error"``: a :class:`~recipe_spec.schedule.events.PlanError` from ``modify()``
   (the schedule at this ``steps_per_epoch``) whose message is located: it names the modifier
   and its recipe line (``"(line N)"``, ``"line N"`` or ``file:N:``).
@@ -41,6 +44,7 @@ from torch import nn
 
 from recipe_spec import RecipeError, ScheduledModifierManager
 from recipe_spec.modifiers import all_specs, spec
+from recipe_spec.pruning.magnitude import NonFiniteWeightsError
 from recipe_spec.schedule.events import PlanError
 
 __all__ = ["TinyNet", "train_once", "MAX_STEPS", "LOCATED", "make_training_input", "trainable_recipe", "renamed_corpus"]
@@ -192,6 +196,10 @@ def train_once(text: str, seed: int = 0, limit: float = 5.0) -> str:
         raise
     except GradientBudget:
         return "train-gradient-budget"
+    except NonFiniteWeightsError as exc:  # the library's own report of a diverged run, located
+        if "diverged" not in str(exc) or "step" not in str(exc):
+            raise FuzzFailure(f"unlocated divergence report at {stage}: {exc}"[:800]) from exc
+        return "train-diverged"
     except Exception as exc:  # noqa: BLE001 - the raw error mid-training being looked for
         raise FuzzFailure(f"raw error mid-training at {stage}: {type(exc).__name__}: {exc}"[:800]) from exc
     return "train-ok"

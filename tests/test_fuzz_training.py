@@ -11,6 +11,7 @@ import pytest
 import torch
 from fuzz_inputs import FuzzFailure, corpus_texts
 from fuzz_training import TinyNet, make_training_input, train_once
+from torch import nn
 
 from recipe_spec import RecipeError, ScheduledModifierManager
 
@@ -261,5 +262,32 @@ def test_movement_scores_skip_a_parameter_whose_layer_is_removed_for_now() -> No
     assert torch.count_nonzero(fc1[0]) > 0  # step 0: collected before the removal
     assert torch.equal(fc1[0], fc1[1]) and torch.equal(fc1[1], fc1[2])  # steps 1, 2: out, skipped
     assert not torch.equal(fc1[2], fc1[3])  # step 3: back
-    assert all(not torch.equal(a["fc2.weight"], b["fc2.weight"]) for a, b in zip(seen, seen[1:]))
+    assert all(not torch.equal(a["fc2.weight"], b["fc2.weight"]) for a, b in zip(seen, seen[1:], strict=False))
     assert train_once(text, 0) == "train-ok"
+
+
+def test_qat_conv_bn_fold_with_a_pruned_gamma_keeps_gradients_finite() -> None:
+    """Found (seed 30003134): GMP on ``__ALL__`` pruned BatchNorm gammas to 0 while QAT trained
+    the conv with its BN folded in; the fold divides the conv output by gamma / std again, and
+    0 / 0 made the conv's gradients NaN. A zero gamma's channel keeps its own weights: the
+    gradients stay finite and the channel's output is the BN's beta, as BN's formula says
+    (gamma * x_hat + beta with gamma = 0)."""
+    import pathlib
+
+    from recipe_spec_torch.quantization import QATConv2d
+
+    torch.manual_seed(0)
+    conv, bn = nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4)
+    with torch.no_grad():
+        bn.weight[1] = 0.0
+        bn.bias.copy_(torch.tensor([0.5, -0.25, 1.0, 2.0]))
+    qat = QATConv2d(3, 4, 3, padding=1)
+    qat.load_state_dict(conv.state_dict())
+    qat._qat_init(bn)
+    x = torch.randn(2, 3, 5, 5)
+    out = bn(qat(x))
+    out.sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in (qat.weight, qat.bias, bn.weight, bn.bias))
+    assert torch.allclose(out[:, 1], torch.full_like(out[:, 1], -0.25))
+    fixture = pathlib.Path(__file__).with_name("fixtures").joinpath("qat_fold_pruned_gamma.yaml")
+    assert train_once(fixture.read_text(), 30003134) == "train-ok"

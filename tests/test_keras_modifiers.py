@@ -4,6 +4,7 @@ LayerPruningModifier and TrainableParamsModifier, checked epoch by epoch from a 
 from __future__ import annotations
 
 import os
+import re
 import warnings
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -162,12 +163,31 @@ def test_layer_pruning_identity_window() -> None:
     assert model.get_layer("bn1").name == "bn1"
 
 
-def test_layer_pruning_shape_change_is_an_error() -> None:
-    model, manager, callbacks = setup(
-        "modifiers:\n  - !LayerPruningModifier {layers: [conv2], start_epoch: 1, end_epoch: 2}\n"
-    )
-    with pytest.raises(ValueError, match="conv2"):
-        fit(model, callbacks, Probe(lambda m: None), 2)
+@pytest.mark.parametrize(("layers", "why"), [
+    ("conv2", "Conv2D of kernel (3, 3) without padding"),  # 8 -> 8 channels, valid padding
+    ("[fc1]", "Dense from 288 to 32 units"),
+    ("[bn1, fc2]", "Dense from 32 to 4 units"),
+])
+def test_layer_pruning_shape_change_is_refused_at_modify(layers: str, why: str) -> None:
+    """A removed layer that changes the shape is P010 at modify(), located at its entry of
+    ``layers``, before the model changes (it used to be a ValueError at its start step)."""
+    from recipe_spec import RecipeError
+
+    with pytest.raises(RecipeError, match=rf"2:\d+: P010 \[error\] .*{re.escape(why)}") as caught:
+        setup(f"modifiers:\n  - !LayerPruningModifier {{layers: {layers}, start_epoch: 1, end_epoch: 2}}\n")
+    assert len(caught.value.diagnostics) == 1
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    ("    ignore: [Conv2D, Dense]\n", 7),
+    ("    submodules: [bn1]\n", 7),
+])
+def test_qat_with_no_layer_to_quantize_is_refused_at_modify(args: str, line: int) -> None:
+    """P007 is an error at modify() on Keras too (it was a ValueError at the start step)."""
+    from recipe_spec import RecipeError
+
+    with pytest.raises(RecipeError, match=rf"{line}:\d+: P007 \[error\] .*no Dense or Conv layer"):
+        setup(QAT + args)
 
 
 def test_trainable_params_freeze_and_restore_under_fit() -> None:

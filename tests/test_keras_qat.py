@@ -146,3 +146,25 @@ def test_restore_names_missing_layers_and_reads_states_without_fold() -> None:
     out = keras.ops.convert_to_numpy(model(x, training=True))
     np.testing.assert_array_equal(out, keras.ops.convert_to_numpy(unfolded(x, training=True)))
     assert not np.allclose(out, keras.ops.convert_to_numpy(folded(x, training=True)))
+
+
+def test_fold_with_a_pruned_gamma_stays_finite() -> None:
+    """A BN gamma pruned to 0 under a conv-BN fold: the fold divides the conv output by
+    gamma / std again, and 0 / 0 was NaN. That channel keeps its own kernel, and the BN's output
+    there is its beta, as BN's formula says (gamma * x_hat + beta with gamma = 0)."""
+    model = _twin()
+    bn = model.get_layer("bn1")
+    gamma = bn.gamma.numpy()
+    gamma[1] = 0.0
+    bn.gamma.assign(gamma)
+    bn.beta.assign(np.array([0.5, -0.25, 1.0, 2.0, 0.0, 0.1, 0.2, 0.3], dtype="float32"))
+    manager = ScheduledModifierManager.from_yaml("modifiers:\n  - !QuantizationModifier {start_epoch: 0}\n")
+    manager.modify(model, keras.optimizers.SGD(0.1), 4)
+    manager.runtime.step_begin()
+    assert dict(manager.runtime.quantization.folded) == {"conv1": "bn1"}
+    x = np.random.default_rng(0).normal(size=(2, 12, 12, 3)).astype("float32")
+    upto_bn = keras.Model(model.input, bn.output)
+    out = keras.ops.convert_to_numpy(upto_bn(x, training=True))
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out[..., 1], -0.25, rtol=0, atol=1e-6)
+    assert np.isfinite(keras.ops.convert_to_numpy(model(x, training=True))).all()

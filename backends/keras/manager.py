@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import keras
+from recipe_spec.diagnostics.base import RecipeError
 from recipe_spec.modifiers import spec
+from recipe_spec.recipe.findings import positioned
 from recipe_spec.runtime import RecipeRuntime
 
 from . import jax_state
@@ -110,6 +112,13 @@ class KerasManager(RecipeRuntime):
         then mixes the distillation term into the loss (:mod:`recipe_spec_keras.distillation`)."""
         self._check_model(model, "modify")
         jax_state.check_recipe(optimizer)
+        from .layers import reshaping_layers
+        from .quantization import nothing_to_quantize
+
+        refused = [positioned(f, self.recipe) for f in (*reshaping_layers(model, self.recipe.modifiers),
+                                                         *nothing_to_quantize(model, self.recipe.modifiers))]
+        if refused:
+            raise RecipeError(refused)
         targets = self.emitted_targets()
         if "lr" in targets:
             take_over_learning_rate(optimizer)

@@ -54,11 +54,13 @@ observers; loading the weights again afterwards (``model.load_weights``) gives t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import keras
 from keras import ops
+from recipe_spec.recipe.findings import Finding
+from recipe_spec.runtime.structure import nothing_to_quantize_findings
 
 from .params import numpy_value
 
@@ -182,10 +184,13 @@ def _attach(layer: Any, name: str, child: Any) -> None:
 
 def _fold_factor(bn: Any, dtype: Any) -> Any:
     """``gamma / sqrt(moving_variance + epsilon)`` of ``bn`` (``gamma`` = 1 without scale), one
-    value per channel, read when the layer is called (the moving variance keeps changing)."""
+    value per channel, read when the layer is called (the moving variance keeps changing). A
+    channel whose ``gamma`` is 0 (pruned) gets 1: its conv output is divided by the factor
+    again, and 0 / 0 would make every gradient NaN; the BN sees that channel's real output."""
     std = ops.sqrt(ops.cast(bn.moving_variance, "float32") + bn.epsilon)
     gamma = ops.cast(bn.gamma, "float32") if bn.gamma is not None else ops.ones_like(std)
-    return ops.cast(gamma / std, dtype)
+    factor = gamma / std
+    return ops.cast(ops.where(ops.equal(factor, 0.0), 1.0, factor), dtype)
 
 
 def _qat_call(layer: Any, bn: Any = None) -> Any:
@@ -255,6 +260,12 @@ def _targets(model: Any, modifier: Modifier) -> list[tuple[str, Any]]:
             continue
         found.append((path, layer))
     return found
+
+
+def nothing_to_quantize(model: Any, modifiers: Any) -> Iterator[Finding]:
+    """P007, an error here, for each quantization modifier that would find no Dense or Conv
+    layer of ``model`` to quantize at its start (refused at ``modify()``)."""
+    return nothing_to_quantize_findings(modifiers, lambda m: [p for p, _ in _targets(model, m)], "Dense or Conv")
 
 
 def _foldable(conv: Any, bn: Any) -> bool:

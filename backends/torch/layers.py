@@ -10,9 +10,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from recipe_spec.diagnostics import codes
-from recipe_spec.modifiers import emits_of
 from recipe_spec.recipe.findings import Finding
+from recipe_spec.runtime.structure import reshaping_layer_findings
 
 __all__ = ["LayerSwap", "reshaping", "reshaping_layers"]
 
@@ -43,23 +42,7 @@ def reshaping_layers(model: torch.nn.Module, modifiers: Any) -> Iterator[Finding
     """P010 for each layer a layer-removing modifier names whose output cannot have the shape of
     its input (``modifiers``: the recipe's; names the model lacks are P006's)."""
     known = dict(model.named_modules())
-    for m in modifiers:
-        layers = m.args.get("layers")
-        if "layers" not in emits_of(m.type) or not isinstance(layers, (str, list, tuple)):
-            continue
-        single = isinstance(layers, str)
-        for i, name in enumerate([layers] if single else layers):
-            module = known.get(name) if isinstance(name, str) else None
-            why = reshaping(module) if module is not None else None
-            if why is not None:
-                yield Finding(
-                    codes.P010,
-                    f"layers names '{name}', {why}: replaced by Identity at the start step, its "
-                    "input would reach the next layer in the wrong shape",
-                    "Remove only layers whose output has their input's shape (a residual block, "
-                    "a square Linear), or drop this entry.",
-                    m, ("layers",) if single else ("layers", i),
-                )
+    return reshaping_layer_findings(modifiers, lambda name: reshaping(known[name]) if name in known else None)
 
 
 def _parent(model: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:

@@ -27,9 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
-from recipe_spec.diagnostics import Severity, codes
-from recipe_spec.modifiers import emits_of
 from recipe_spec.recipe.findings import Finding
+from recipe_spec.runtime.structure import nothing_to_quantize_findings
 from torch import nn
 
 if TYPE_CHECKING:
@@ -117,6 +116,9 @@ def _conv_forward(self: Any, x: torch.Tensor, base: type) -> torch.Tensor:
     # QAT conv-BN fold: quantize the weights as they will be after folding the BN in.
     std = torch.sqrt(bn.running_var + bn.eps)
     factor = (bn.weight if bn.affine else torch.ones_like(std)) / std
+    # a pruned gamma (0) would divide 0 by 0 below and make every gradient NaN: that channel
+    # keeps its own weights, so the BN sees its real output (and multiplies it by 0)
+    factor = torch.where(factor == 0, torch.ones_like(factor), factor)
     shape = [-1] + [1] * (self.weight.dim() - 1)
     folded = self.weight_fake_quant(self.weight * factor.reshape(shape))
     out = base._conv_forward(self, x, folded, None) / factor.reshape([1, -1] + [1] * (self.weight.dim() - 2))
@@ -172,37 +174,9 @@ def _targets(model: nn.Module, modifier: Modifier) -> list[tuple[str, nn.Module]
 
 def nothing_to_quantize(model: nn.Module, modifiers: Any) -> Iterator[Finding]:
     """P007, an error here, for each quantization modifier that would find no Linear or Conv
-    layer of ``model`` to quantize at its start: its ``submodules`` / ``ignore`` rule out every
-    one, or a quantization modifier that starts earlier quantizes them all first. Refused at
-    ``modify()``, not at its start step."""
-    def start(m: Modifier) -> float:
-        value = m.args.get("start_epoch", -1)
-        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
-
-    quantizing = [m for m in modifiers if "quantization" in emits_of(m.type)]
-    claimed: dict[str, Modifier] = {}  # layer name -> the modifier that quantizes it first
-    for m in sorted(quantizing, key=lambda m: (max(start(m), 0.0), m.span.line)):
-        names = [name for name, _ in _targets(model, m)]
-        left = [n for n in names if n not in claimed]
-        if names and not left:
-            first = claimed[names[0]]
-            yield Finding(
-                codes.P007,
-                f"{m.type} finds no layer left to quantize: the {first.type} on line {first.span.line} "
-                f"quantizes every one it selects ({', '.join(names[:3])}{' ...' if len(names) > 3 else ''}) first",
-                "Keep one quantization modifier, or give each its own layers (submodules / ignore).",
-                m, (), severity=Severity.ERROR,
-            )
-        elif not names:
-            keys = ("ignore",) if m.args.get("ignore") else ("submodules",) if m.args.get("submodules") else ()
-            yield Finding(
-                codes.P007,
-                f"{m.type} leaves no Linear or Conv layer of the model to quantize"
-                + (f" ({', '.join(keys)} rule{'s' if len(keys) > 1 else ''} out every one)" if keys else ""),
-                "Narrow ignore, or name submodules that hold Linear or Conv layers.",
-                m, keys, on_key=bool(keys), severity=Severity.ERROR,
-            )
-        claimed.update((n, m) for n in left)
+    layer of ``model`` to quantize at its start (:func:`recipe_spec.runtime.structure.nothing_to_quantize_findings`).
+    Refused at ``modify()``, not at its start step."""
+    return nothing_to_quantize_findings(modifiers, lambda m: [name for name, _ in _targets(model, m)])
 
 
 def _bn_after(model: nn.Module, conv_name: str) -> nn.Module | None:
