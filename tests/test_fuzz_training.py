@@ -291,3 +291,20 @@ def test_qat_conv_bn_fold_with_a_pruned_gamma_keeps_gradients_finite() -> None:
     assert torch.allclose(out[:, 1], torch.full_like(out[:, 1], -0.25))
     fixture = pathlib.Path(__file__).with_name("fixtures").joinpath("qat_fold_pruned_gamma.yaml")
     assert train_once(fixture.read_text(), 30003134) == "train-ok"
+
+
+@pytest.mark.parametrize("extra", [
+    "    update_frequency: -1\n    fisher_block_size: 5000\n",  # M-FAC, from the training steps' gradients
+    "    update_frequency: 1\n    fisher_block_size: 4\n    num_grads: 4\n",  # OBS: the grad sampler's
+], ids=["MFACPruningModifier", "OBSPruningModifier"])
+def test_second_order_pruning_with_every_weight_pruned_already_goes_on(extra: str) -> None:
+    """Found (seed 30005866): M-FAC at init_sparsity 0.99 on 4-entry biases pruned every weight
+    at its first step; the next step built a Fisher inverse over zero kept weights (IndexError).
+    With nothing left to rank, a pruning step leaves the masks and weights as they are (a mask
+    never regrows, even under a falling target)."""
+    kind = "MFACPruningModifier" if "5000" in extra else "OBSPruningModifier"
+    text = (
+        f"modifiers:\n  - !{kind}\n    params: 're:.*bias'\n    init_sparsity: 0.99\n"
+        "    final_sparsity: 0.727\n    start_epoch: 0\n    end_epoch: 3\n" + extra
+    )
+    assert train_once(text, 30005866) == "train-ok"

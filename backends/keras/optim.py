@@ -160,8 +160,9 @@ def mask_gradients(optimizer: Any, masks: Sequence[tuple[Any, Any]],
       (SparseML prunes inside ``optimizer.step()``). Under a ``tf.distribute`` strategy this
       runs on every replica's copy, as Keras' own weight decay does.
 
-    - ``after_masks``: ``variable = where(mask, variable, 0)`` after the update (Keras on JAX,
-      where the masks cannot be assigned between steps without a sync: the trainer holds the
+    - ``after_masks``: ``variable = where(mask, variable, 0)`` after the update, inside the
+      compiled step, so that a step with no event does no work per weight outside it (on JAX
+      the masks could not even be assigned between steps without a sync: the trainer holds the
       weights as the compiled step's state; ``stateless_apply`` calls this ``apply``).
 
     Installing it again replaces the masks; :func:`unmask_gradients` undoes it. A variable
@@ -189,10 +190,13 @@ def mask_gradients(optimizer: Any, masks: Sequence[tuple[Any, Any]],
 
     def mask_after(grads: list[Any], trainable_variables: Any) -> None:
         present = _present(optimizer, trainable_variables)
-        for g, variable in zip(grads, present, strict=False):
-            mask = after_by_id.get(id(variable))
-            if g is not None and mask is not None:
-                variable.assign(keras.ops.where(mask.value, variable.value, keras.ops.zeros((), dtype=variable.dtype)))
+        pairs = [(variable, after_by_id[id(variable)]) for g, variable in zip(grads, present, strict=False)
+                 if g is not None and id(variable) in after_by_id]
+        if keras.backend.backend() == "tensorflow":
+            _tf_zero(pairs, None)
+            return
+        for variable, mask in pairs:
+            variable.assign(keras.ops.where(mask.value, variable.value, keras.ops.zeros((), dtype=variable.dtype)))
 
     _wrap_apply(optimizer, "mask", select, mask_after if after_by_id else None)
 
@@ -212,21 +216,31 @@ def _zero_pending(pairs: Sequence[tuple[Any, Any]], pending: Any) -> None:
             for variable, mask in pairs:
                 variable.assign(keras.ops.where(mask.value, variable.value, keras.ops.zeros((), dtype=variable.dtype)))
         return
+    _tf_zero(pairs, pending)
+
+
+def _tf_zero(pairs: Sequence[tuple[Any, Any]], pending: Any) -> None:
+    """TensorFlow: ``variable = where(mask, variable, 0)`` for each pair, on every replica's copy
+    under a ``tf.distribute`` strategy (as Keras' own updates run), inside the traced step;
+    with ``pending``, only when it holds True (a graph condition)."""
     import tensorflow as tf
 
-    def zero(part: Any, mask: Any, flag: Any) -> Any:
+    def zero(part: Any, mask: Any, *flag: Any) -> Any:
         def do() -> Any:
             part.assign(tf.where(mask, part, tf.zeros((), part.dtype)))
             return tf.constant(True)
 
-        return tf.cond(tf.convert_to_tensor(flag), do, lambda: tf.constant(False))
+        if not flag:
+            return do()
+        return tf.cond(tf.convert_to_tensor(flag[0]), do, lambda: tf.constant(False))
 
     def zero_all(distribution: Any) -> None:
         for variable, mask in pairs:
-            distribution.extended.update(getattr(variable, "value", variable), zero,
-                                         args=(mask.value, pending.value), group=False)
+            args = (mask.value,) if pending is None else (mask.value, pending.value)
+            distribution.extended.update(getattr(variable, "value", variable), zero, args=args, group=False)
 
-    tf.__internal__.distribute.interim.maybe_merge_call(zero_all, tf.distribute.get_strategy())
+    if pairs:
+        tf.__internal__.distribute.interim.maybe_merge_call(zero_all, tf.distribute.get_strategy())
 
 
 def unmask_gradients(optimizer: Any) -> None:

@@ -1,19 +1,23 @@
 """Masks on Keras variables: bool arrays, enforced after every optimizer step (and before a
 step when they changed) while a pruning modifier holds them.
 
-Keras runs its train step as a compiled graph, so masks are applied by assigning the masked
-value to the variable between steps (``variable.assign``), which works in eager, ``tf.function``
-and ``jit_compile`` training alike and on every replica of a ``tf.distribute`` strategy.
+With an optimizer (``fit`` or a loop calling ``apply_gradients``), the masks are enforced
+inside the compiled train step (:class:`StepMasks`): the optimizer's ``apply`` is wrapped so
+that it masks the gradients, zeroes what this step's events pruned before the update, and
+applies the held masks after it, reading bool ``keras.Variable`` masks that are assigned only
+when a mask changes. A step with no event does no work per weight outside the compiled step and
+copies nothing to the host; the masks work in eager, ``tf.function``, ``jit_compile`` and JAX
+training alike and on every replica of a ``tf.distribute`` strategy.
 
-Cost per step. ``MaskedVariable.mask`` (NumPy) is the mask; every change to it goes through
-:class:`MaskSet` (``hold``, ``update``), which keeps a copy of it on the device: applying is
+Without an optimizer (one-shot ``apply()``), masks are applied by assignment between steps.
+``MaskedVariable.mask`` (NumPy) is the mask; every change to it goes through :class:`MaskSet`
+(``hold``, ``update``), which keeps a copy of it on the device: applying is
 ``variable.assign(where(mask, variable, 0))`` with ``keras.ops`` on the device, without copying
 the weights to the host, and all-True masks are skipped. On TensorFlow the masks of all the
 variables are applied by one ``tf.function`` call. Before a step (``apply(changed_only=True)``)
-nothing is done unless a mask was held, changed or invalidated since the last apply: the apply
-after the previous optimizer step left the weights masked. Code that changes a mask array in
-place by itself, or writes masked weights between steps, calls :meth:`MaskSet.invalidate`
-afterwards (or :meth:`MaskSet.apply` itself).
+nothing is done unless a mask was held, changed or invalidated since the last apply. Code that
+changes a mask array in place by itself, or writes masked weights between steps, calls
+:meth:`MaskSet.invalidate` afterwards (or :meth:`MaskSet.apply` itself).
 """
 
 from __future__ import annotations
@@ -117,8 +121,10 @@ class MaskSet:
         self.released: dict[str, np.ndarray] = {}
         #: reads and writes the variables where they live (Keras on JAX: the trainer's state)
         self.access = StateAccess()
-        #: masks the compiled step itself enforces after the update (JAX, :class:`StepMasks`)
+        #: masks the compiled step itself enforces after the update (:class:`StepMasks`), as
+        #: they were at :attr:`generation` ``in_step_generation``
         self.in_step: frozenset[str] = frozenset()
+        self.in_step_generation = -1
 
     def hold(self, name: str, variable: Any, layer_type: str, owner: int, mask: np.ndarray | None = None) -> MaskedVariable:
         entry = self.params.get(name)
@@ -185,7 +191,9 @@ class MaskSet:
 
     def after_step(self) -> None:
         """After an optimizer step: apply every mask the compiled step did not apply itself."""
-        if not self.in_step:
+        if not self.in_step or self.generation != self.in_step_generation:
+            # no compiled step enforces them, or a mask changed during the step (second-order
+            # pruning prunes once the step's gradients are in): apply them here
             self.apply()
             return
         entries = [e for n, e in self.params.items() if n not in self.in_step and not e.sync()]
@@ -228,8 +236,10 @@ class StepMasks:
       previous step's weights, and the update zeroes them after the gradient, before the
       update. A step whose events changed no mask does not zero anything (``pending``).
 
-    On Keras' JAX backend the trainer holds the weights as the compiled step's state, so the
-    masks are also applied there after the update (the *after masks*: the held masks), and
+    - the *after masks* hold the masks in force after this step's events, applied after the
+      update: a pruned weight that its optimizer state (momentum) would move stays 0.
+
+    On Keras' JAX backend the trainer holds the weights as the compiled step's state, and
     every mask variable is an optimizer variable (:func:`recipe_spec_keras.jax_state.track`):
     ``stateless_apply`` maps it to the step's state and calls the wrapped ``apply``.
 
@@ -262,10 +272,10 @@ class StepMasks:
         self._pending = False
         if optimizer is None or not variables:
             return False
+        self.after = {n: keras.Variable(m, dtype="bool", trainable=False, name="after_mask") for n, m in ones.items()}
+        self.masks.in_step = frozenset(self.after)
         if is_jax():
-            self.after = {n: keras.Variable(m, dtype="bool", trainable=False, name="after_mask") for n, m in ones.items()}
             track(optimizer, [*self.gradient.values(), *self.update.values(), *self.after.values(), self.pending])
-            self.masks.in_step = frozenset(self.after)
         mask_gradients(optimizer, [(variables[n], v) for n, v in self.gradient.items()],
                        [(variables[n], v) for n, v in self.update.items()], self.pending,
                        [(variables[n], v) for n, v in self.after.items()])
@@ -296,6 +306,7 @@ class StepMasks:
         if not self.masks.defer_zeroing:
             self.masks.apply(changed_only=True)
             return
+        self.masks.in_step_generation = self.masks.generation  # the after masks, once written below
         if self.masks.generation == self._generation and not self.masks.released:
             return
         write = self.masks.access.write
@@ -322,7 +333,7 @@ class StepMasks:
         mask changed since the last call: an assign per changed step."""
         if not self.gradient or (not force and self.masks.generation == self._generation):
             return
-        for name, variable in [*self.gradient.items(), *self.after.items()]:  # after: JAX only
+        for name, variable in [*self.gradient.items(), *self.after.items()]:
             self.masks.access.write(variable, self._held(name, variable))
         self._generation = self.masks.generation
 

@@ -9,6 +9,7 @@ gathering of sampled gradients across processes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
@@ -137,6 +138,9 @@ class SecondOrderPruner(TargetPruner):
         weights, masks = self.host.read(self.names)
         flat_mask = ops.concat([ops.reshape(m, (-1,)) for m in masks], 0)
         keep = ops.flat_nonzero(flat_mask)
+        if not math.prod(keep.shape):  # every weight is pruned already: nothing to rank or correct
+            self.last_sparsity, self.last_targets = 1.0, [float(t) for t in targets]
+            return StepResult(list(weights), list(masks), [], 1.0)
         m = self.capacity
         if self.sampled:
             grads = self._sampled_rows(m, weights, keep)
