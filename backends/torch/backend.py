@@ -18,7 +18,7 @@ __all__ = ["backend", "PyTorchBackend", "CAPABILITIES"]
 CAPABILITIES = frozenset({
     "masks", "scores:magnitude", "scores:mfac", "scores:obs", "gradients", "lr", "weight_decay",
     "trainable", "layers", "quantization", "loss", "teacher", "acdc", "scores:movement",
-    "oneshot",
+    "oneshot", "scores:sparsegpt", "scores:wanda",
 })
 
 
