@@ -158,13 +158,16 @@ def _one_shot_refusal(m: Modifier, needs: frozenset[str], backend: str | None,
     if training:
         hint = (f"Run it with recipe_spec.oneshot(model, recipe=..., dataset=...) ({', '.join(hosts)}), "
                 "and training stages with modify()." if hosts else _ONE_SHOT_HINT)
-        return (m, f"{m.type} is a one-shot modifier: a training run ({where}) does not run it", hint)
+        by = "recipe_spec.oneshot or llm-compressor" if hosts else "llm-compressor"
+        return (m, f"{m.type} is a one-shot modifier, run by {by}: a training run ({where}) does "
+                   "not run it", hint)
     if backend is not None and needs and needs <= caps:
         return None
     lacking = f" (it needs {', '.join(sorted(needs - caps))})" if needs and backend else ""
     hint = (f"recipe_spec.oneshot runs it on {', '.join(hosts)}; or run it with llm-compressor."
             if hosts else _ONE_SHOT_HINT)
-    return (m, f"{m.type} is a one-shot modifier: {where} {do} not run it{lacking}", hint)
+    return (m, f"{m.type} is a one-shot modifier, run by llm-compressor: {where} {do} not run "
+               f"it{lacking}", hint)
 
 
 def _stage_settings(recipe: Recipe) -> dict[str, dict[str, Any]]:
