@@ -155,13 +155,11 @@ def _one_shot_refusal(m: Modifier, needs: frozenset[str], backend: str | None,
     from ..registry import backend_capabilities
 
     hosts = sorted(b for b, c in backend_capabilities().items() if needs and needs <= c)
-    if training:
-        hint = (f"Run it with recipe_spec.oneshot(model, recipe=..., dataset=...) ({', '.join(hosts)}), "
-                "and training stages with modify()." if hosts else _ONE_SHOT_HINT)
-        by = "recipe_spec.oneshot or llm-compressor" if hosts else "llm-compressor"
-        return (m, f"{m.type} is a one-shot modifier, run by {by}: a training run ({where}) does "
-                   "not run it", hint)
-    if backend is not None and needs and needs <= caps:
+    if training and hosts:
+        return (m, f"{m.type} is a one-shot modifier, run by recipe_spec.oneshot or llm-compressor: a "
+                   f"training run ({where}) does not run it", f"Run it with recipe_spec.oneshot(model, "
+                f"recipe=..., dataset=...) ({', '.join(hosts)}), and training stages with modify().")
+    if not training and backend is not None and needs and needs <= caps:
         return None
     lacking = f" (it needs {', '.join(sorted(needs - caps))})" if needs and backend else ""
     hint = (f"recipe_spec.oneshot runs it on {', '.join(hosts)}; or run it with llm-compressor."
