@@ -167,3 +167,45 @@ def test_manager_apply_runs_the_same_pipeline() -> None:
     final = safetensors_torch.load_file(str(CASES / name / "final.safetensors"))
     w = model.model.layers[0].self_attn.q_proj.weight
     assert torch.equal(w == 0, final["model.layers.0.self_attn.q_proj.weight"] == 0)
+
+
+def test_a_cholesky_failure_is_reported_with_the_layer_name() -> None:
+    from recipe_spec.one_shot.compress import compress_module
+    from recipe_spec.one_shot.modifiers import resolve
+    from recipe_spec_torch.masks import TORCH_OPS
+
+    class Host:
+        ops = TORCH_OPS
+
+        def __init__(self) -> None:
+            self.w = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+
+        def weight(self, name: str) -> torch.Tensor:
+            return self.w.clone()
+
+        def set_weight(self, name: str, value: torch.Tensor) -> None:
+            self.w = value
+
+    class Stats:
+        samples = 1
+
+        def __init__(self, h: torch.Tensor) -> None:
+            self.hessian = h
+
+    recipe = recipe_spec.loads("s_stage:\n  s_modifiers:\n    SparseGPTModifier:\n      sparsity: 0.5\n")
+    (mod,) = resolve(recipe, frozenset({"oneshot", "scores:sparsegpt"}), "torch")
+    with pytest.warns(UserWarning, match=r"layer\.x: .*cholesky"):
+        compress_module(Host(), mod, "layer.x", Stats(torch.diag(torch.tensor([1.0, 1.0, -0.05]))))
+    with pytest.raises(Exception, match=r"SparseGPTModifier \(<string>:3\) on layer\.x"):
+        compress_module(Host(), mod, "layer.x", Stats(-torch.eye(3)))
+
+
+def test_a_dataloader_feeds_its_own_batches() -> None:
+    name = "04_wanda_2of4"
+    rows = [{"input_ids": torch.tensor(ids[:32]), "attention_mask": torch.ones(32, dtype=torch.long)}
+            for ids in _case(name)["calibration"]["token_ids"]]
+    loader = torch.utils.data.DataLoader(rows, batch_size=4)
+    model = _model(name)
+    recipe_spec.oneshot(model=model, recipe=_case(name)["recipe_yaml"], dataset=loader, num_calibration_samples=8)
+    assert last_report().order is None
+    assert float((model.model.layers[0].mlp.up_proj.weight == 0).float().mean()) == 0.5

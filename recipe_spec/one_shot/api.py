@@ -94,12 +94,16 @@ def oneshot(
     weight changes when the recipe is invalid or holds a modifier or argument this backend does
     not run in one shot.
 
-    >>> import recipe_spec                                  # doctest: +SKIP
-    >>> model = recipe_spec.oneshot(model=model, dataset=samples, recipe='''
-    ... sparsity_stage:
-    ...   sparsity_modifiers:
-    ...     SparseGPTModifier: {sparsity: 0.5, mask_structure: "2:4", ignore: [lm_head]}
-    ... ''', num_calibration_samples=16, shuffle_calibration_samples=False)
+    Example (``samples``: a list of ``{"input_ids": [...], "attention_mask": [...]}``)::
+
+        import recipe_spec
+
+        model = recipe_spec.oneshot(model=model, dataset=samples, recipe='''
+        sparsity_stage:
+          sparsity_modifiers:
+            SparseGPTModifier: {sparsity: 0.5, mask_structure: "2:4", ignore: [lm_head]}
+        ''', num_calibration_samples=16, shuffle_calibration_samples=False)
+        print(recipe_spec.one_shot.last_report().sparsity())
     """
     del tokenizer, processor, save_compressed  # tokenised data only; sparse weights are saved dense
     if model is None or recipe is None:
