@@ -170,9 +170,10 @@ def test_manager_apply_runs_the_same_pipeline() -> None:
 
 
 def test_a_cholesky_failure_is_reported_with_the_layer_name() -> None:
+    from recipe_spec_torch.masks import TORCH_OPS
+
     from recipe_spec.one_shot.compress import compress_module
     from recipe_spec.one_shot.modifiers import resolve
-    from recipe_spec_torch.masks import TORCH_OPS
 
     class Host:
         ops = TORCH_OPS
