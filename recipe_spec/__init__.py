@@ -45,4 +45,14 @@ __all__ = [
     "available_backends",
     "get_backend",
     "ScheduledModifierManager",
+    "oneshot",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``recipe_spec.oneshot`` (:func:`recipe_spec.one_shot.oneshot`), imported when first used."""
+    if name == "oneshot":
+        from .one_shot.api import oneshot
+
+        return oneshot
+    raise AttributeError(f"module 'recipe_spec' has no attribute {name!r}")

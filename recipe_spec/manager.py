@@ -156,13 +156,36 @@ class ScheduledModifierManager:
         self.runtime = backend.compile(self.recipe)
         return self.runtime.modify(model, optimizer, steps_per_epoch, **options)
 
-    def apply(self, model: Any, grad_sampler: Any = None, **options: Any) -> None:
+    def apply(self, model: Any, grad_sampler: Any = None, calibration: Any = None, **options: Any) -> None:
         """One-shot: prune ``model`` to each pruning modifier's final sparsity now and finalize
         (SparseML's ``manager.apply``). ``grad_sampler`` feeds M-FAC and OBS:
-        ``{"data_loader_builder": f, "loss_function": loss}``."""
+        ``{"data_loader_builder": f, "loss_function": loss}``.
+
+        A stage/group recipe of one-shot modifiers (SparseGPT, Wanda, ...) runs through the
+        one-shot pipeline of :func:`recipe_spec.oneshot`, fed ``calibration`` (tokenised
+        samples; ``options`` are ``oneshot``'s: ``num_calibration_samples``,
+        ``shuffle_calibration_samples``, ``batch_size``, ``pipeline``, ...)::
+
+            manager = ScheduledModifierManager.from_yaml("sparsegpt.yaml")
+            manager.apply(model, calibration=samples, shuffle_calibration_samples=False)
+        """
+        if calibration is not None or self._one_shot():
+            from .one_shot.api import apply_oneshot
+
+            offload = str(options.pop("sequential_offload_device", "") or "").startswith("cpu")
+            apply_oneshot(model, self.recipe, calibration, offload=offload, **options)
+            return
         backend = backend_for(model)
         self.runtime = backend.compile(self.recipe)
         self.runtime.apply(model, grad_sampler=grad_sampler, **options)
+
+    def _one_shot(self) -> bool:
+        """Whether the recipe holds a one-shot modifier of the stage/group dialect."""
+        if self.recipe.dialect != "core":
+            return False
+        from .core_dialect import core_spec
+
+        return any((d := core_spec(m.type)) is not None and not d.training for m in self.recipe.modifiers)
 
     def loss_update(self, loss: Any, student_outputs: Any = None, student_inputs: Any = None,
                     teacher_inputs: Any = None) -> Any:

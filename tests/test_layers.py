@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("validation",),
     ("lint", "parallel"),
     ("runtime",),
+    ("one_shot",),
     ("manager",),
     ("create", "integrations", "docgen"),
     ("cli", "commands", "__init__", "__main__"),

@@ -18,6 +18,7 @@ __all__ = ["backend", "PyTorchBackend", "CAPABILITIES"]
 CAPABILITIES = frozenset({
     "masks", "scores:magnitude", "scores:mfac", "scores:obs", "gradients", "lr", "weight_decay",
     "trainable", "layers", "quantization", "loss", "teacher", "acdc", "scores:movement",
+    "oneshot", "scores:sparsegpt", "scores:wanda",
 })
 
 
@@ -58,6 +59,13 @@ class PyTorchBackend:
         from .manager import TorchManager
 
         return TorchManager(recipe, **options)
+
+    def calibration_host(self, model: Any) -> Any:
+        """The one-shot calibration host of ``model``
+        (:class:`recipe_spec.one_shot.host.CalibrationHost`), a context manager."""
+        from .oneshot import TorchCalibrationHost
+
+        return TorchCalibrationHost(model)
 
     def param_records(self, model: Any) -> list[ParamRecord]:
         """The parameters of a PyTorch model (``nn.Module``, DDP/FSDP wrappers unwrapped) as

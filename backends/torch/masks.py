@@ -49,11 +49,12 @@ _SAMPLE = 1 << 14
 _CHUNK = 1 << 14
 
 
-_DTYPES = {"float64": torch.float64, "int32": torch.int32}
+_DTYPES = {"float64": torch.float64, "float32": torch.float32, "int32": torch.int32, "bool": torch.bool}
 
 
 class TorchOps(InPlaceOps):
-    """:class:`recipe_spec.masks.ops.ArrayOps` over torch tensors (any device)."""
+    """:class:`recipe_spec.masks.ops.ArrayOps` over torch tensors (any device), with the linear
+    algebra of second-order pruning (``FisherOps``) and of the one-shot solvers (``SolverOps``)."""
 
     def describe_shape(self, shape: Sequence[int]) -> str:
         return str(torch.Size(shape))
@@ -161,6 +162,47 @@ class TorchOps(InPlaceOps):
 
     def device_of(self, x: torch.Tensor) -> torch.device:
         return x.device
+
+    # -- one-shot solvers (recipe_spec.pruning.second_order.ops.SolverOps) ------------------------
+    def copy(self, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    def mean(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean()
+
+    def sqrt(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sqrt(x)
+
+    def row_norms(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.norm(x, p=2, dim=1)
+
+    def scale_add(self, x: torch.Tensor, alpha: float, y: torch.Tensor) -> torch.Tensor:
+        return x.mul_(alpha).add_(y)
+
+    def add_diagonal(self, a: torch.Tensor, values: Any) -> torch.Tensor:
+        a.diagonal().add_(values)
+        return a
+
+    def cholesky_inverse(self, lower: torch.Tensor) -> torch.Tensor:
+        return torch.cholesky_inverse(lower)
+
+    def cholesky_upper(self, a: torch.Tensor) -> torch.Tensor | None:
+        r, info = torch.linalg.cholesky_ex(a, upper=True)
+        return None if bool(info.any()) else r
+
+    def argsort_last(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sort(x, dim=-1, stable=True)[1]
+
+    def scatter_last(self, flags: torch.Tensor, index: torch.Tensor, value: bool) -> torch.Tensor:
+        return flags.scatter_(-1, index, value)
+
+    def assign(self, x: torch.Tensor, index: tuple, values: Any) -> torch.Tensor:
+        x[index] = values
+        return x
+
+    def subtract(self, x: torch.Tensor, index: tuple, values: torch.Tensor) -> torch.Tensor:
+        x[index].sub_(values)  # a view: no copy back
+        return x
 
 
 TORCH_OPS = TorchOps()

@@ -80,6 +80,7 @@ SPARSEGPT = declare(
     instead={**_INSTEAD, "target_ids": "delete it (SparseML 1.7 dropped it)",
              "layer_prefix": "delete it (the decoder layers are found from the model)"},
     example={"sparsity": 0.5, "mask_structure": "2:4", "targets": ["re:model.layers.\\d+$"]},
+    oneshot_needs=frozenset({"oneshot", "scores:sparsegpt"}),
 )
 
 WANDA = declare(
@@ -87,6 +88,7 @@ WANDA = declare(
     "pruning", {"sparseml": ">=1.7", "llmcompressor": ""}, _SPARSITY_ARGS,
     required={"sparsity": {"llmcompressor": ">=0.5"}}, renamed=_RENAMED,
     deprecated=_DEPRECATED, instead=_INSTEAD, example={"sparsity": 0.5},
+    oneshot_needs=frozenset({"oneshot", "scores:wanda"}),
 )
 
 REAP = declare(

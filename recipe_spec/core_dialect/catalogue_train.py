@@ -140,6 +140,7 @@ CONSTANT = declare(
     required={"targets": {"sparseml": "", "llmcompressor": ""}},
     twin="ConstantPruningModifier", translate=translate_constant, renamed=_TWIN_NAMES,
     example={"targets": ["re:.*q_proj.weight"], "start": 0},
+    oneshot_needs=frozenset({"oneshot"}),
 )
 
 MAGNITUDE = declare(
@@ -166,6 +167,7 @@ MAGNITUDE = declare(
              Renamed("mask_type", "mask_structure")),
     example={"targets": ["re:.*q_proj.weight"], "init_sparsity": 0.05, "final_sparsity": 0.8,
              "start": 0, "end": 10, "update": 1},
+    oneshot_needs=frozenset({"oneshot", "scores:magnitude"}),
 )
 
 _QAT_ARGS = (

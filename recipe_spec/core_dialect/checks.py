@@ -40,6 +40,7 @@ _KIND_CODES: dict[str, Code] = {
     "range": codes.M005, "sparsity": codes.M011, "nm": codes.M006, "order": codes.E001,
 }
 _EVAL = re.compile(r"\beval\(")
+_NM = re.compile(r"^([0-9]+):([0-9]+)$")
 _QUANTIZERS = frozenset({"QuantizationModifier", "GPTQModifier", "AutoRoundModifier"})
 
 
@@ -198,6 +199,22 @@ class _Checker:
                          "with the scheme.", m.span, None if self.compat is not None else Severity.WARNING)
 
 
+    def nm_sparsity(self) -> None:
+        """An N:M ``mask_structure`` prunes N of every M weights: a ``sparsity`` other than N/M
+        is silently overridden by llm-compressor (SparseGPT, Wanda), so it is refused here."""
+        for m in self.recipe.modifiers:
+            structure, sparsity = m.raw_args.get("mask_structure"), m.raw_args.get("sparsity")
+            match = _NM.match(structure) if isinstance(structure, str) else None
+            if match is None or isinstance(sparsity, bool) or not isinstance(sparsity, (int, float)):
+                continue
+            n, size = int(match.group(1)), int(match.group(2))
+            if n == 0 or size == 0 or abs(sparsity - n / size) <= 1e-9:
+                continue
+            self.add(codes.M006, f"sparsity {sparsity:g} is overridden by mask_structure "
+                     f"'{structure}', which prunes {n} of every {size} weights (sparsity {n / size:g})",
+                     f"Write sparsity: {n / size:g}, or mask_structure: '0:0' for {sparsity:g} "
+                     "unstructured.", self.span(m.args_path + ("sparsity",)))
+
     def patterns(self) -> None:
         # How a string was quoted matters only for a double-quoted scalar with a backslash
         # (:meth:`written`); with no backslash in the text, a string that has no finding
@@ -248,6 +265,7 @@ def core_diagnostics(recipe: Recipe, compat: Compat | None = None) -> list[Diagn
         checker.modifier(m)
     checker.evals()
     checker.awq()
+    checker.nm_sparsity()
     checker.patterns()
     return checker.out
 

@@ -103,7 +103,8 @@ class CoreSpec:
     function writing the core arguments as the twin's. ``renamed_to``: the modifier was
     renamed and this name exists in no release. ``instead``: argument -> what to write
     where the argument was removed. ``spec.runtime`` is False for one-shot
-    modifiers (validated only).
+    modifiers (not run in a training loop). ``oneshot_needs``: the backend capabilities that
+    running it in :func:`recipe_spec.oneshot` takes (empty: ``oneshot()`` does not run it).
     """
 
     spec: ModifierSpec
@@ -117,6 +118,7 @@ class CoreSpec:
     renamed_to: str | None = None
     instead: Mapping[str, str] = field(default_factory=dict)
     notes: str = ""
+    oneshot_needs: frozenset[str] = frozenset()
 
     @property
     def name(self) -> str:

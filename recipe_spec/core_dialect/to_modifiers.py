@@ -90,14 +90,19 @@ def _not_started(m: Modifier) -> str | None:
             "would run from epoch 0")
 
 
-def refusals(recipe: Recipe, backend: str | None, compat: Any = None) -> list[tuple[Modifier, str, str]]:
+def refusals(recipe: Recipe, backend: str | None, compat: Any = None, *,
+             training: bool = True) -> list[tuple[Modifier, str, str]]:
     """``(modifier, what, how to fix)`` for every modifier of a stage/group recipe that
-    ``backend`` (None: any backend of recipe-spec) does not run; [] when it runs them all."""
+    ``backend`` (None: any backend of recipe-spec) does not run; [] when it runs them all.
+    ``training``: judged for a training run (``modify()``), where one-shot modifiers never
+    run; False (``validate --backend``): a one-shot modifier passes where the backend runs it
+    in :func:`recipe_spec.oneshot` (its ``oneshot_needs``)."""
     from ..modifiers import supported_by
     from ..registry import backend_capabilities
 
     chosen = compat if compat is None or isinstance(compat, Compat) else Compat.parse(str(compat))
-    runs = supported_by(backend_capabilities().get(backend, frozenset())) if backend else frozenset()
+    caps = backend_capabilities().get(backend, frozenset()) if backend else frozenset()
+    runs = supported_by(caps) if backend else frozenset()
     where = f"the {backend} backend" if backend else "recipe-spec's backends"
     do, run = ("does", "runs") if backend else ("do", "run")
     out: list[tuple[Modifier, str, str]] = []
@@ -108,9 +113,9 @@ def refusals(recipe: Recipe, backend: str | None, compat: Any = None) -> list[tu
         if declared is None:
             continue  # M001 already
         if not declared.training:
-            out.append((m, f"{m.type} is a one-shot modifier, run by llm-compressor: {where} {do} "
-                           "not run it",
-                        _ONE_SHOT_HINT))
+            refused = _one_shot_refusal(m, declared.oneshot_needs, backend, caps, training, where, do)
+            if refused is not None:
+                out.append(refused)
             continue
         unusual = _stage_refusal(m, settings.get(m.stage or "", {}))
         if unusual is not None:
@@ -140,6 +145,27 @@ def refusals(recipe: Recipe, backend: str | None, compat: Any = None) -> list[tu
             out.append((m, f"{m.type} runs as {translation.twin}, which {where} {do} not run",
                         "Choose a backend that runs it (docs/modifiers/index.md)."))
     return out
+
+
+def _one_shot_refusal(m: Modifier, needs: frozenset[str], backend: str | None,
+                      caps: frozenset[str], training: bool, where: str,
+                      do: str) -> tuple[Modifier, str, str] | None:
+    """Why a one-shot modifier does not run: never in a training run; in ``oneshot()`` only
+    where the backend has every capability of its ``oneshot_needs``."""
+    from ..registry import backend_capabilities
+
+    hosts = sorted(b for b, c in backend_capabilities().items() if needs and needs <= c)
+    if training and hosts:
+        return (m, f"{m.type} is a one-shot modifier, run by recipe_spec.oneshot or llm-compressor: a "
+                   f"training run ({where}) does not run it", f"Run it with recipe_spec.oneshot(model, "
+                f"recipe=..., dataset=...) ({', '.join(hosts)}), and training stages with modify().")
+    if not training and backend is not None and needs and needs <= caps:
+        return None
+    lacking = f" (it needs {', '.join(sorted(needs - caps))})" if needs and backend else ""
+    hint = (f"recipe_spec.oneshot runs it on {', '.join(hosts)}; or run it with llm-compressor."
+            if hosts else _ONE_SHOT_HINT)
+    return (m, f"{m.type} is a one-shot modifier, run by llm-compressor: {where} {do} not run "
+               f"it{lacking}", hint)
 
 
 def _stage_settings(recipe: Recipe) -> dict[str, dict[str, Any]]:

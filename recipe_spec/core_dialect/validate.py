@@ -38,7 +38,7 @@ def validate_core(recipe: Recipe, backend: str | None = None, compat: Any = None
     said = {(d.line, d.column, d.code) for d in out}  # a value the core checks already refuse: once
     out += [d for d in _schedule_diagnostics(recipe) if (d.line, d.column, d.code) not in said]
     if backend is not None:
-        for m, message, hint in refusals(recipe, backend, compat):
+        for m, message, hint in refusals(recipe, backend, compat, training=False):
             out.append(codes.B001(message, hint, m.span).in_file(recipe.path))
     return sorted(out, key=lambda d: (d.line, d.column, d.code))
 

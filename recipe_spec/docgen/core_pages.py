@@ -154,7 +154,10 @@ def runs_as(s: CoreSpec, link: str = "../") -> str:
     """What recipe-spec does with a variant, in words (``link``: path to docs/modifiers/)."""
     if s.renamed_to:
         return f"exists in no release: write {code(s.renamed_to)}"
+    hosts = _oneshot_backends(s)
     if not s.training or s.translate is None or s.twin is None:
+        if hosts and core_spec(s.name) is s:
+            return f"validated and linted; runs in {code('recipe_spec.oneshot')} on {hosts}"
         return "validated and linted; run by llm-compressor"
     if core_spec(s.name) is not s:  # modify() reads the name as its newest variant
         other = next((o for o in core_specs() if o.translate is s.translate and o.name != s.name
@@ -170,7 +173,18 @@ def runs_as(s: CoreSpec, link: str = "../") -> str:
         return "validated; not run: " + translation.refused[0]
     where = _backends(translation.twin)
     return (f"runs as [{code('!' + translation.twin)}]({link}{translation.twin}.md)"
-            + (f" on {where}" if where else ""))
+            + (f" on {where}" if where else "")
+            + (f"; in {code('recipe_spec.oneshot')} on {hosts}" if hosts else ""))
+
+
+def _oneshot_backends(s: CoreSpec) -> str:
+    """The backends whose capabilities cover ``s.oneshot_needs``, in words ("" if none)."""
+    from ..registry import backend_capabilities
+
+    names = sorted(b for b, caps in backend_capabilities().items() if s.oneshot_needs and s.oneshot_needs <= caps)
+    if not names:
+        return ""
+    return "the " + " and ".join(f"`{n}`" for n in names) + (" backends" if len(names) > 1 else " backend")
 
 
 # -- one modifier page -------------------------------------------------------------------------

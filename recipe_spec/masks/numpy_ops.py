@@ -142,6 +142,51 @@ class NumpyOps(InPlaceOps):
     def device_of(self, x: np.ndarray) -> str:
         return "cpu"
 
+    # -- one-shot solvers (recipe_spec.pruning.second_order.ops.SolverOps) ------------------------
+    def copy(self, x: np.ndarray) -> np.ndarray:
+        return np.array(x, copy=True)
+
+    def mean(self, x: np.ndarray) -> np.ndarray:
+        return np.mean(x)
+
+    def sqrt(self, x: np.ndarray) -> np.ndarray:
+        return np.sqrt(x)
+
+    def row_norms(self, x: np.ndarray) -> np.ndarray:
+        return np.linalg.norm(x, axis=1)
+
+    def scale_add(self, x: np.ndarray, alpha: float, y: np.ndarray) -> np.ndarray:
+        x *= alpha
+        x += y
+        return x
+
+    def add_diagonal(self, a: np.ndarray, values: np.ndarray | float) -> np.ndarray:
+        np.einsum("ii->i", a)[...] += values  # a writable view of the diagonal
+        return a
+
+    def cholesky_inverse(self, lower: np.ndarray) -> np.ndarray:
+        inv = np.linalg.inv(lower)
+        return inv.T @ inv
+
+    def cholesky_upper(self, a: np.ndarray) -> np.ndarray | None:
+        lower = self.cholesky(a)
+        return None if lower is None else np.ascontiguousarray(lower.T)
+
+    def argsort_last(self, x: np.ndarray) -> np.ndarray:
+        return np.argsort(x, axis=-1, kind="stable")
+
+    def scatter_last(self, flags: np.ndarray, index: np.ndarray, value: bool) -> np.ndarray:
+        np.put_along_axis(flags, index, value, axis=-1)
+        return flags
+
+    def assign(self, x: np.ndarray, index: tuple, values: np.ndarray | float) -> np.ndarray:
+        x[index] = values
+        return x
+
+    def subtract(self, x: np.ndarray, index: tuple, values: np.ndarray) -> np.ndarray:
+        x[index] -= values
+        return x
+
 
 #: The one instance the backends use.
 NUMPY_OPS = NumpyOps()

@@ -29,6 +29,10 @@ Capabilities (the words a backend declares; each is a promise about what it real
 ``loss``             adjust the training loss (distillation)
 ``teacher``          run a teacher model beside the student
 ``acdc``             alternate compressed and dense phases (AC/DC), optimizer state reset
+``oneshot``          host the one-shot calibration pipeline (:mod:`recipe_spec.one_shot`):
+                     observe layer inputs, cache and re-run one block at a time, write weights
+``scores:sparsegpt`` SparseGPT: prune and update weights from each layer's input Hessian
+``scores:wanda``     Wanda: prune by ``|w|`` times each input column's activation norm
 ===================  ============================================================================
 """
 
@@ -48,6 +52,7 @@ __all__ = ["Arg", "Look", "ModifierSpec", "CAPABILITIES", "EVENT_TARGETS"]
 CAPABILITIES = frozenset({
     "masks", "scores:magnitude", "scores:mfac", "scores:obs", "scores:movement", "gradients",
     "lr", "weight_decay", "trainable", "layers", "quantization", "loss", "teacher", "acdc",
+    "oneshot", "scores:sparsegpt", "scores:wanda",
 })
 
 #: Every event target a schedule track may emit; a runtime handles target ``t`` in ``_on_t``.

@@ -278,6 +278,17 @@ class Builder:
                 )
             stages_raw.append((name, raw, stage_groups, stage_meta))
 
+        flat = [k for k in root if isinstance(k, str) and k.endswith("Modifier")]
+        if not groups and not stages_raw and not any(self.diagnostics) and flat:
+            self.diagnostics.append(
+                codes.S001(
+                    f"no modifiers: '{flat[0]}' sits at the top level, outside any stage and group "
+                    "(llm-compressor reads such a recipe as empty and runs nothing)",
+                    f"Indent it under a stage and a group: 'sparsity_stage:' / 'sparsity_modifiers:' / "
+                    f"'{flat[0]}: {{...}}'.",
+                    self.key_span((flat[0],)),
+                )
+            )
         if not groups and not stages_raw and not any(self.diagnostics):
             self.diagnostics.append(
                 codes.S001(

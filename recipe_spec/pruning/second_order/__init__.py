@@ -8,7 +8,9 @@ operations a backend supplies (:class:`recipe_spec.pruning.second_order.ops.Fish
 - :mod:`.window`: the sliding window of recent masked gradients (training-time M-FAC);
 - :mod:`.scoring`: scores, masks and the Optimal Brain Surgeon update of one pruning step;
 - :mod:`.memory`: what the buffer and the inverse will take, checked before allocating.
-- :mod:`.pruner`: one modifier's pruning steps, driven by a backend runtime.
+- :mod:`.pruner`: one modifier's pruning steps, driven by a backend runtime;
+- one-shot solvers over :class:`~.ops.SolverOps`: the calibration statistics
+  (:mod:`.hessian`), SparseGPT (:mod:`.blockwise`) and Wanda (:mod:`.wanda`).
 
 Imported by backends, never by ``import recipe_spec``.
 """

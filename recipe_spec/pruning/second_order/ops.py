@@ -5,6 +5,11 @@
 Shapes are NumPy's: ``matmul`` batches over leading axes. ``like`` gives the dtype and device
 of a new array. The algorithms (:mod:`.fisher`, :mod:`.scoring`) never write into an array
 they were given except through :meth:`FisherOps.put`, which takes ownership of it.
+
+:class:`SolverOps` adds what the one-shot solvers (SparseGPT, Wanda: :mod:`.blockwise`,
+:mod:`.wanda`, :mod:`.hessian`) need. Its writing methods (``assign``, ``subtract``,
+``add_diagonal``, ``scale_add``, ``scatter_last``) take ownership of the array they write and return the
+result: NumPy and PyTorch write in place, a library with immutable arrays returns a new one.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from typing import Any, Protocol
 
 from ...masks.ops import Array, ArrayOps
 
-__all__ = ["FisherOps"]
+__all__ = ["FisherOps", "SolverOps"]
 
 
 class FisherOps(ArrayOps, Protocol):
@@ -76,3 +81,50 @@ class FisherOps(ArrayOps, Protocol):
 
     def device_of(self, x: Array) -> Any:
         """The device ``x`` lives on."""
+
+
+class SolverOps(FisherOps, Protocol):
+    """What SparseGPT and Wanda need besides :class:`FisherOps`. ``astype`` also takes
+    ``"float32"`` (the solvers' working precision, as llm-compressor's) and ``"bool"``."""
+
+    def copy(self, x: Array) -> Array:
+        """A new array equal to ``x`` that the caller may write."""
+
+    def mean(self, x: Array) -> Array:
+        """The mean of all entries, as a 0-d array of ``x``'s dtype (the library's own
+        reduction: the solvers reproduce llm-compressor's dampening bit for bit)."""
+
+    def sqrt(self, x: Array) -> Array:
+        """Elementwise square root."""
+
+    def row_norms(self, x: Array) -> Array:
+        """The Euclidean norm of each row of a 2-D array (``torch.norm(x, p=2, dim=1)``)."""
+
+    def scale_add(self, x: Array, alpha: float, y: Array) -> Array:
+        """``x·alpha + y``, rounded after each step (``x *= alpha; x += y``); takes ownership
+        of ``x``. The running means of :mod:`.hessian` update in place with it."""
+
+    def add_diagonal(self, a: Array, values: Array | float) -> Array:
+        """``a`` (square) with ``values`` (one per row, or one for all) added to its diagonal;
+        takes ownership of ``a``."""
+
+    def cholesky_inverse(self, lower: Array) -> Array:
+        """``(L·Lᵀ)⁻¹`` from the lower Cholesky factor ``L`` (``torch.cholesky_inverse``)."""
+
+    def cholesky_upper(self, a: Array) -> Array | None:
+        """The upper triangular ``u`` with ``a = uᵀ·u``, or None when ``a`` is not positive
+        definite to working precision."""
+
+    def argsort_last(self, x: Array) -> Array:
+        """Indices that sort ``x`` ascending along its last axis; stable (equal values keep
+        their order), so ties go to the lower index on every backend."""
+
+    def scatter_last(self, flags: Array, index: Array, value: bool) -> Array:
+        """The bool array ``flags`` with ``flags[..., index[..., j]] = value`` along the last
+        axis (``index`` has ``flags``' leading shape); takes ownership of ``flags``."""
+
+    def assign(self, x: Array, index: tuple[Any, ...], values: Array | float) -> Array:
+        """``x`` with ``x[index] = values`` (``index``: ints and slices); takes ownership."""
+
+    def subtract(self, x: Array, index: tuple[Any, ...], values: Array) -> Array:
+        """``x`` with ``x[index] -= values`` (``index``: ints and slices); takes ownership."""

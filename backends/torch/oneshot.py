@@ -1,0 +1,228 @@
+"""The PyTorch calibration host of the one-shot pipeline
+(:class:`recipe_spec.one_shot.host.CalibrationHost`): forward hooks that hand each observed
+layer's input to the core, the cache of a block's inputs, one block run on cached inputs, and
+weights read and written. The pipeline itself lives in :mod:`recipe_spec.one_shot`.
+
+Held as a context manager: the model runs in eval mode, under ``torch.no_grad()``, without a
+KV cache (``use_cache=False``); its mode and config are restored on exit.
+
+>>> import torch
+>>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+>>> with TorchCalibrationHost(model) as host:
+...     [(m.name, m.prunable) for m in host.modules()][:2]
+[('', False), ('0', True)]
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from recipe_spec.atomic import replacing, write_text
+from recipe_spec.one_shot.host import ModuleInfo, Observer
+
+from .masks import TORCH_OPS
+
+__all__ = ["TorchCalibrationHost"]
+
+
+class _Stop(Exception):
+    """Raised by the capture hook: the rest of the model need not run."""
+
+
+def _move(x: Any, device: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    if isinstance(x, tuple):
+        return tuple(_move(v, device) for v in x)
+    if isinstance(x, list):
+        return [_move(v, device) for v in x]
+    if isinstance(x, dict):
+        return {k: _move(v, device) for k, v in x.items()}
+    return x
+
+
+def _length(x: Any) -> int:
+    return int(x.shape[-1]) if hasattr(x, "shape") else len(x)
+
+
+class TorchCalibrationHost:
+    """A ``torch.nn.Module`` held for one-shot compression (see the module docstring)."""
+
+    ops = TORCH_OPS
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self._named = dict(model.named_modules())
+        self._state: tuple[bool, Any] | None = None
+        self._no_grad: Any = None
+        self.device = next((p.device for p in model.parameters()), torch.device("cpu"))
+        try:
+            params = inspect.signature(model.forward).parameters
+            self._use_cache = "use_cache" in params or any(
+                p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        except (TypeError, ValueError):
+            self._use_cache = False
+
+    # -- context -----------------------------------------------------------------------------
+    def __enter__(self) -> TorchCalibrationHost:
+        config = getattr(self.model, "config", None)
+        self._state = (self.model.training, getattr(config, "use_cache", None))
+        if config is not None and hasattr(config, "use_cache"):
+            config.use_cache = False
+        self.model.eval()
+        self._no_grad = torch.no_grad()
+        self._no_grad.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._no_grad.__exit__(*exc)
+        training, use_cache = self._state or (False, None)
+        self.model.train(training)
+        config = getattr(self.model, "config", None)
+        if config is not None and use_cache is not None:
+            config.use_cache = use_cache
+
+    # -- the model -------------------------------------------------------------------------------
+    def modules(self) -> list[ModuleInfo]:
+        out = []
+        for name, module in self._named.items():
+            classes = tuple(c.__name__ for c in type(module).__mro__
+                            if isinstance(c, type) and issubclass(c, torch.nn.Module))
+            prunable = isinstance(module, torch.nn.Linear)
+            out.append(ModuleInfo(name, classes, prunable, tuple(module.weight.shape) if prunable else ()))
+        return out
+
+    def repeated_blocks(self, sequential_targets: Sequence[str] | None) -> list[str]:
+        if sequential_targets:
+            wanted = set(sequential_targets)
+            return [n for n, m in self._named.items() if n and (type(m).__name__ in wanted or n in wanted)]
+        best: tuple[int, list[str]] = (-1, [])
+        for name, module in self._named.items():
+            if not isinstance(module, torch.nn.ModuleList) or len(module) < 2:
+                continue
+            if len({type(child) for child in module}) != 1:
+                continue
+            size = sum(p.numel() for p in module.parameters())
+            if size > best[0]:
+                prefix = f"{name}." if name else ""
+                best = (size, [f"{prefix}{i}" for i in range(len(module))])
+        if best[1]:
+            return best[1]
+        classes = set(getattr(self.model, "_no_split_modules", None) or ())
+        return [n for n, m in self._named.items() if n and type(m).__name__ in classes]
+
+    # -- data ----------------------------------------------------------------------------------
+    def lengths(self, samples: Sequence[Mapping[str, Any]]) -> list[int]:
+        return [_length(s["input_ids"]) for s in samples]
+
+    def order_longest_first(self, lengths: Sequence[int]) -> list[int]:
+        return torch.argsort(torch.tensor(list(lengths)), descending=True).tolist()
+
+    def collate(self, samples: Sequence[Mapping[str, Any]], length: int) -> dict[str, torch.Tensor]:
+        batch = {}
+        for key in samples[0]:
+            rows = [torch.as_tensor(s[key]).reshape(-1)[:length] for s in samples]
+            batch[key] = torch.stack(rows).to(self.device)
+        return batch
+
+    def _forward(self, batch: Any) -> None:
+        extra = {"use_cache": False} if self._use_cache else {}
+        if isinstance(batch, Mapping):
+            self.model(**_move(dict(batch), self.device), **extra)
+        else:
+            self.model(_move(batch, self.device))
+
+    # -- running ---------------------------------------------------------------------------------
+    def capture(self, block: str, batches: Sequence[Any], offload: bool) -> list[Any]:
+        calls: list[Any] = []
+        where = torch.device("cpu") if offload else None
+
+        def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            calls.append(_move((args, kwargs), where) if where is not None else (args, kwargs))
+            raise _Stop
+
+        handle = self._named[block].register_forward_pre_hook(hook, with_kwargs=True)
+        try:
+            for batch in batches:
+                try:
+                    self._forward(batch)
+                except _Stop:
+                    continue
+                raise RuntimeError(f"the model ran without calling {block!r}: choose sequential_targets "
+                                   "among the blocks its forward pass runs")
+        finally:
+            handle.remove()
+        return calls
+
+    def _hooks(self, observers: Mapping[str, Observer]) -> list[Any]:
+        def hook_for(observe: Observer) -> Any:
+            def hook(module: Any, inputs: tuple[Any, ...], output: Any) -> None:
+                x = inputs[0]
+                sequences = int(x.shape[0]) if x.dim() > 2 else 1
+                observe(x.reshape(-1, x.shape[-1]).float(), sequences)
+            return hook
+
+        return [self._named[name].register_forward_hook(hook_for(obs)) for name, obs in observers.items()]
+
+    def run_block(self, block: str, inputs: Sequence[Any], observers: Mapping[str, Observer],
+                  propagate: bool) -> list[Any]:
+        module = self._named[block]
+        handles = self._hooks(observers)
+        out: list[Any] = []
+        try:
+            for call in inputs:
+                args, kwargs = call
+                offloaded = any(isinstance(a, torch.Tensor) and a.device != self.device for a in args) or any(
+                    isinstance(v, torch.Tensor) and v.device != self.device for v in kwargs.values())
+                if offloaded:
+                    args, kwargs = _move((args, kwargs), self.device)
+                result = module(*args, **kwargs)
+                if not propagate:
+                    continue
+                hidden = result[0] if isinstance(result, (tuple, list)) else result
+                if args:
+                    nxt = ((hidden, *args[1:]), kwargs)
+                else:
+                    nxt = (args, {**kwargs, "hidden_states": hidden})
+                out.append(_move(nxt, torch.device("cpu")) if offloaded else nxt)
+        finally:
+            for h in handles:
+                h.remove()
+        return out
+
+    def run_model(self, batches: Sequence[Any], observers: Mapping[str, Observer]) -> None:
+        handles = self._hooks(observers)
+        try:
+            for batch in batches:
+                self._forward(batch)
+        finally:
+            for h in handles:
+                h.remove()
+
+    # -- weights and saving --------------------------------------------------------------------
+    def weight(self, name: str) -> torch.Tensor:
+        return self._named[name].weight.detach().float().clone()
+
+    def set_weight(self, name: str, value: torch.Tensor) -> None:
+        w = self._named[name].weight
+        w.data.copy_(value.reshape(w.shape).to(w.dtype))
+
+    def save(self, output_dir: str, recipe_text: str) -> list[str]:
+        os.makedirs(output_dir, exist_ok=True)
+        written = []
+        save = getattr(self.model, "save_pretrained", None)
+        if callable(save):
+            save(output_dir)
+            written += sorted(os.path.join(output_dir, f) for f in os.listdir(output_dir))
+        else:
+            path = os.path.join(output_dir, "pytorch_model.bin")
+            with replacing(path) as tmp:
+                torch.save(self.model.state_dict(), tmp)
+            written.append(path)
+        recipe_path = os.path.join(output_dir, "recipe.yaml")
+        write_text(recipe_path, recipe_text)
+        return sorted(set(written) | {recipe_path})

@@ -1,0 +1,164 @@
+"""``recipe_spec.oneshot``: llm-compressor's entry point, with its keyword names and defaults.
+
+A script written for llm-compressor switches by changing an import::
+
+    from recipe_spec import oneshot      # was: from llmcompressor import oneshot
+
+    model = oneshot(model=model, recipe="recipe.yaml", dataset=tokenised,
+                    num_calibration_samples=512, output_dir="pruned")
+
+Before any weight changes, the recipe passes ``recipe-spec validate``'s checks (every error
+located: file:line:col, code, hint) and every modifier is one this backend runs in one shot
+(:mod:`.modifiers`); then the calibration data is ordered and batched (:mod:`.calibration`)
+and the pipeline runs (:mod:`.pipeline`) over the backend's calibration host.
+
+Where llm-compressor 0.14 differs from what its documentation promises, this follows the
+documentation: ``ignore: ["lm_head"]`` excludes lm_head; a one-shot MagnitudePruningModifier
+prunes; a recipe without a ``*_stage`` level is refused (not read as empty); a sparsity outside
+[0, 1) or one an N:M ``mask_structure`` overrides is refused before anything runs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from ..diagnostics.base import RecipeError
+from ..loader import load
+from ..recipe.model import Recipe
+from ..registry import backend_for
+from ..runtime.preflight import refuse_invalid
+from .calibration import prepare
+from .modifiers import resolve
+from .pipeline import PIPELINES, OneShotReport, run_pipeline
+
+__all__ = ["oneshot", "apply_oneshot", "last_report"]
+
+_LAST: list[OneShotReport] = []
+
+
+def last_report() -> OneShotReport | None:
+    """The report of the last :func:`oneshot` run in this process (samples fed, pipelines,
+    per-module sparsity and loss), None before the first."""
+    return _LAST[-1] if _LAST else None
+
+
+def _recipe(recipe: Any, recipe_args: Any) -> Recipe:
+    if isinstance(recipe, Recipe):
+        if recipe_args:
+            raise ValueError("recipe_args apply when loading a recipe; pass the path or text instead of a Recipe")
+        return recipe
+    if isinstance(recipe, (str, os.PathLike)):
+        return load(recipe, dict(recipe_args) if recipe_args else None)
+    raise TypeError(f"recipe must be a path, YAML text or a recipe_spec.Recipe, not {type(recipe).__name__}")
+
+
+def oneshot(
+    model: Any = None,
+    recipe: Any = None,
+    dataset: Any = None,
+    *,
+    tokenizer: Any = None,
+    processor: Any = None,
+    num_calibration_samples: int = 512,
+    shuffle_calibration_samples: bool = True,
+    batch_size: int = 1,
+    data_collator: str = "truncation",
+    pipeline: str = "independent",
+    sequential_targets: Sequence[str] | str | None = None,
+    sequential_offload_device: str | None = None,
+    output_dir: str | os.PathLike[str] | None = None,
+    save_compressed: bool = True,
+    recipe_args: Any = None,
+    seed: int = 42,
+) -> Any:
+    """Compress ``model`` in one pass with the stage/group ``recipe``; returns the model.
+
+    ``model``: a framework model (PyTorch ``nn.Module``, e.g. a Hugging Face
+    ``LlamaForCausalLM``). ``recipe``: a path, YAML text or loaded :class:`~recipe_spec.Recipe`
+    (``recipe_args``: variable overrides). ``dataset``: tokenised calibration samples (an
+    iterable of ``{"input_ids", "attention_mask"}`` dicts, a ``datasets.Dataset`` with an
+    ``input_ids`` column, or a DataLoader); ``tokenizer``/``processor`` are accepted and unused,
+    as llm-compressor does for tokenised data. The first ``num_calibration_samples`` are fed
+    longest first, or in a shuffled order seeded by ``seed`` when
+    ``shuffle_calibration_samples``, in batches of ``batch_size`` cut to their shortest sample.
+    ``pipeline``: ``independent``, ``sequential`` or ``datafree``; ``sequential_targets``: the
+    class names of the blocks run one after another (default: the model's repeated block).
+    ``sequential_offload_device="cpu"`` keeps the cached block inputs in host memory (default
+    None: where the model runs; llm-compressor defaults to "cpu"). ``output_dir``: save the
+    model (``save_pretrained`` for a Hugging Face model) and ``recipe.yaml`` there; sparse
+    models are saved dense (``save_compressed`` has nothing to compress).
+
+    Raises :class:`~recipe_spec.RecipeError` (every problem located in the recipe) before any
+    weight changes when the recipe is invalid or holds a modifier or argument this backend does
+    not run in one shot.
+
+    Example (``samples``: a list of ``{"input_ids": [...], "attention_mask": [...]}``)::
+
+        import recipe_spec
+
+        model = recipe_spec.oneshot(model=model, dataset=samples, recipe='''
+        sparsity_stage:
+          sparsity_modifiers:
+            SparseGPTModifier: {sparsity: 0.5, mask_structure: "2:4", ignore: [lm_head]}
+        ''', num_calibration_samples=16, shuffle_calibration_samples=False)
+        print(recipe_spec.one_shot.last_report().sparsity())
+    """
+    del tokenizer, processor, save_compressed  # tokenised data only; sparse weights are saved dense
+    if model is None or recipe is None:
+        raise TypeError("oneshot() needs model= and recipe=")
+    if data_collator != "truncation":
+        raise ValueError(f"data_collator {data_collator!r}: recipe_spec.oneshot batches with 'truncation' only")
+    if pipeline not in PIPELINES:
+        raise ValueError(f"pipeline {pipeline!r} is not one of {', '.join(PIPELINES)}")
+    loaded = _recipe(recipe, recipe_args)
+    report = apply_oneshot(
+        model, loaded, dataset, num_calibration_samples=num_calibration_samples,
+        shuffle_calibration_samples=shuffle_calibration_samples, batch_size=batch_size,
+        pipeline=pipeline, sequential_targets=sequential_targets,
+        offload=sequential_offload_device is not None and str(sequential_offload_device).startswith("cpu"),
+        output_dir=output_dir, seed=seed,
+    )
+    del report
+    return model
+
+
+def apply_oneshot(
+    model: Any, recipe: Recipe, dataset: Any = None, *, num_calibration_samples: int = 512,
+    shuffle_calibration_samples: bool = True, batch_size: int = 1, pipeline: str = "independent",
+    sequential_targets: Sequence[str] | str | None = None, offload: bool = False,
+    output_dir: str | os.PathLike[str] | None = None, seed: int = 42,
+) -> OneShotReport:
+    """:func:`oneshot` for a loaded recipe (``ScheduledModifierManager.apply(model,
+    calibration=...)`` calls it); returns the run's :class:`~.pipeline.OneShotReport`."""
+    refuse_invalid(recipe)
+    backend = backend_for(model)
+    mods = resolve(recipe, frozenset(backend.capabilities), backend.name)
+    make_host = getattr(backend, "calibration_host", None)
+    if make_host is None:  # capabilities say "oneshot" without a host: a backend defect
+        raise NotImplementedError(f"the {backend.name} backend declares 'oneshot' but has no calibration_host()")
+    if isinstance(sequential_targets, str):
+        sequential_targets = [sequential_targets]
+    needs_data = [m for m in mods if m.needs_data]
+    if needs_data and dataset is None:
+        first = needs_data[0]
+        raise RecipeError([_need_data(recipe, first)])
+    with make_host(model) as host:
+        calibration = prepare(host, dataset, num_calibration_samples=num_calibration_samples,
+                              shuffle=shuffle_calibration_samples, batch_size=batch_size,
+                              seed=seed) if needs_data else None
+        report = run_pipeline(host, mods, calibration, pipeline=pipeline,
+                              sequential_targets=sequential_targets, offload=offload)
+        if output_dir is not None:
+            text = recipe.source.yaml_text if recipe.source is not None else recipe.to_yaml()
+            host.save(os.fspath(output_dir), text)
+    _LAST[:] = [report]
+    return report
+
+
+def _need_data(recipe: Recipe, mod: Any) -> Any:
+    from ..diagnostics import codes
+
+    return codes.B001(f"{mod.type} needs calibration data and no dataset was given",
+                      "Pass dataset= (tokenised samples) to oneshot().", mod.entry.span).in_file(recipe.path)

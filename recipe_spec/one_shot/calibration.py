@@ -1,0 +1,115 @@
+"""Calibration data: which samples, in which order, in which batches (llm-compressor 0.14's
+rules, ``datasets/utils.py``).
+
+- ``dataset``: an iterable of input dicts (``input_ids`` and optionally ``attention_mask``,
+  tensors or lists), a tokenised ``datasets.Dataset`` (anything with an ``input_ids`` column,
+  read by index; ``datasets`` is never imported here), or a DataLoader (its batches are used as
+  they come, up to ``num_calibration_samples`` samples).
+- The first ``num_calibration_samples`` samples are taken (after a seeded shuffle when
+  ``shuffle_calibration_samples``); without shuffling they are fed longest first
+  (``LengthAwareSampler``: ``torch.argsort(lengths, descending=True)``), with it in the
+  shuffled order.
+- Batches of ``batch_size`` consecutive samples, cut to the batch's shortest sample
+  (``DataCollatorWithTruncation``).
+
+>>> order_samples([3, 5, 4], shuffle=False, seed=42, longest_first=lambda l: sorted(range(len(l)), key=lambda i: -l[i]))
+[1, 2, 0]
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Calibration", "order_samples", "is_dataloader", "read_samples", "prepare"]
+
+
+@dataclass
+class Calibration:
+    """The batches to run (host arrays) and where they came from: ``order`` holds the indices
+    of the samples fed, in the order fed (None for a DataLoader's own batches)."""
+
+    batches: list[Any]
+    order: list[int] | None
+    batch_rows: list[list[int]] = field(default_factory=list)
+
+    @property
+    def num_samples(self) -> int:
+        return sum(len(rows) for rows in self.batch_rows)
+
+
+def is_dataloader(dataset: Any) -> bool:
+    """A DataLoader (told by its attributes: ``batch_size``, ``dataset`` and ``sampler``)."""
+    return all(hasattr(dataset, a) for a in ("batch_size", "dataset", "sampler"))
+
+
+def read_samples(dataset: Any) -> list[Mapping[str, Any]]:
+    """Every sample of an iterable of dicts or of a datasets-like table, as dicts."""
+    names = getattr(dataset, "column_names", None)
+    if names is not None and "input_ids" in names and hasattr(dataset, "__getitem__"):
+        return [dict(dataset[i]) for i in range(len(dataset))]
+    if isinstance(dataset, Mapping):
+        raise TypeError("dataset must be an iterable of input dicts, a tokenised datasets.Dataset "
+                        "or a DataLoader, not one dict: wrap it in a list")
+    samples = list(dataset)
+    for i, s in enumerate(samples):
+        if not isinstance(s, Mapping) or "input_ids" not in s:
+            raise TypeError(f"calibration sample {i} is {type(s).__name__}, not a dict with 'input_ids' "
+                            "(give tokenised samples: {'input_ids': [...], 'attention_mask': [...]})")
+    return samples
+
+
+def order_samples(lengths: Sequence[int], *, shuffle: bool, seed: int,
+                  longest_first: Callable[[Sequence[int]], list[int]]) -> list[int]:
+    """The indices of the samples fed, in order: shuffled with ``random.Random(seed)``, or
+    longest first by ``longest_first`` (the framework's descending argsort)."""
+    if shuffle:
+        order = list(range(len(lengths)))
+        random.Random(seed).shuffle(order)
+        return order
+    return [int(i) for i in longest_first(list(lengths))]
+
+
+def prepare(host: Any, dataset: Any, *, num_calibration_samples: int, shuffle: bool,
+            batch_size: int, seed: int = 42) -> Calibration:
+    """The calibration batches for ``host`` (:class:`~.host.CalibrationHost`)."""
+    if num_calibration_samples < 1 or batch_size < 1:
+        raise ValueError(f"num_calibration_samples ({num_calibration_samples}) and batch_size "
+                         f"({batch_size}) must be at least 1")
+    if is_dataloader(dataset):
+        return _from_loader(dataset, num_calibration_samples)
+    samples = read_samples(dataset)
+    if not samples:
+        raise ValueError("the calibration dataset is empty")
+    if shuffle:
+        picked = order_samples(range(len(samples)), shuffle=True, seed=seed,  # type: ignore[arg-type]
+                               longest_first=host.order_longest_first)[:num_calibration_samples]
+        order = picked
+    else:
+        chosen = samples[:num_calibration_samples]
+        order = order_samples(host.lengths(chosen), shuffle=False, seed=seed,
+                              longest_first=host.order_longest_first)
+    lengths = host.lengths(samples)
+    batches, rows = [], []
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        batches.append(host.collate([samples[i] for i in idx], min(lengths[i] for i in idx)))
+        rows.append(idx)
+    return Calibration(batches, order, rows)
+
+
+def _from_loader(loader: Iterable[Any], limit: int) -> Calibration:
+    batches, rows, seen = [], [], 0
+    for batch in loader:
+        if seen >= limit:
+            break
+        ids = batch["input_ids"] if isinstance(batch, Mapping) else batch
+        size = len(ids)
+        batches.append(batch)
+        rows.append(list(range(seen, seen + size)))
+        seen += size
+    if not batches:
+        raise ValueError("the calibration DataLoader gave no batch")
+    return Calibration(batches, None, rows)

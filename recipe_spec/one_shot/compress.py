@@ -1,0 +1,96 @@
+"""One module compressed by one modifier: the statistics it gathers from the module's inputs,
+then the solve (SparseGPT, Wanda, magnitude), through the backend's array operations.
+
+Statistics are fed each module input ``X`` (``[tokens, in]``, float32) with the number of
+sequences it came from: SparseGPT's running-mean Hessian, Wanda's row scalars (``n`` counts
+sequences, as llm-compressor).
+
+The statistics are :mod:`recipe_spec.pruning.second_order.hessian`'s, the solvers
+:mod:`recipe_spec.pruning.second_order.blockwise` (SparseGPT) and
+:mod:`recipe_spec.pruning.second_order.wanda`; magnitude masks are
+:func:`recipe_spec.masks.algorithms.compute_mask`. A per-layer note (a Cholesky failure and
+what was done instead) is logged and warned with the layer's name, never dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from ..masks.algorithms import compute_mask
+from ..pruning.second_order.blockwise import SolverError, sparsegpt_prune
+from ..pruning.second_order.hessian import HessianStats, WandaStats
+from ..pruning.second_order.wanda import wanda_prune
+from .modifiers import OneShotModifier
+
+__all__ = ["LayerReport", "new_statistics", "compress_module"]
+
+_LOG = logging.getLogger("recipe_spec.oneshot")
+
+
+@dataclass(frozen=True)
+class LayerReport:
+    """What one modifier did to one module: the zero fraction reached, the solver's loss
+    (SparseGPT), the number of calibration sequences seen, and a note when the solve fell
+    back (e.g. a Hessian that is not positive definite)."""
+
+    module: str
+    modifier: str
+    sparsity: float
+    loss: float | None = None
+    samples: int = 0
+    note: str = ""
+
+
+def new_statistics(ops: Any, mod: OneShotModifier, columns: int, like: Any) -> Any:
+    """A fresh accumulator for ``mod`` on a module with ``columns`` inputs (None: it needs no
+    data). ``like``: an array of the dtype and device to accumulate in (float32)."""
+    if mod.kind == "sparsegpt":
+        return HessianStats(ops, columns, like)
+    if mod.kind == "wanda":
+        return WandaStats(ops, columns, like)
+    return None
+
+
+def _zero_fraction(ops: Any, weight: Any) -> float:
+    total = 1
+    for d in weight.shape:
+        total *= int(d)
+    return 1.0 - ops.count_nonzero(weight) / total if total else 0.0
+
+
+def compress_module(host: Any, mod: OneShotModifier, name: str, stats: Any) -> LayerReport:
+    """Compress module ``name`` of ``host`` by ``mod`` (``stats`` from :func:`new_statistics`)
+    and write the weight back."""
+    ops = host.ops
+    if mod.kind == "constant":
+        weight = host.weight(name)
+        return LayerReport(name, mod.type, _zero_fraction(ops, weight))
+    weight = host.weight(name)
+    loss, note, samples = None, "", int(getattr(stats, "samples", 0) or 0)
+    if mod.kind == "magnitude":
+        mask = compute_mask(ops, weight, mod.sparsity, mod.mask_type)
+        new = ops.where(mask, weight, 0.0)
+    else:
+        try:
+            if mod.kind == "sparsegpt":
+                result = sparsegpt_prune(
+                    ops, weight, stats.hessian, sparsity=mod.sparsity, prune_n=mod.prune_n,
+                    prune_m=mod.prune_m, block_size=mod.block_size, dampening_frac=mod.dampening_frac,
+                    preserve_mask=True if mod.preserve_mask else None)
+            else:
+                result = wanda_prune(ops, weight, stats.row_scalars, sparsity=mod.sparsity,
+                                     prune_n=mod.prune_n, prune_m=mod.prune_m)
+        except (SolverError, ValueError) as exc:
+            raise type(exc)(f"{mod.type} ({mod.where}) on {name}: {exc}; no later layer was "
+                            "compressed") from None
+        new, loss, note = result.weight, result.loss, result.report or ""
+    host.set_weight(name, new)
+    report = LayerReport(name, mod.type, _zero_fraction(ops, new), loss, samples, note)
+    _LOG.info("%s: %s compressed %s to sparsity %.4f%s%s", mod.where, mod.type, name, report.sparsity,
+              f" using {samples} samples" if samples else "", f", loss {loss:.4g}" if loss is not None else "")
+    if note:
+        warnings.warn(f"{mod.type} ({mod.where}) on {name}: {note}", UserWarning, stacklevel=2)
+    return report

@@ -1,0 +1,87 @@
+"""The calibration host: what a backend supplies to the one-shot pipeline.
+
+The pipeline (:mod:`.pipeline`) decides everything: which modules are compressed, in which
+order, which samples are run through which block, when statistics are gathered and freed.
+A backend supplies the model operations behind this protocol (PyTorch:
+``recipe_spec_torch.oneshot.TorchCalibrationHost``): listing modules, finding the repeated
+block, running the model or one block with observers on some modules, reading and writing a
+weight, and the array operations of :class:`recipe_spec.pruning.second_order.ops.FisherOps`.
+
+Arrays, batches and cached block inputs are opaque to the core: it hands back what the host
+gave it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = ["ModuleInfo", "Observer", "CalibrationHost"]
+
+#: Called with a module's input as a 2-D float32 array ``[tokens, in_features]`` and the
+#: number of sequences (batch rows) those tokens came from.
+Observer = Callable[[Any, int], None]
+
+
+@dataclass(frozen=True)
+class ModuleInfo:
+    """One module of the model as the pipeline sees it.
+
+    ``classes``: the class names of its type and bases (``("Linear", "Module")``);
+    ``prunable``: a layer whose weight the one-shot modifiers compress (a ``Linear``);
+    ``weight_shape``: its weight's canonical shape ``(out, in)``, () when it has none.
+    """
+
+    name: str
+    classes: tuple[str, ...]
+    prunable: bool
+    weight_shape: tuple[int, ...] = ()
+
+
+class CalibrationHost(Protocol):
+    """A model held for one-shot compression (see the module docstring)."""
+
+    #: Array operations (:class:`~recipe_spec.pruning.second_order.ops.FisherOps`).
+    ops: Any
+
+    def modules(self) -> Sequence[ModuleInfo]:
+        """Every module in ``named_modules`` order (the model itself has the name ``""``)."""
+
+    def repeated_blocks(self, sequential_targets: Sequence[str] | None) -> list[str]:
+        """The names of the blocks the sequential pipeline runs one after another: modules of
+        a class in ``sequential_targets``, or by default the model's repeated block (a
+        ModuleList of identical layers, e.g. ``LlamaDecoderLayer``); [] when none is found."""
+
+    def lengths(self, samples: Sequence[Mapping[str, Any]]) -> list[int]:
+        """The token count of each sample (its ``input_ids``)."""
+
+    def order_longest_first(self, lengths: Sequence[int]) -> list[int]:
+        """Indices of ``lengths`` longest first, as the framework's descending argsort gives
+        them (ties included)."""
+
+    def collate(self, samples: Sequence[Mapping[str, Any]], length: int) -> Any:
+        """One batch: the samples' sequences cut to ``length`` tokens and stacked."""
+
+    def capture(self, block: str, batches: Sequence[Any], offload: bool) -> list[Any]:
+        """Run the model on each batch up to ``block`` and return, per batch, the block's
+        inputs (positional and keyword arguments). ``offload``: keep them in host memory."""
+
+    def run_block(self, block: str, inputs: Sequence[Any], observers: Mapping[str, Observer],
+                  propagate: bool) -> list[Any]:
+        """Run ``block`` on each cached input with ``observers`` on the named modules; with
+        ``propagate``, return the inputs of the next block (its outputs in place of the
+        hidden states), else []."""
+
+    def run_model(self, batches: Sequence[Any], observers: Mapping[str, Observer]) -> None:
+        """Run the whole model on each batch with ``observers`` on the named modules."""
+
+    def weight(self, name: str) -> Any:
+        """The weight of module ``name`` as a float32 ``(out, in)`` array (a copy)."""
+
+    def set_weight(self, name: str, value: Any) -> None:
+        """Write ``value`` (``(out, in)``) into module ``name``'s weight, in its own dtype."""
+
+    def save(self, output_dir: str, recipe_text: str) -> list[str]:
+        """Save the model (``save_pretrained`` when it has one) and ``recipe.yaml`` under
+        ``output_dir``; the paths written."""

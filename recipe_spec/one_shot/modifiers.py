@@ -1,0 +1,222 @@
+"""Which one-shot modifiers a stage/group recipe holds, with their arguments resolved, and which
+modules of a model each one compresses.
+
+``oneshot()`` runs SparseGPTModifier, WandaPruningModifier and the one-shot reading of
+MagnitudePruningModifier (prune each target to ``final_sparsity`` by ``|w|`` now) and
+ConstantPruningModifier (keep the zeros there are: nothing to do in one pass). Every other
+modifier, an argument this pipeline does not honour, a backend without the modifier's
+``oneshot_needs`` and a ``!Modifier`` recipe are refused with located errors (B001) before
+any weight changes.
+
+Targets and ignore follow compressed-tensors: a string is a module name, a class name (of the
+module's type or a base), or ``re:<pattern>`` matched with ``re.match`` (a prefix match) on the
+module name; every prunable layer inside a matched module is a target. Unlike llm-compressor
+0.14, a plain name in ``ignore`` (``lm_head``) does exclude that module.
+
+>>> from recipe_spec import load
+>>> r = load("s_stage:\\n  s_modifiers:\\n    SparseGPTModifier:\\n      sparsity: 0.5\\n"
+...          "      mask_structure: '2:4'\\n      ignore: [lm_head]\\n")
+>>> m = resolve(r, frozenset({"oneshot", "scores:sparsegpt"}), "torch")[0]
+>>> m.kind, m.sparsity, (m.prune_n, m.prune_m), m.targets, m.ignore, m.pipeline
+('sparsegpt', 0.5, (2, 4), ('Linear',), ('lm_head',), 'sequential')
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..core_dialect import core_spec
+from ..diagnostics import codes
+from ..diagnostics.base import Diagnostic, RecipeError
+from ..recipe.model import Modifier, Recipe
+from .host import ModuleInfo
+
+__all__ = ["OneShotModifier", "resolve", "select_modules", "matches"]
+
+#: The one-shot kind of each modifier ``oneshot()`` runs.
+KINDS = {"SparseGPTModifier": "sparsegpt", "WandaPruningModifier": "wanda",
+         "MagnitudePruningModifier": "magnitude", "ConstantPruningModifier": "constant"}
+#: Arguments read by the pipeline or without effect on its result, per kind.
+_READ = {
+    "sparsegpt": {"sparsity", "mask_structure", "targets", "ignore", "block_size", "dampening_frac",
+                  "preserve_sparsity_mask", "offload_hessians", "sequential_update"},
+    "wanda": {"sparsity", "mask_structure", "targets", "ignore", "sequential_update"},
+    "magnitude": {"targets", "init_sparsity", "final_sparsity", "mask_structure", "leave_enabled",
+                  "update_scheduler", "scheduler_args"},
+    "constant": {"targets"},
+}
+#: Base-class arguments that do nothing in a single pass.
+_BASE = {"index", "group", "start", "end", "update", "requires_calibration_data"}
+_NM = re.compile(r"^([0-9]+):([0-9]+)$")
+_TOKENS = {"__ALL__", "__ALL_PRUNABLE__"}
+
+
+@dataclass(frozen=True)
+class OneShotModifier:
+    """One modifier as the pipeline runs it.
+
+    ``kind``: ``sparsegpt``, ``wanda``, ``magnitude`` or ``constant``; ``entry``: the recipe
+    entry (for located messages). ``prune_n``/``prune_m``: prune N of every M weights
+    (llm-compressor's ``mask_structure``; 0 = unstructured); ``mask_type``: the magnitude
+    mask type (:func:`recipe_spec.masks.algorithms.compute_mask`)."""
+
+    type: str
+    kind: str
+    entry: Modifier
+    targets: tuple[str, ...]
+    ignore: tuple[str, ...] = ()
+    sparsity: float = 0.0
+    prune_n: int = 0
+    prune_m: int = 0
+    mask_type: str = "unstructured"
+    block_size: int = 128
+    dampening_frac: float = 0.01
+    preserve_mask: bool = False
+
+    @property
+    def needs_data(self) -> bool:
+        """Whether it needs calibration data (SparseGPT and Wanda)."""
+        return self.kind in ("sparsegpt", "wanda")
+
+    @property
+    def pipeline(self) -> str:
+        """The pipeline ``independent`` gives it: ``sequential`` with data, else ``datafree``."""
+        return "sequential" if self.needs_data else "datafree"
+
+    @property
+    def where(self) -> str:
+        """``file:line`` of its recipe entry."""
+        return f"{self.entry.file or '<string>'}:{self.entry.span.line}"
+
+
+def _strings(value: Any, default: tuple[str, ...]) -> tuple[str, ...]:
+    if value is None:
+        return default
+    return (value,) if isinstance(value, str) else tuple(str(v) for v in value)
+
+
+def _b001(recipe: Recipe, m: Modifier, message: str, hint: str, key: str | None = None) -> Diagnostic:
+    span = m.key_span(key) if key is not None else m.span
+    return codes.B001(message, hint, span).in_file(recipe.path)
+
+
+def _one(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnostic]) -> OneShotModifier | None:
+    args = m.args
+    for key in sorted(set(args) - _READ[kind] - _BASE):
+        errors.append(_b001(recipe, m, f"{m.type} argument `{key}` is not run by recipe_spec.oneshot",
+                            f"Remove `{key}`, or run this recipe with llm-compressor.", key))
+    if kind in ("sparsegpt", "wanda"):
+        sparsity = args.get("sparsity")
+        if not isinstance(sparsity, (int, float)) or isinstance(sparsity, bool):
+            errors.append(_b001(recipe, m, f"{m.type} with sparsity {sparsity!r}: recipe_spec.oneshot "
+                                "runs one sparsity for every layer", "Write one number, e.g. sparsity: 0.5.",
+                                "sparsity"))
+            return None
+        match = _NM.match(str(args.get("mask_structure", "0:0")))
+        n, size = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+        return OneShotModifier(
+            m.type, kind, m, _strings(args.get("targets"), ("Linear",)), _strings(args.get("ignore"), ()),
+            float(sparsity), n, size if n else 0,
+            block_size=int(args.get("block_size", 128)),
+            dampening_frac=float(args.get("dampening_frac", 0.01) if args.get("dampening_frac") is not None else 0.01),
+            preserve_mask=bool(args.get("preserve_sparsity_mask", False)),
+        )
+    targets = _strings(args.get("targets"), ())
+    if kind == "constant":
+        return OneShotModifier(m.type, kind, m, targets)
+    structure = str(args.get("mask_structure", "unstructured"))
+    final = float(args.get("final_sparsity", 0.0))
+    match = _NM.match(structure)
+    if match is None and structure != "unstructured":
+        errors.append(_b001(recipe, m, f"MagnitudePruningModifier mask_structure '{structure}' is not "
+                            "run by recipe_spec.oneshot", "Write 'unstructured' or 'N:M'.", "mask_structure"))
+        return None
+    if match is not None and abs((1 - int(match.group(1)) / max(int(match.group(2)), 1)) - final) > 1e-9:
+        errors.append(codes.M006(
+            f"final_sparsity {final:g} is overridden by mask_structure '{structure}' (sparsity "
+            f"{1 - int(match.group(1)) / max(int(match.group(2)), 1):g})",
+            "Write the sparsity the N:M pattern gives, or mask_structure: unstructured.",
+            m.value_span("final_sparsity")).in_file(recipe.path))
+        return None
+    return OneShotModifier(m.type, kind, m, targets, sparsity=final, mask_type=structure)
+
+
+def resolve(recipe: Recipe, capabilities: frozenset[str], backend: str) -> list[OneShotModifier]:
+    """The one-shot modifiers of ``recipe`` in recipe order (every stage's, concatenated, as
+    llm-compressor does). Raises :class:`RecipeError` with a located B001 for each modifier or
+    argument ``oneshot()`` does not run on ``backend`` (with ``capabilities``)."""
+    if recipe.dialect != "core":
+        first = recipe.modifiers[0] if recipe.modifiers else None
+        span = first.span if first is not None else recipe.stages[0].span
+        raise RecipeError([codes.B001(
+            "recipe_spec.oneshot runs stage/group recipes (llm-compressor's); this is a `!Modifier` "
+            "training recipe", "Write '<name>_stage:' / '<name>_modifiers:' / 'SparseGPTModifier: {...}', "
+            "or run this recipe with ScheduledModifierManager.modify().", span).in_file(recipe.path)])
+    errors: list[Diagnostic] = []
+    out: list[OneShotModifier] = []
+    for m in recipe.modifiers:
+        declared = core_spec(m.type)
+        kind = KINDS.get(m.type)
+        needs = declared.oneshot_needs if declared is not None else frozenset()
+        if kind is None or not needs:
+            errors.append(_b001(recipe, m, f"{m.type} is not run by recipe_spec.oneshot yet",
+                                "Run this recipe with llm-compressor, or remove the modifier."))
+            continue
+        if not needs <= capabilities:
+            errors.append(_b001(recipe, m, f"{m.type} is not available in oneshot() on the {backend} "
+                                f"backend (it needs {', '.join(sorted(needs - capabilities))})",
+                                "Run it on a backend that has it (schemas/backends.json lists them)."))
+            continue
+        resolved = _one(recipe, m, kind, errors)
+        if resolved is not None:
+            out.append(resolved)
+    if errors:
+        raise RecipeError(sorted(errors, key=lambda d: (d.line, d.column)))
+    return out
+
+
+def matches(target: str, name: str, classes: Sequence[str]) -> bool:
+    """Whether ``target`` names module ``name`` (compressed-tensors: ``re:`` with
+    ``re.match``, else the exact name or a class name).
+
+    >>> matches("re:.*lm_head", "lm_head", ()), matches("lm_head", "lm_head", ()), matches("Linear", "x", ("Linear",))
+    (True, True, True)
+    """
+    if target.startswith("re:"):
+        return re.match(target[3:], name) is not None
+    return target == name or target in classes
+
+
+def _param_match(target: str, name: str) -> bool:
+    """A parameter selector (``re:.*weight``, ``x.weight``) that names ``name``'s weight."""
+    weight = f"{name}.weight"
+    if target.startswith("re:"):
+        return re.match(target[3:], weight) is not None
+    return target == weight
+
+
+def select_modules(modules: Sequence[ModuleInfo], mod: OneShotModifier) -> list[str]:
+    """The prunable modules ``mod`` compresses, in ``named_modules`` order: every prunable
+    layer inside a module its targets match (magnitude and constant also take parameter
+    selectors and ``__ALL_PRUNABLE__``), none that an ``ignore`` entry matches (itself or a
+    module containing it)."""
+    matched = [i.name for i in modules if any(matches(t, i.name, i.classes) for t in mod.targets)]
+    tokens = mod.kind in ("magnitude", "constant")
+    ignored = [i.name for i in modules if any(matches(t, i.name, i.classes) for t in mod.ignore)]
+
+    def inside(name: str, roots: Sequence[str]) -> bool:
+        return any(r == "" or name == r or name.startswith(r + ".") for r in roots)
+
+    out = []
+    for info in modules:
+        if not info.prunable or inside(info.name, ignored):
+            continue
+        hit = inside(info.name, matched)
+        if not hit and tokens:
+            hit = any(t.upper() in _TOKENS or _param_match(t, info.name) for t in mod.targets)
+        if hit:
+            out.append(info.name)
+    return out

@@ -1,0 +1,158 @@
+"""The one-shot pipelines, written once over a :class:`~.host.CalibrationHost`.
+
+- ``independent`` (the default): each modifier on its own pass with the pipeline it needs:
+  ``sequential`` if it needs calibration data (SparseGPT, Wanda), else ``datafree``.
+- ``sequential``: block by block over the model's repeated blocks (``sequential_targets``,
+  default the decoder layer class): the inputs of the first block are captured for every
+  batch; then, for each block, every batch runs through it with observers on its targets
+  (Hessians or row scalars), its targets are compressed in ``named_modules`` order (modifier
+  after modifier), their statistics freed, and every batch runs again through the compressed
+  block to give the next block's inputs. Targets outside every block (``lm_head``) are
+  calibrated at the end on whole-model passes. Peak memory: one block's statistics and one
+  activation cache (``offload=True`` keeps the cache in host memory).
+- ``datafree``: every target compressed from its weight alone.
+
+When no repeated block is found (a small model without a ModuleList of identical layers),
+``sequential`` runs the whole model once with every observer on, then compresses.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .calibration import Calibration
+from .compress import LayerReport, compress_module, new_statistics
+from .host import CalibrationHost, ModuleInfo
+from .modifiers import OneShotModifier, select_modules
+
+__all__ = ["PIPELINES", "OneShotReport", "run_pipeline"]
+
+PIPELINES = ("independent", "sequential", "datafree")
+_LOG = logging.getLogger("recipe_spec.oneshot")
+
+
+@dataclass
+class OneShotReport:
+    """What a one-shot run did: the samples fed (dataset indices, in order; None for a
+    DataLoader), the pipeline each modifier ran in, and one :class:`LayerReport` per
+    module compressed, in the order compressed."""
+
+    order: list[int] | None = None
+    pipelines: list[tuple[str, str]] = field(default_factory=list)
+    layers: list[LayerReport] = field(default_factory=list)
+
+    def sparsity(self) -> dict[str, float]:
+        """Zero fraction per module after its last compression."""
+        return {r.module: r.sparsity for r in self.layers}
+
+
+def _inside(name: str, root: str) -> bool:
+    return root == "" or name == root or name.startswith(root + ".")
+
+
+def run_pipeline(host: CalibrationHost, mods: Sequence[OneShotModifier], calibration: Calibration | None,
+                 *, pipeline: str = "independent", sequential_targets: Sequence[str] | None = None,
+                 offload: bool = False) -> OneShotReport:
+    """Run ``mods`` on ``host``'s model (see the module docstring); the report."""
+    if pipeline not in PIPELINES:
+        raise ValueError(f"pipeline {pipeline!r} is not one of {', '.join(PIPELINES)}")
+    report = OneShotReport(order=calibration.order if calibration is not None else None)
+    modules = list(host.modules())
+    if pipeline == "independent":
+        for mod in mods:
+            _LOG.info("%s: %s runs in the %s pipeline", mod.where, mod.type, mod.pipeline)
+            _run(host, modules, [mod], calibration, mod.pipeline, sequential_targets, offload, report)
+    else:
+        _run(host, modules, list(mods), calibration, pipeline, sequential_targets, offload, report)
+    return report
+
+
+def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotModifier],
+         calibration: Calibration | None, pipeline: str, sequential_targets: Sequence[str] | None,
+         offload: bool, report: OneShotReport) -> None:
+    report.pipelines += [(m.type, pipeline) for m in mods]
+    targets = [select_modules(modules, m) for m in mods]
+    for mod, names in zip(mods, targets, strict=True):
+        if not names:
+            _LOG.warning("%s: %s selects no prunable layer of this model", mod.where, mod.type)
+    data = [m for m in mods if m.needs_data]
+    if pipeline == "datafree" or not data:
+        if data:
+            raise ValueError(f"{data[0].type} ({data[0].where}) needs calibration data; the datafree "
+                             "pipeline has none (use pipeline='sequential' or 'independent')")
+        for mod, names in zip(mods, targets, strict=True):
+            report.layers += [compress_module(host, mod, n, None) for n in names]
+        return
+    if calibration is None or not calibration.batches:
+        raise ValueError(f"{data[0].type} ({data[0].where}) needs calibration data: pass dataset=")
+    shapes = {i.name: i.weight_shape for i in modules}
+    blocks = _outermost(host.repeated_blocks(sequential_targets))
+    done: set[str] = set()
+    if blocks:
+        inputs = host.capture(blocks[0], calibration.batches, offload)
+        for k, block in enumerate(blocks):
+            part = [[n for n in names if _inside(n, block)] for names in targets]
+            stats = _observe(host, mods, part, shapes)
+            if stats:
+                host.run_block(block, inputs, _observers(stats), propagate=False)
+            _compress(host, mods, part, stats, report)
+            done.update(n for names in part for n in names)
+            del stats
+            if k + 1 < len(blocks):
+                inputs = host.run_block(block, inputs, {}, propagate=True)
+        del inputs
+    rest = [[n for n in names if n not in done] for names in targets]
+    if any(rest):
+        stats = _observe(host, mods, rest, shapes)
+        if stats:
+            host.run_model(calibration.batches, _observers(stats))
+        _compress(host, mods, rest, stats, report)
+
+
+def _outermost(blocks: Sequence[str]) -> list[str]:
+    """``blocks`` without those nested in an earlier one."""
+    out: list[str] = []
+    for b in blocks:
+        if not any(_inside(b, o) for o in out):
+            out.append(b)
+    return out
+
+
+def _observe(host: CalibrationHost, mods: list[OneShotModifier], part: list[list[str]],
+             shapes: dict[str, tuple[int, ...]]) -> dict[tuple[int, str], Any]:
+    """A fresh accumulator per (modifier, module) that needs data: ``{(i, name): stats}``."""
+    out: dict[tuple[int, str], Any] = {}
+    for i, (mod, names) in enumerate(zip(mods, part, strict=True)):
+        if not mod.needs_data:
+            continue
+        for name in names:
+            like = host.weight(name)
+            out[(i, name)] = new_statistics(host.ops, mod, int(shapes[name][-1]), like)
+    return out
+
+
+def _observers(stats: dict[tuple[int, str], Any]) -> dict[str, Any]:
+    """One observer per module, feeding every accumulator of that module."""
+    by_module: dict[str, list[Any]] = {}
+    for (_, name), s in stats.items():
+        by_module.setdefault(name, []).append(s)
+
+    def feed(accumulators: list[Any]) -> Any:
+        def observe(x: Any, sequences: int) -> None:
+            for a in accumulators:
+                a.add(x, sequences)
+        return observe
+
+    return {name: feed(accs) for name, accs in by_module.items()}
+
+
+def _compress(host: CalibrationHost, mods: list[OneShotModifier], part: list[list[str]],
+              stats: dict[tuple[int, str], Any], report: OneShotReport) -> None:
+    """Each modifier in recipe order compresses its modules of ``part`` in module order,
+    freeing each statistic once used."""
+    for i, (mod, names) in enumerate(zip(mods, part, strict=True)):
+        for name in names:
+            report.layers.append(compress_module(host, mod, name, stats.pop((i, name), None)))

@@ -1,0 +1,254 @@
+"""SparseGPT's one-shot solver (Frantar & Alistarh 2023, section 3.4), written once over
+:class:`~.ops.SolverOps`: llm-compressor's ``sparsify_weight``, step for step, in float32.
+
+Given a layer's weight ``W`` (``rows x columns``, canonical ``(out, in)`` layout) and the
+Hessian ``H`` of its inputs (:class:`~.hessian.HessianStats`):
+
+1. *dead columns* (``H[j, j] == 0``: the input never moved) get ``H[j, j] = 1`` and
+   ``W[:, j] = 0``;
+2. ``damp = dampening_frac · mean(diag H)`` is added to the diagonal and
+   ``Hinv = cholesky(cholesky_inverse(cholesky(H)), upper=True)``;
+3. the columns are taken in blocks of ``block_size``. Unstructured: one mask per block over
+   the whole ``rows x block`` tile, ``tmp = W1² / diag(Hinv1)²``, ``thresh`` the
+   ``int(numel·sparsity)``-th (0-based) smallest ``tmp``, pruned where ``tmp <= thresh`` (so
+   a tile without ties loses one weight more than ``numel·sparsity``). N:M: at each column
+   ``i`` with ``i % M == 0`` the ``N`` smallest ``W1[:, i:i+M]² / diag(Hinv1)[i:i+M]²`` of each
+   row, read from the already-updated block, are pruned (ties: the lower column);
+4. column by column ``q = w`` with the pruned entries zeroed, ``err = (w - q) / Hinv1[i, i]``,
+   ``W1[:, i:] -= err ⊗ Hinv1[i, i:]``; after each block
+   ``W[:, i2:] -= Err1 · Hinv[i1:i2, i2:]``; ``loss = Σ err² / 2``.
+
+Where llm-compressor silently prunes by magnitude (a Cholesky failure replaced by the
+identity), this solver retries with ten times the dampening and says so in
+:attr:`PruneResult.report`; when no dampening helps it raises :class:`SolverError`.
+
+>>> import numpy as np
+>>> from recipe_spec.masks.numpy_ops import NUMPY_OPS
+>>> w = np.array([[1.0, -0.1, 0.5, 2.0]], dtype=np.float32)
+>>> r = sparsegpt_prune(NUMPY_OPS, w, np.eye(4, dtype=np.float32), sparsity=0.0, prune_n=2, prune_m=4)
+>>> r.mask.tolist(), r.report
+([[True, False, False, True]], None)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ...masks.ops import Array
+from .ops import SolverOps
+
+__all__ = ["PruneResult", "SolverError", "check_prune_args", "sparsegpt_prune", "inverse_hessian_factor"]
+
+#: How many times a failed Cholesky factorisation is retried, each with ten times the dampening.
+DAMPENING_RETRIES = 3
+_ALL = slice(None)
+
+
+class SolverError(RuntimeError):
+    """A one-shot solver cannot run on the statistics it was given (the Hessian is not
+    positive definite at any dampening tried, or holds NaN or inf)."""
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    """What a one-shot solver made of one layer.
+
+    ``weight``: the new weight, in the given weight's dtype and layout; ``mask``: bool, True
+    where a weight is kept (False where the solver zeroed it: pruned, or a dead input column);
+    ``loss``: SparseGPT's ``Σ err²/2`` (None for Wanda, which does not update weights);
+    ``dampening_frac``: the dampening the Hessian was factorised with (None for Wanda);
+    ``dead_columns``: input columns whose Hessian diagonal was zero; ``report``: what the
+    solver had to do beyond the request (``"cholesky failed at dampening_frac 0.01; used
+    0.1"``), None when nothing."""
+
+    weight: Array
+    mask: Array
+    loss: float | None = None
+    dampening_frac: float | None = None
+    dead_columns: int = 0
+    report: str | None = None
+
+    @property
+    def fallback(self) -> bool:
+        """Whether the solver had to depart from the requested settings (see ``report``)."""
+        return self.report is not None
+
+
+def check_prune_args(shape: tuple[int, ...], sparsity: float, prune_n: int, prune_m: int) -> None:
+    """Refuse a sparsity outside [0, 1), an N:M pattern with ``N > M`` or ``M < 1``, and N:M
+    on a weight whose columns ``M`` does not divide; the messages name the argument."""
+    if len(shape) != 2:
+        raise ValueError(f"a one-shot solver takes a 2-D weight (out, in), got shape {list(shape)}: "
+                         "flatten a convolution's kernel to (out, in·kh·kw) first")
+    if not isinstance(sparsity, (int, float)) or not 0.0 <= float(sparsity) < 1.0:
+        raise ValueError(f"sparsity must be a number in [0, 1), got {sparsity!r}")
+    if int(prune_n) != prune_n or int(prune_m) != prune_m or prune_n < 0 or prune_m < 0:
+        raise ValueError(f"an N:M pattern takes whole numbers N, M >= 0, got {prune_n}:{prune_m}")
+    if prune_n == 0:
+        return
+    if prune_m < 1 or prune_n > prune_m:
+        raise ValueError(f"the N:M pattern {prune_n}:{prune_m} prunes N of every M weights, so N must "
+                         f"not exceed M: use e.g. 2:4")
+    if shape[1] % prune_m:
+        raise ValueError(f"the N:M pattern {prune_n}:{prune_m} needs the input columns to be a multiple "
+                         f"of {prune_m}; this weight has {shape[1]} (shape {list(shape)}): leave the "
+                         "layer out of the modifier's targets or use unstructured sparsity")
+
+
+def _check_finite(ops: SolverOps, x: Array, what: str) -> None:
+    """Refuse NaN or inf in ``x`` (``what`` names it in the message)."""
+    bad = ops.count_nonzero(~ops.isfinite(x))
+    if bad:
+        raise SolverError(f"the {what} holds {bad} NaN or infinite entries: check the layer's weights "
+                          "and the calibration inputs (an overflow in half precision?)")
+
+
+def inverse_hessian_factor(ops: SolverOps, hessian: Array, dampening_frac: float,
+                           retries: int = DAMPENING_RETRIES) -> tuple[Array, float, str | None]:
+    """``(Hinv, dampening used, report)``: the upper Cholesky factor of ``(H + damp·I)⁻¹``,
+    ``damp = frac · mean(diag H)``, trying ``dampening_frac`` and then ten times more, up to
+    ``retries`` times. ``hessian`` (float32, dead columns already handled) is not modified.
+    Raises :class:`SolverError` when every dampening fails."""
+    frac = float(dampening_frac)
+    mean_diag = ops.mean(ops.diagonal(hessian))
+    failed: list[float] = []
+    for _ in range(retries + 1):
+        damped = ops.add_diagonal(ops.copy(hessian), mean_diag * frac)
+        lower = ops.cholesky(damped)
+        upper = None if lower is None else ops.cholesky_upper(ops.cholesky_inverse(lower))
+        if upper is not None and not ops.count_nonzero(~ops.isfinite(upper)):
+            report = None if not failed else (
+                f"cholesky failed at dampening_frac {', '.join(_fmt(f) for f in failed)}; used {_fmt(frac)}")
+            return upper, frac, report
+        failed.append(frac)
+        frac = frac * 10 if frac > 0 else 0.01
+    raise SolverError(
+        f"the Hessian is not positive definite even with dampening_frac {_fmt(failed[-1])} "
+        f"(tried {', '.join(_fmt(f) for f in failed)}): the calibration inputs of this layer are "
+        "degenerate; use more or more varied calibration samples, or a larger dampening_frac")
+
+
+def _fmt(x: float) -> str:
+    """A dampening fraction as a person writes it (``0.1``, not ``0.10000000000000002``)."""
+    return f"{x:.6g}"
+
+
+def sparsegpt_prune(ops: SolverOps, weight: Array, hessian: Array, *, sparsity: float,
+                    prune_n: int = 0, prune_m: int = 0, block_size: int = 128,
+                    dampening_frac: float = 0.01, preserve_mask: Array | bool | None = None,
+                    retries: int = DAMPENING_RETRIES) -> PruneResult:
+    """Prune one layer with SparseGPT (see the module docstring) and return the updated weight.
+
+    ``weight``: ``(out, in)``; ``hessian``: ``(in, in)`` from :class:`~.hessian.HessianStats`
+    (neither is modified). ``prune_n > 0`` selects N:M (``sparsity`` is then not used, as in
+    llm-compressor; ``block_size`` must be a multiple of ``prune_m`` so that the groups are the
+    weight's own). ``preserve_mask`` (llm-compressor's ``preserve_sparsity_mask``): True keeps
+    every weight that is already zero pruned; a bool array (True = kept) keeps its False
+    entries pruned. Its N:M groups read the preserved zeros of their own columns (llm-compressor
+    reads the columns of the first block again in every later block)."""
+    check_prune_args(tuple(weight.shape), sparsity, prune_n, prune_m)
+    rows, cols = (int(d) for d in weight.shape)
+    if int(block_size) != block_size or block_size < 1:
+        raise ValueError(f"block_size must be a whole number >= 1, got {block_size!r}")
+    if prune_n and block_size % prune_m:
+        raise ValueError(f"block_size {block_size} must be a multiple of M = {prune_m} for N:M pruning, "
+                         "so that every group of M columns lies in one block")
+    if not isinstance(dampening_frac, (int, float)) or not 0.0 <= float(dampening_frac) < math.inf:
+        raise ValueError(f"dampening_frac must be a finite number >= 0, got {dampening_frac!r}")
+    if tuple(hessian.shape) != (cols, cols):
+        raise ValueError(f"the Hessian has shape {list(hessian.shape)}, but a weight with {cols} input "
+                         f"columns needs [{cols}, {cols}]")
+    W = ops.copy(ops.astype(weight, "float32"))
+    _check_finite(ops, W, "weight")
+    H = ops.copy(ops.cast(hessian, W))
+    _check_finite(ops, H, "Hessian")
+
+    dead = ops.diagonal(H) == 0
+    dead_count = ops.count_nonzero(dead)
+    if dead_count:
+        H = ops.add_diagonal(H, ops.cast(dead, H))
+        W = ops.where(ops.reshape(~dead, (1, cols)), W, 0.0)
+    Hinv, used, report = inverse_hessian_factor(ops, H, dampening_frac, retries)
+    del H
+
+    before = _preserved(ops, W, preserve_mask, sparsity, dead)
+    keeps: list[Array] = []
+    loss = 0.0
+    for i1 in range(0, cols, block_size):
+        i2 = min(i1 + block_size, cols)
+        W1 = ops.copy(W[:, i1:i2])
+        Hinv1 = Hinv[i1:i2, i1:i2]
+        scale = ops.reshape(ops.diagonal(Hinv1), (1, i2 - i1)) ** 2
+        before1 = None if before is None else before[:, i1:i2]
+        keep1 = _tile_keep(ops, W1, scale, before1, sparsity) if not prune_n else (
+            ops.full((rows, i2 - i1), True, W) if before1 is None else ~before1)
+        qs, errs = [], []
+        for i in range(i2 - i1):
+            if prune_n and i % prune_m == 0:
+                keep1 = _group_keep(ops, keep1, W1, scale, before1, i, prune_n, prune_m)
+            w = W1[:, i]
+            q = ops.where(keep1[:, i], w, 0.0)
+            row = Hinv1[i, i:]
+            err = (w - q) / row[0]
+            W1 = ops.subtract(W1, (_ALL, slice(i, None)),
+                              ops.reshape(err, (rows, 1)) * ops.reshape(row, (1, i2 - i1 - i)))
+            qs.append(q)
+            errs.append(err)
+        Err1 = ops.stack(errs, 1)
+        W = ops.assign(W, (_ALL, slice(i1, i2)), ops.stack(qs, 1))
+        loss += ops.sum_all(Err1 * Err1) / 2
+        keeps.append(keep1)
+        if i2 < cols:
+            update = ops.matmul(Err1, Hinv[i1:i2, i2:])
+            if before is not None:
+                update = (~before[:, i2:]) * update
+            W = ops.subtract(W, (_ALL, slice(i2, None)), update)
+    mask = ops.concat(keeps, 1) if len(keeps) > 1 else keeps[0]
+    if dead_count:
+        mask = mask & ops.reshape(~dead, (1, cols))
+    return PruneResult(ops.cast(W, weight), mask, float(loss), used, dead_count, report)
+
+
+def _preserved(ops: SolverOps, W: Array, preserve_mask: Any, sparsity: float, dead: Array) -> Array | None:
+    """The entries that stay pruned (bool, True = pruned), or None; refuses a layer already
+    sparser than ``sparsity``, as llm-compressor does."""
+    if preserve_mask is None or preserve_mask is False:
+        return None
+    if preserve_mask is True:
+        before = W == 0
+    else:
+        if tuple(preserve_mask.shape) != tuple(W.shape):
+            raise ValueError(f"preserve_mask has shape {list(preserve_mask.shape)}, the weight "
+                             f"{list(W.shape)}: pass the layer's own mask (True = kept)")
+        before = ~ops.astype(preserve_mask, "bool") | ops.reshape(dead, (1, int(W.shape[1])))
+    current = ops.count_nonzero(before) / (int(W.shape[0]) * int(W.shape[1]))
+    if current > sparsity:
+        raise ValueError(f"the layer is already {current:.4g} sparse, more than the target sparsity "
+                         f"{sparsity}: raise the sparsity or turn preserve_sparsity_mask off")
+    return before
+
+
+def _tile_keep(ops: SolverOps, W1: Array, scale: Array, before1: Array | None, sparsity: float) -> Array:
+    """The unstructured mask of one block (True = kept): one threshold over the whole tile."""
+    numel = int(W1.shape[0]) * int(W1.shape[1])
+    k = int(numel * sparsity)
+    if before1 is None:
+        tmp = W1 ** 2 / scale
+    elif k > ops.count_nonzero(before1):
+        tmp = (~before1) * W1 ** 2 / scale
+    else:
+        return ~before1
+    thresh = ops.kth_direct(ops.reshape(tmp, (numel,)), k + 1)
+    return tmp > thresh
+
+
+def _group_keep(ops: SolverOps, keep1: Array, W1: Array, scale: Array, before1: Array | None,
+                i: int, n: int, m: int) -> Array:
+    """``keep1`` with the ``n`` smallest ``W1² / scale`` of each row of columns ``i..i+m``
+    pruned (preserved zeros score 0, so they are pruned first)."""
+    tmp = W1[:, i:i + m] ** 2 / scale[:, i:i + m]
+    if before1 is not None:
+        tmp = tmp * (~before1[:, i:i + m])
+    return ops.scatter_last(keep1, ops.argsort_last(tmp)[:, :n] + i, False)

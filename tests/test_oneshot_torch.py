@@ -1,0 +1,212 @@
+"""``recipe_spec.oneshot`` on PyTorch, end to end against llm-compressor 0.14's own runs
+(``shared/conformance/llmcompressor``): tiny Llama models built from each case's config, its
+initial weights, its calibration token ids, and the final weights and zero patterns it stored."""
+
+from __future__ import annotations
+
+import base64
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+import recipe_spec  # noqa: E402
+from recipe_spec.diagnostics.base import RecipeError  # noqa: E402
+from recipe_spec.masks.algorithms import compute_mask  # noqa: E402
+from recipe_spec.masks.numpy_ops import NUMPY_OPS  # noqa: E402
+from recipe_spec.one_shot import last_report, prepare  # noqa: E402
+from recipe_spec.pruning.second_order.hessian import HessianStats  # noqa: E402
+
+CASES = pathlib.Path(__file__).resolve().parents[2] / "shared" / "conformance" / "llmcompressor"
+if not CASES.is_dir():
+    CASES = pathlib.Path("/work/shared/conformance/llmcompressor")
+pytestmark = pytest.mark.skipif(not CASES.is_dir(), reason="conformance data not present")
+
+
+def _case(name: str) -> dict:
+    return json.loads((CASES / name / "case.json").read_text())
+
+
+def _model(name: str) -> torch.nn.Module:
+    torch.set_num_threads(1)
+    case = _case(name)
+    config = transformers.LlamaConfig(**case["model_config"])
+    model = transformers.LlamaForCausalLM(config).float().eval()
+    model.load_state_dict(safetensors_torch.load_file(str(CASES / name / "initial.safetensors")))
+    return model
+
+
+def _samples(name: str) -> list[dict]:
+    return [{"input_ids": ids, "attention_mask": [1] * len(ids)} for ids in _case(name)["calibration"]["token_ids"]]
+
+
+class _Table:
+    """A tokenised ``datasets.Dataset`` as oneshot sees it (an ``input_ids`` column, rows by index)."""
+
+    def __init__(self, rows: list[dict]):
+        self.rows, self.column_names = rows, ["input_ids", "attention_mask"]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> dict:
+        return self.rows[i]
+
+
+def _run(name: str, dataset: object, **options: object) -> torch.nn.Module:
+    model = _model(name)
+    recipe_spec.oneshot(model=model, recipe=_case(name)["recipe_yaml"], dataset=dataset,
+                        num_calibration_samples=16, shuffle_calibration_samples=False, batch_size=1,
+                        **options)
+    return model
+
+
+def _zeros(entry: dict) -> np.ndarray:
+    bits = np.unpackbits(np.frombuffer(base64.b64decode(entry["zeros_bitmask_b64"]), np.uint8), bitorder="big")
+    return bits[: int(np.prod(entry["shape"]))].reshape(entry["shape"]).astype(bool)
+
+
+@pytest.mark.parametrize(("name", "table"), [("02_sparsegpt_2of4", False), ("04_wanda_2of4", True)])
+def test_conformance_case_end_to_end(name: str, table: bool) -> None:
+    samples = _samples(name)
+    model = _run(name, _Table(samples) if table else samples)
+    assert last_report().order == _case(name)["calibration"]["order_of_samples_fed"]
+    final = safetensors_torch.load_file(str(CASES / name / "final.safetensors"))
+    masks = json.loads((CASES / name / "masks.json").read_text())["layers"]
+    state = model.state_dict()
+    for layer, entry in masks.items():
+        ours = state[f"{layer}.weight"]
+        agree = float(((ours == 0).numpy() == _zeros(entry)).mean())
+        assert agree >= 0.999, (layer, agree)
+        ref = final[f"{layer}.weight"]
+        rel = float((ours - ref).abs().max() / ref.abs().max())
+        assert rel <= 1e-3, (layer, rel)
+    assert torch.equal(state["lm_head.weight"], final["lm_head.weight"])
+
+
+def test_hooks_collect_the_hessians_llm_compressor_handed_to_sparsegpt() -> None:
+    from recipe_spec_torch.oneshot import TorchCalibrationHost
+
+    name = "02_sparsegpt_2of4"
+    stored = safetensors_torch.load_file(str(CASES / name / "intermediates.safetensors"))
+    model = _model(name)
+    with TorchCalibrationHost(model) as host:
+        cal = prepare(host, _samples(name), num_calibration_samples=16, shuffle=False, batch_size=1)
+        assert cal.order == _case(name)["calibration"]["order_of_samples_fed"]
+        inputs = host.capture("model.layers.0", cal.batches, offload=True)
+        layers = ("self_attn.q_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.down_proj")
+        stats = {f"model.layers.0.{m}": HessianStats(host.ops, host.weight(f"model.layers.0.{m}").shape[1],
+                                                     torch.zeros(1)) for m in layers}
+        host.run_block("model.layers.0", inputs, {n: s.add for n, s in stats.items()}, propagate=False)
+    for n, s in stats.items():
+        ref = stored[f"sparsegpt.hessian.{n}"]
+        assert s.samples == 16
+        torch.testing.assert_close(s.hessian, ref, rtol=1e-5, atol=1e-6 * float(ref.abs().max()))
+
+
+def test_one_shot_magnitude_prunes_each_layer_by_its_own_magnitude() -> None:
+    name = "02_sparsegpt_2of4"
+    model = _model(name)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    recipe = ("sparsity_stage:\n  sparsity_modifiers:\n    MagnitudePruningModifier:\n"
+              "      targets: ['re:model.layers.\\d+$']\n      init_sparsity: 0.3\n      final_sparsity: 0.3\n")
+    recipe_spec.oneshot(model=model, recipe=recipe)
+    after = model.state_dict()
+    for key, w in before.items():
+        if ".layers." in key and key.endswith("proj.weight"):
+            keep = compute_mask(NUMPY_OPS, w.numpy(), 0.3, "unstructured")
+            assert np.array_equal(after[key].numpy(), np.where(keep, w.numpy(), 0.0)), key
+            assert abs(float((after[key] == 0).float().mean()) - 0.3) < 1e-3
+        else:
+            assert torch.equal(after[key], w), key
+
+
+def test_plain_lm_head_in_ignore_keeps_it_dense_and_output_dir_is_written(tmp_path: pathlib.Path) -> None:
+    name = "04_wanda_2of4"
+    model = _model(name)
+    recipe = ("sparsity_stage:\n  sparsity_modifiers:\n    WandaPruningModifier:\n      sparsity: 0.5\n"
+              "      ignore: [lm_head]\n")
+    recipe_spec.oneshot(model=model, recipe=recipe, dataset=_samples(name), num_calibration_samples=4,
+                        output_dir=tmp_path / "out", sequential_offload_device="cpu")
+    assert float((model.lm_head.weight == 0).float().mean()) == 0.0
+    assert float((model.model.layers[1].mlp.down_proj.weight == 0).float().mean()) == 0.5
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert {"config.json", "model.safetensors", "recipe.yaml"} <= set(written), written
+    assert (tmp_path / "out" / "recipe.yaml").read_text() == recipe
+
+
+def _error_recipes() -> list[tuple[str, str]]:
+    case = _case("12_error_cases")
+    extra = [("nm_overrides_sparsity", "s_stage:\n  s_modifiers:\n    SparseGPTModifier:\n      sparsity: 0.7\n"
+              "      mask_structure: '2:4'\n")]
+    return [(s["sub_case"], s["recipe_yaml"]) for s in case["sub_cases"]] + extra
+
+
+@pytest.mark.parametrize(("sub_case", "recipe"), _error_recipes())
+def test_each_error_case_is_refused_before_any_weight_changes(sub_case: str, recipe: str) -> None:
+    model = _model("12_error_cases")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(RecipeError) as err:
+        recipe_spec.oneshot(model=model, recipe=recipe, dataset=_samples("12_error_cases"),
+                            num_calibration_samples=2)
+    for d in err.value.diagnostics:
+        assert d.line >= 1 and d.column >= 1 and d.code and d.hint, d.format()
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_manager_apply_runs_the_same_pipeline() -> None:
+    name = "04_wanda_2of4"
+    model = _model(name)
+    manager = recipe_spec.ScheduledModifierManager.from_yaml(_case(name)["recipe_yaml"])
+    manager.apply(model, calibration=_samples(name), num_calibration_samples=16, shuffle_calibration_samples=False)
+    final = safetensors_torch.load_file(str(CASES / name / "final.safetensors"))
+    w = model.model.layers[0].self_attn.q_proj.weight
+    assert torch.equal(w == 0, final["model.layers.0.self_attn.q_proj.weight"] == 0)
+
+
+def test_a_cholesky_failure_is_reported_with_the_layer_name() -> None:
+    from recipe_spec_torch.masks import TORCH_OPS
+
+    from recipe_spec.one_shot.compress import compress_module
+    from recipe_spec.one_shot.modifiers import resolve
+
+    class Host:
+        ops = TORCH_OPS
+
+        def __init__(self) -> None:
+            self.w = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+
+        def weight(self, name: str) -> torch.Tensor:
+            return self.w.clone()
+
+        def set_weight(self, name: str, value: torch.Tensor) -> None:
+            self.w = value
+
+    class Stats:
+        samples = 1
+
+        def __init__(self, h: torch.Tensor) -> None:
+            self.hessian = h
+
+    recipe = recipe_spec.loads("s_stage:\n  s_modifiers:\n    SparseGPTModifier:\n      sparsity: 0.5\n")
+    (mod,) = resolve(recipe, frozenset({"oneshot", "scores:sparsegpt"}), "torch")
+    with pytest.warns(UserWarning, match=r"layer\.x: .*cholesky"):
+        compress_module(Host(), mod, "layer.x", Stats(torch.diag(torch.tensor([1.0, 1.0, -0.05]))))
+    with pytest.raises(Exception, match=r"SparseGPTModifier \(<string>:3\) on layer\.x"):
+        compress_module(Host(), mod, "layer.x", Stats(-torch.eye(3)))
+
+
+def test_a_dataloader_feeds_its_own_batches() -> None:
+    name = "04_wanda_2of4"
+    rows = [{"input_ids": torch.tensor(ids[:32]), "attention_mask": torch.ones(32, dtype=torch.long)}
+            for ids in _case(name)["calibration"]["token_ids"]]
+    loader = torch.utils.data.DataLoader(rows, batch_size=4)
+    model = _model(name)
+    recipe_spec.oneshot(model=model, recipe=_case(name)["recipe_yaml"], dataset=loader, num_calibration_samples=8)
+    assert last_report().order is None
+    assert float((model.model.layers[0].mlp.up_proj.weight == 0).float().mean()) == 0.5
