@@ -376,3 +376,12 @@ def test_both_backends_supply_every_solver_operation() -> None:
     for _, param in zip(range(2), BACKENDS, strict=False):
         ops = param.values[0]
         assert not {n for n in names if not callable(getattr(ops, n, None))}, type(ops).__name__
+
+
+def test_numpy_scalars_are_numbers_and_bools_are_not() -> None:
+    w, h = _problem(4, 16, seed=9)
+    result = sparsegpt_prune(NUMPY_OPS, w, h, sparsity=np.float32(0.5), prune_n=np.int64(2), prune_m=4,
+                             dampening_frac=np.float64(0.01))
+    assert ((~result.mask).reshape(4, -1, 4).sum(-1) == 2).all()
+    with pytest.raises(ValueError, match=r"whole numbers N, M >= 0, got True:4"):
+        sparsegpt_prune(NUMPY_OPS, w, h, sparsity=0.5, prune_n=True, prune_m=4)
