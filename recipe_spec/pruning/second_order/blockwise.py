@@ -11,9 +11,10 @@ Hessian ``H`` of its inputs (:class:`~.hessian.HessianStats`):
 3. the columns are taken in blocks of ``block_size``. Unstructured: one mask per block over
    the whole ``rows x block`` tile, ``tmp = W1² / diag(Hinv1)²``, ``thresh`` the
    ``int(numel·sparsity)``-th (0-based) smallest ``tmp``, pruned where ``tmp <= thresh`` (so
-   a tile without ties loses one weight more than ``numel·sparsity``). N:M: at each column
-   ``i`` with ``i % M == 0`` the ``N`` smallest ``W1[:, i:i+M]² / diag(Hinv1)[i:i+M]²`` of each
-   row, read from the already-updated block, are pruned (ties: the lower column);
+   a tile without ties loses one weight more than ``numel·sparsity``, one even at sparsity 0).
+   N:M: at each column ``i`` with ``i % M == 0`` the ``N`` smallest
+   ``W1[:, i:i+M]² / diag(Hinv1)[i:i+M]²`` of each row, read from the already-updated block,
+   are pruned (ties: the lower column);
 4. column by column ``q = w`` with the pruned entries zeroed, ``err = (w - q) / Hinv1[i, i]``,
    ``W1[:, i:] -= err ⊗ Hinv1[i, i:]``; after each block
    ``W[:, i2:] -= Err1 · Hinv[i1:i2, i2:]``; ``loss = Σ err² / 2``.
@@ -33,6 +34,7 @@ identity), this solver retries with ten times the dampening and says so in
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,8 +49,8 @@ _ALL = slice(None)
 
 
 class SolverError(RuntimeError):
-    """A one-shot solver cannot run on the statistics it was given (the Hessian is not
-    positive definite at any dampening tried, or holds NaN or inf)."""
+    """A one-shot solver cannot run on the weight or the statistics it was given (NaN or inf
+    in either, or a Hessian that is not positive definite at any dampening tried)."""
 
 
 @dataclass(frozen=True)
@@ -82,9 +84,9 @@ def check_prune_args(shape: tuple[int, ...], sparsity: float, prune_n: int, prun
     if len(shape) != 2:
         raise ValueError(f"a one-shot solver takes a 2-D weight (out, in), got shape {list(shape)}: "
                          "flatten a convolution's kernel to (out, in·kh·kw) first")
-    if not isinstance(sparsity, (int, float)) or not 0.0 <= float(sparsity) < 1.0:
+    if not _is_real(sparsity) or not 0.0 <= float(sparsity) < 1.0:
         raise ValueError(f"sparsity must be a number in [0, 1), got {sparsity!r}")
-    if int(prune_n) != prune_n or int(prune_m) != prune_m or prune_n < 0 or prune_m < 0:
+    if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0 for v in (prune_n, prune_m)):
         raise ValueError(f"an N:M pattern takes whole numbers N, M >= 0, got {prune_n}:{prune_m}")
     if prune_n == 0:
         return
@@ -95,6 +97,11 @@ def check_prune_args(shape: tuple[int, ...], sparsity: float, prune_n: int, prun
         raise ValueError(f"the N:M pattern {prune_n}:{prune_m} needs the input columns to be a multiple "
                          f"of {prune_m}; this weight has {shape[1]} (shape {list(shape)}): leave the "
                          "layer out of the modifier's targets or use unstructured sparsity")
+
+
+def _is_real(x: object) -> bool:
+    """Whether ``x`` is a real number (a NumPy scalar too), not a bool."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 def _check_finite(ops: SolverOps, x: Array, what: str) -> None:
@@ -150,12 +157,12 @@ def sparsegpt_prune(ops: SolverOps, weight: Array, hessian: Array, *, sparsity: 
     reads the columns of the first block again in every later block)."""
     check_prune_args(tuple(weight.shape), sparsity, prune_n, prune_m)
     rows, cols = (int(d) for d in weight.shape)
-    if int(block_size) != block_size or block_size < 1:
+    if not isinstance(block_size, numbers.Integral) or isinstance(block_size, bool) or block_size < 1:
         raise ValueError(f"block_size must be a whole number >= 1, got {block_size!r}")
     if prune_n and block_size % prune_m:
         raise ValueError(f"block_size {block_size} must be a multiple of M = {prune_m} for N:M pruning, "
                          "so that every group of M columns lies in one block")
-    if not isinstance(dampening_frac, (int, float)) or not 0.0 <= float(dampening_frac) < math.inf:
+    if not _is_real(dampening_frac) or not 0.0 <= float(dampening_frac) < math.inf:
         raise ValueError(f"dampening_frac must be a finite number >= 0, got {dampening_frac!r}")
     if tuple(hessian.shape) != (cols, cols):
         raise ValueError(f"the Hessian has shape {list(hessian.shape)}, but a weight with {cols} input "
@@ -192,8 +199,10 @@ def sparsegpt_prune(ops: SolverOps, weight: Array, hessian: Array, *, sparsity: 
             q = ops.where(keep1[:, i], w, 0.0)
             row = Hinv1[i, i:]
             err = (w - q) / row[0]
+            # the rank-1 update as a product (as llm-compressor): torch's broadcast multiply
+            # walks this shape down the columns and is ten times slower
             W1 = ops.subtract(W1, (_ALL, slice(i, None)),
-                              ops.reshape(err, (rows, 1)) * ops.reshape(row, (1, i2 - i1 - i)))
+                              ops.matmul(ops.reshape(err, (rows, 1)), ops.reshape(row, (1, i2 - i1 - i))))
             qs.append(q)
             errs.append(err)
         Err1 = ops.stack(errs, 1)

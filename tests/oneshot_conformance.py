@@ -1,0 +1,72 @@
+"""The llm-compressor one-shot reference runs (../shared/conformance/llmcompressor), read for the
+solver tests: each case's tensors, events and zero bitmasks, and the two array backends."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from recipe_spec.masks.numpy_ops import NUMPY_OPS
+
+ROOT = Path(__file__).resolve().parent.parent.parent / "shared" / "conformance" / "llmcompressor"
+
+
+@functools.cache
+def case(name: str) -> dict[str, Any]:
+    """``case.json``, ``masks.json`` (layers) and the three tensor files of one case."""
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    folder = ROOT / name
+    if not folder.is_dir():
+        pytest.skip(f"the llm-compressor reference data is missing: {folder}")
+    out: dict[str, Any] = json.loads((folder / "case.json").read_text())
+    out["masks"] = json.loads((folder / "masks.json").read_text())["layers"]
+    for part in ("initial", "final", "intermediates"):
+        out[part] = safetensors_numpy.load_file(str(folder / f"{part}.safetensors"))
+    return out
+
+
+def events(name: str, kind: str) -> list[dict[str, Any]]:
+    """The case's compression events of one kind (``"sparsegpt.sparsify_weight"``, ...)."""
+    return [e for e in case(name)["compression_events_in_order"] if e["event"] == kind]
+
+
+def zeros_bitmask(weight: np.ndarray) -> str:
+    """The ``zeros_bitmask_b64`` of ``masks.json``: the weight's exact zeros, packed row-major."""
+    return base64.b64encode(np.packbits((weight == 0).reshape(-1), bitorder="big")).decode()
+
+
+def relative_error(got: np.ndarray, want: np.ndarray) -> float:
+    """``max |got - want| / max |want|``: the weights' error relative to the layer's scale."""
+    return float(np.abs(got.astype(np.float64) - want).max() / np.abs(want).max())
+
+
+def backends() -> list[Any]:
+    """``(ops, to_array)`` parameters for PyTorch (where installed) and NumPy."""
+    out: list[Any] = [pytest.param(NUMPY_OPS, np.array, id="numpy")]
+    try:
+        import torch
+        from recipe_spec_torch.masks import TORCH_OPS
+    except ImportError:
+        return out
+    return [pytest.param(TORCH_OPS, lambda a: torch.from_numpy(np.array(a)), id="torch"), *out]
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Any:
+    """Torch on one thread during a test (its float32 sums then come out the same on every
+    run, as in the reference runs), restored afterwards."""
+    try:
+        import torch
+    except ImportError:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
