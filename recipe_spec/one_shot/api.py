@@ -132,7 +132,7 @@ def apply_oneshot(
 ) -> OneShotReport:
     """:func:`oneshot` for a loaded recipe (``ScheduledModifierManager.apply(model,
     calibration=...)`` calls it); returns the run's :class:`~.pipeline.OneShotReport`."""
-    refuse_invalid(recipe)
+    refuse_invalid(recipe, compat="llmcompressor")  # the semantics run here: llm-compressor's newest
     backend = backend_for(model)
     mods = resolve(recipe, frozenset(backend.capabilities), backend.name)
     make_host = getattr(backend, "calibration_host", None)

@@ -33,24 +33,27 @@ __all__ = [
 BLOCKING_CODES = ("P001", "P004", "P005", "P006", "P011")
 
 
-#: Recipes :func:`refuse_invalid` passed (a Recipe is immutable and hashed by identity).
-_VALID: weakref.WeakSet[Recipe] = weakref.WeakSet()
+#: Recipes :func:`refuse_invalid` passed, and under which ``compat`` (a Recipe is immutable and
+#: hashed by identity).
+_VALID: weakref.WeakKeyDictionary[Recipe, set[str | None]] = weakref.WeakKeyDictionary()
 #: (file, code, line, column, message) of each warning already given in this process.
 _WARNED: set[tuple[Any, ...]] = set()
 _LOG = logging.getLogger("recipe_spec")
 
 
-def refuse_invalid(recipe: Recipe) -> None:
+def refuse_invalid(recipe: Recipe, compat: str | None = None) -> None:
     """``recipe-spec validate``'s verdict on a loaded recipe, before anything runs it: raise
     :class:`RecipeError` with every error ``validate`` reports (file:line:col, code, hint; a
     ``# noqa`` comment silences one here too), and give each warning once per process
     (``UserWarning``; infos go to the ``recipe_spec`` logger). Both dialects
     (:func:`recipe_spec.validation.validate_recipe`). The manager calls it when it is built
     and every backend runtime when it is compiled, so nothing ``validate`` refuses reaches a
-    model or an optimizer."""
-    if recipe in _VALID:
+    model or an optimizer. ``compat``: the tool release whose rules a stage/group recipe is
+    run by (``"llmcompressor"`` for one-shot runs: the other releases' differences are not this
+    run's concern); None checks every release, as ``validate`` does."""
+    if compat in _VALID.get(recipe, ()):
         return
-    found = list(recipe.warnings) + validate_recipe(recipe)
+    found = list(recipe.warnings) + validate_recipe(recipe, compat=compat if recipe.dialect == "core" else None)
     text = recipe.source.text if recipe.source is not None else ""
     diagnostics = apply_noqa(found, text) if text else found
     errors = [d for d in diagnostics if d.severity is Severity.ERROR]
@@ -58,7 +61,7 @@ def refuse_invalid(recipe: Recipe) -> None:
         raise RecipeError(errors)
     for d in diagnostics:
         _tell_once(d)
-    _VALID.add(recipe)
+    _VALID.setdefault(recipe, set()).add(compat)
 
 
 def _tell_once(d: Diagnostic) -> None:
