@@ -94,9 +94,9 @@ def test_variants_renames_and_quantization_links() -> None:
 def test_index_says_what_recipe_spec_does() -> None:
     index = _read("index.md")
     (constant,) = core_variants("ConstantPruningModifier")
-    assert "on the `keras` and `torch` backends; in `recipe_spec.oneshot` on the `torch` backend" in runs_as(constant)
+    assert "on the `keras` and `torch` backends; in `recipe_spec.oneshot` on the `keras` and `torch` backends" in runs_as(constant)
     (sparsegpt,) = [v for v in core_variants("SparseGPTModifier") if core_spec(v.name) is v]
-    assert runs_as(sparsegpt) == "validated and linted; runs in `recipe_spec.oneshot` on the `torch` backend"
+    assert runs_as(sparsegpt) == "validated and linted; runs in `recipe_spec.oneshot` on the `keras` and `torch` backends"
     assert runs_as(constant) in index
     (gptq,) = core_variants("GPTQModifier")
     assert runs_as(gptq) == "validated and linted; run by llm-compressor"

@@ -1,39 +1,35 @@
 """The Keras 3 calibration host of the one-shot pipeline
-(:class:`recipe_spec.one_shot.host.CalibrationHost`), on the TensorFlow, JAX and torch
-backends: the layers seen as the modules a recipe names, observers that hand each target's
-input to the core, the cache of a block's inputs, one block run on cached inputs, and kernels
-read and written. The pipeline and the solvers live in :mod:`recipe_spec.one_shot` and run on
-NumPy arrays (:data:`recipe_spec.masks.numpy_ops.NUMPY_OPS`).
+(:class:`recipe_spec.one_shot.host.CalibrationHost`) on the TensorFlow, JAX and torch backends.
+The pipeline and the solvers live in :mod:`recipe_spec.one_shot` and run on NumPy arrays
+(:data:`recipe_spec.masks.numpy_ops.NUMPY_OPS`).
 
-**Modules.** Every layer under the model is a module, depth first. ``Dense`` and
-``EinsumDense`` (a plain contraction: ``bqm,muh->bquh``) are prunable and answer to the class
-name ``Linear`` as well, so ``targets: ["Linear"]`` selects them. Their kernel is seen as the
-Linear weight it is: ``(out, in)`` with ``in`` the contracted axes and ``out`` the others, each
-in kernel order (an attention kernel ``(hidden, heads, head_dim)`` is ``(heads·head_dim,
-hidden)``); what the solvers return is written back in the kernel's own shape. The untied
-``reverse_embeddings`` of a ``ReversibleEmbedding`` (keras-hub's output projection) is one more
-Linear module.
+**Modules.** Every layer under the model, depth first. ``Dense`` and ``EinsumDense`` (a plain
+contraction such as ``bqm,muh->bquh``) are prunable and also answer to the class name
+``Linear``. A kernel is seen as the Linear weight it is, ``(out, in)``: ``in`` the contracted
+axes, ``out`` the others, each in kernel order (an attention kernel ``(hidden, heads,
+head_dim)`` is ``(heads·head_dim, hidden)``); solved weights go back in the kernel's own shape.
+The untied ``reverse_embeddings`` of a ``ReversibleEmbedding`` (keras-hub's output projection)
+is one more Linear module.
 
-**Names.** A layer's name is its parent's and its own joined with ``.`` (``block.dense``).
-A keras-hub model loaded from a Hugging Face checkpoint answers to the checkpoint's names
-instead, found through keras-hub's own conversion tables (:mod:`.hub`): a kernel loaded from
-``model.layers.0.self_attn.q_proj.weight`` is module ``model.layers.0.self_attn.q_proj``, the
-reverse embeddings are ``lm_head``, and a layer holding several of them takes the name they
-share (``model.layers.0``); modules are listed in the checkpoint's order.
+**Names.** A layer is named by its parent's name and its own, joined with ``.``
+(``block.dense``). A keras-hub model loaded from a Hugging Face checkpoint answers to the
+checkpoint's names, read from keras-hub's own conversion tables (:mod:`.hub`): the kernel
+loaded from ``model.layers.0.self_attn.q_proj.weight`` is ``model.layers.0.self_attn.q_proj``,
+the reverse embeddings ``lm_head``, a layer holding several such weights takes the name they
+share (``model.layers.0``), and modules come in the checkpoint's order.
 
-**Observers** replace a target layer's ``call`` on the instance while a pass runs (the way
-:mod:`.quantization` wraps it) and hand its input, as a ``[tokens, in]`` float32 array, to the
-core; the model is called eagerly (``training=False``; torch: without gradients).
+**Observers** replace a target's ``call`` on the instance during a pass (as
+:mod:`.quantization` does) and hand its input to the core as ``[tokens, in]`` float32. The
+model is called eagerly with ``training=False`` (torch: without gradients).
 
-**Blocks.** The sequential pipeline runs the model's repeated block: sibling layers of one
-class holding Linear layers (keras-hub's ``transformer_layers``), each fed by the one before it
-(checked on the functional graph). Their call's arguments (hidden states and padding mask)
-are captured for every batch; a block is run on them, and its output takes the hidden
-states' place for the next block.
+**Blocks.** The repeated block is a set of sibling layers of one class that hold Linear
+layers, each fed by the one before (keras-hub's ``transformer_layers``; checked on the
+functional graph). Their call arguments (hidden states, padding mask) are captured per batch;
+a block's output takes the hidden states' place for the next block.
 
-**Inputs.** Calibration samples carry ``input_ids`` and ``attention_mask`` (llm-compressor's
-tokenised samples); a model whose inputs are named ``token_ids``/``padding_mask`` (keras-hub)
-gets them under those names, each in its input's dtype.
+**Inputs.** Samples carry ``input_ids`` and ``attention_mask`` (llm-compressor's); a model
+whose inputs are named ``token_ids``/``padding_mask`` (keras-hub) gets them under those
+names, in each input's dtype.
 """
 
 from __future__ import annotations
@@ -51,10 +47,11 @@ from recipe_spec.masks.numpy_ops import NUMPY_OPS
 from recipe_spec.one_shot.host import ModuleInfo, Observer
 
 from .hub import hf_names
+from .layout import LinearAxes, linear_axes
 from .params import numpy_value
 from .quantization import layer_paths
 
-__all__ = ["KerasCalibrationHost", "linear_axes"]
+__all__ = ["KerasCalibrationHost"]
 
 #: A model input named like the key on the left reads the sample key on the right.
 INPUT_ALIASES = {"token_ids": "input_ids", "padding_mask": "attention_mask"}
@@ -64,43 +61,14 @@ class _Stop(Exception):
     """Raised by the capture wrapper: the rest of the model need not run."""
 
 
-def linear_axes(equation: str) -> tuple[list[int], list[int], list[int], list[int], int] | None:
-    """How an ``EinsumDense`` with ``equation`` is a Linear layer: ``(kernel in axes, kernel
-    out axes, input batch axes, input contracted axes, explicit input axes)`` (contracted axes
-    in kernel order; input positions count from the end when the input starts with ``...``),
-    or None when the kernel is not a plain ``(in..., out...)`` map.
-
-    >>> linear_axes("bqm,muh->bquh"), linear_axes("bquh,uhm->bqm")[:2]
-    (([0], [1, 2], [0, 1], [2], 3), ([0, 1], [2]))
-    """
-    try:
-        left, out = equation.replace(" ", "").split("->")
-        inp, ker = left.split(",")
-    except ValueError:
-        return None
-    if "." in ker:
-        return None
-    inp = inp.replace("...", "")
-    if any(c in inp and c in out for c in ker) or any(c not in inp and c not in out for c in ker):
-        return None
-    contract = [c for c in ker if c in inp]
-    outs = [c for c in ker if c in out]
-    if not contract or not outs:
-        return None
-    return ([ker.index(c) for c in contract], [ker.index(c) for c in outs],
-            [i for i, c in enumerate(inp) if c not in ker], [inp.index(c) for c in contract], len(inp))
-
-
 class _Linear:
     """One prunable kernel seen as a ``(out, in)`` weight, and its input as ``[tokens, in]``."""
 
-    def __init__(self, layer: Any, variable: Any, axes: tuple[list[int], ...] | None, reverse: bool = False):
+    def __init__(self, layer: Any, variable: Any, axes: LinearAxes | None, reverse: bool = False):
         self.layer, self.variable, self.reverse = layer, variable, reverse
         shape = tuple(int(d) for d in variable.shape)
-        if axes is None:  # Dense kernel / reverse embeddings: (in, out)
-            self.kernel_in, self.kernel_out, self.batch, self.contract, self.explicit = [0], [1], [], [], 0
-        else:
-            self.kernel_in, self.kernel_out, self.batch, self.contract, self.explicit = axes  # type: ignore[misc]
+        # Dense kernel / reverse embeddings: (in, out), input (..., in)
+        self.kernel_in, self.kernel_out, self.batch, self.contract, self.explicit = axes or ([0], [1], [], [], 0)
         self.kernel_shape = shape
         self.columns = int(np.prod([shape[i] for i in self.kernel_in]))
         self.rows = int(np.prod([shape[i] for i in self.kernel_out]))
