@@ -17,7 +17,6 @@ from .commands import (
     InputError,
     UsageError,
     create_command,
-    lint_command,
     params_command,
     positive_float,
     positive_int,
@@ -25,6 +24,8 @@ from .commands import (
     schema_command,
     validate_command,
 )
+from .commands_oneshot import lint_command as oneshot_lint_command
+from .commands_oneshot import oneshot_command
 
 __all__ = ["main", "build_parser"]
 
@@ -136,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="lint with the names the given backend would see (e.g. a PyTorch model's Keras twin)",
     )
     _add_report_options(li)
-    li.set_defaults(run=lint_command)
+    li.set_defaults(run=oneshot_lint_command)
 
     pa = sub.add_parser(
         "params",
@@ -169,8 +170,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_oneshot(sub: Any) -> None:
     """``recipe-spec oneshot`` (:mod:`recipe_spec.commands_oneshot`)."""
-    from .commands_oneshot import oneshot_command
-
     on = sub.add_parser(
         "oneshot",
         help="prune a Hugging Face checkpoint in one shot with calibration data (SparseGPT, Wanda, magnitude)",

@@ -181,23 +181,14 @@ def lint_command(args: argparse.Namespace) -> int:
     _known_backend(args.target, "--target")
     compat = _compat(args.compat)
     if args.model and os.path.isdir(args.model) and not args.params:
-        from .commands_oneshot import checkpoint_lint, flag_targets_problem, print_estimates, read_checkpoint_model
         from .lint import lint_against_checkpoint
+        from .params.checkpoint import CheckpointError, read_checkpoint
 
-        names, model = read_checkpoint_model(args.model)
-        flag_targets_problem(model, args.sequential_targets)
-        estimates: list[Any] = []
-
-        def one(p: Path, v: Any) -> list[Diagnostic]:
-            found = lint_against_checkpoint(p, names, compat, v)
-            if not any(d.severity is Severity.ERROR and d.code[0] in "YS" for d in found):
-                found = sorted(found + checkpoint_lint(str(p), model, v, args.num_samples, args.seq_len, estimates),
-                               key=lambda d: (d.line, d.column, d.code))
-            return found
-
-        code = _check_files(args, args.paths, one)
-        print_estimates(estimates, args.format == "text")
-        return code
+        try:
+            names = read_checkpoint(args.model)
+        except CheckpointError as exc:
+            raise InputError(str(exc)) from None
+        return _check_files(args, args.paths, lambda p, v: lint_against_checkpoint(p, names, compat, v))
     if getattr(args, "sequential_targets", None):
         raise UsageError("--sequential-targets needs --model DIR (a Hugging Face checkpoint folder)")
     framework, records = _model_records(args)

@@ -21,10 +21,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .commands import InputError, UsageError, parse_var
+from .commands import InputError, UsageError, _check_files, _compat, _known_backend, parse_var
+from .commands import lint_command as _lint_command
 from .diagnostics.base import Diagnostic, RecipeError, Severity
 
-__all__ = ["oneshot_command", "read_calibration", "checkpoint_lint", "print_estimates", "DEFAULT_SEQ_LEN"]
+__all__ = ["oneshot_command", "lint_command", "read_calibration", "checkpoint_lint", "print_estimates",
+           "DEFAULT_SEQ_LEN"]
 
 #: The sequence length ``lint`` estimates with when none is given (capped by the model's
 #: ``max_position_embeddings``).
@@ -117,6 +119,33 @@ def checkpoint_lint(path: str, model: Any, variables: Any, samples: int, seq_len
     if mods:
         estimates.append(estimate(mods, model, samples, _seq_len(model.config, seq_len)))
     return model_findings(recipe, mods, model)
+
+
+def lint_command(args: argparse.Namespace) -> int:
+    """``recipe-spec lint``: against a checkpoint folder (``--model DIR``), every finding of
+    :func:`recipe_spec.lint.lint_against_checkpoint` plus the one-shot ones
+    (:func:`checkpoint_lint`), then the cost estimate; anything else as
+    :func:`recipe_spec.commands.lint_command` lints it."""
+    if not (args.model and os.path.isdir(args.model) and not args.params):
+        return _lint_command(args)
+    from .lint import lint_against_checkpoint
+
+    _known_backend(args.target, "--target")
+    compat = _compat(args.compat)
+    names, model = read_checkpoint_model(args.model)
+    flag_targets_problem(model, args.sequential_targets)
+    estimates: list[Any] = []
+
+    def one(path: Path, variables: Any) -> list[Diagnostic]:
+        found = lint_against_checkpoint(path, names, compat, variables)
+        if any(d.severity is Severity.ERROR and d.code[0] in "YS" for d in found):
+            return found  # a recipe that does not read is not checked against the model
+        extra = checkpoint_lint(str(path), model, variables, args.num_samples, args.seq_len, estimates)
+        return sorted(found + extra, key=lambda d: (d.line, d.column, d.code))
+
+    code = _check_files(args, args.paths, one)
+    print_estimates(estimates, args.format == "text")
+    return code
 
 
 def print_estimates(estimates: Sequence[Any], text_format: bool) -> None:
