@@ -168,14 +168,16 @@ def flag_targets_problem(model: Any, targets: Sequence[str] | None) -> None:
                          + (f" (write --sequential-targets {model.decoder_class})" if model.decoder_class else ""))
 
 
-def read_checkpoint_model(directory: str) -> tuple[Any, Any]:
-    """``(names, model)`` of a checkpoint folder, or an :class:`InputError` naming the file."""
+def read_checkpoint_model(directory: str, classes: bool = True) -> tuple[Any, Any]:
+    """``(names, model)`` of a checkpoint folder, or an :class:`InputError` naming the file.
+    ``classes``: also learn every module's classes by building the architecture on the meta
+    device when transformers is installed (``lint``); the command itself reads headers only."""
     from .one_shot.checkpoint import read_model
     from .params.checkpoint import CheckpointError, read_checkpoint
     from .params.headers import ModelSpecError
 
     try:
-        names = read_checkpoint(directory)
+        names = read_checkpoint(directory, classes=classes)
         return names, read_model(directory, names)
     except (CheckpointError, ModelSpecError) as exc:
         raise InputError(str(exc)) from None
@@ -245,12 +247,14 @@ def _recipe(args: argparse.Namespace) -> tuple[Any, list[Any]]:
     from .loader import check
     from .one_shot.modifiers import resolve
     from .registry import get_backend
-    from .validation import validate_recipe
+    from .validation import apply_noqa, validate_recipe
 
     variables = dict(parse_var(v) for v in args.var or []) or None
     recipe, found = check(Path(args.recipe), variables)
     if recipe is not None:
         found = found + validate_recipe(recipe, compat="llmcompressor")
+        if recipe.source is not None:
+            found = apply_noqa(found, recipe.source.text)
     if _print([d for d in found if d.code not in _OTHER_TOOL], args.recipe) or recipe is None:
         raise _Failed
     backend = get_backend("torch")
@@ -272,8 +276,7 @@ def oneshot_command(args: argparse.Namespace) -> int:
     _check_paths(args)
     try:
         recipe, mods = _recipe(args)
-        names, model = read_checkpoint_model(args.model)
-        del names
+        _, model = read_checkpoint_model(args.model, classes=False)
         flag_targets_problem(model, args.sequential_targets)
         if _print(model_findings_of(recipe, mods, model), args.recipe):
             return 1

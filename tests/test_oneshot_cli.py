@@ -211,3 +211,16 @@ def test_progress_hook_of_the_pipeline(checkpoint: Path) -> None:
     assert seen == [("MagnitudePruningModifier (datafree)", 0, 2), ("model.layers.0.self_attn.q_proj", 1, 2),
                     ("model.layers.1.self_attn.q_proj", 2, 2)]
     assert np.isclose((model.model.layers[0].self_attn.q_proj.weight == 0).float().mean().item(), 0.5)
+
+
+def test_summary_reports_a_cholesky_retry() -> None:
+    from recipe_spec.commands_oneshot import _summary
+    from recipe_spec.one_shot import LayerReport, OneShotReport
+
+    report = OneShotReport(order=[0, 1], layers=[
+        LayerReport("model.layers.0.mlp.down_proj", "SparseGPTModifier", 0.5, 0.25, 2,
+                    "cholesky failed at dampening_frac 0.01; used 0.1"),
+        LayerReport("model.layers.0.mlp.up_proj", "SparseGPTModifier", 0.5, 0.5, 2)])
+    text = _summary(report, "out")
+    assert "cholesky failed at dampening_frac 0.01; used 0.1" in text.splitlines()[1]
+    assert "1 layer(s) needed more dampening than asked" in text and text.endswith("wrote out")

@@ -251,3 +251,21 @@ def test_validate_cli_compat_0_14(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "recipe_spec", "validate", str(path), "--compat",
                           "llmcompressor==0.14"], capture_output=True, text=True)
     assert out.returncode == 0 and "C005 [warning]" in out.stdout
+
+
+def test_weights_are_not_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A checkpoint whose tensor data is cut off after the header gives the same findings and
+    estimate."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(SGPT)
+    full = header_checkpoint(tmp_path / "full", intermediate=130)
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "config.json").write_bytes((full / "config.json").read_bytes())
+    data = (full / "model.safetensors").read_bytes()
+    (cut / "model.safetensors").write_bytes(data[: 8 + int.from_bytes(data[:8], "little")])
+    argv = ["lint", str(recipe), "--compat", "llmcompressor", "--model"]
+    first = run([*argv, str(full)], capsys)
+    second = run([*argv, str(cut)], capsys)
+    assert first[0] == second[0] == 1
+    assert first[1].replace(str(full), "M") == second[1].replace(str(cut), "M") and "P004" in first[1]
