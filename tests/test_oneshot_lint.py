@@ -154,7 +154,7 @@ def test_estimate_counts_the_solve_and_statistics(tmp_path: Path) -> None:
     columns = [64] * 6 + [128]  # q k v o gate up: 64 inputs; down: 128
     rows = [64] * 4 + [128] * 2 + [64]
     assert cost.statistic_flops == sum(2.0 * tokens * c * c for c in columns)
-    assert cost.solve_flops == pytest.approx(sum(5 / 3 * c ** 3 + r * c * c for r, c in zip(rows, columns)))
+    assert cost.solve_flops == pytest.approx(sum(5 / 3 * c ** 3 + r * c * c for r, c in zip(rows, columns, strict=True)))
     assert cost.forward_flops == 2 * 2.0 * model.block_params[0] * tokens and cost.blocks == 2
 
 

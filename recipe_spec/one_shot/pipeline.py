@@ -103,12 +103,12 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
                              "pipeline has none (use pipeline='sequential' or 'independent')")
         total = sum(len(names) for names in targets)
         _tell(progress, label, 0, total)
-        done = 0
+        count = 0
         for mod, names in zip(mods, targets, strict=True):
             for n in names:
                 report.layers.append(compress_module(host, mod, n, None))
-                done += 1
-                _tell(progress, n, done, total)
+                count += 1
+                _tell(progress, n, count, total)
         return
     if calibration is None or not calibration.batches:
         raise ValueError(f"{data[0].type} ({data[0].where}) needs calibration data: pass dataset=")
