@@ -120,7 +120,7 @@ class TorchCalibrationHost:
         return [_length(s["input_ids"]) for s in samples]
 
     def order_longest_first(self, lengths: Sequence[int]) -> list[int]:
-        return torch.argsort(torch.tensor(list(lengths)), descending=True).tolist()
+        return torch.argsort(torch.tensor(list(lengths), device="cpu"), descending=True).tolist()
 
     def collate(self, samples: Sequence[Mapping[str, Any]], length: int) -> dict[str, torch.Tensor]:
         batch = {}
