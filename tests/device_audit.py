@@ -29,7 +29,6 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the project's source folders (a call made from here is the runtime's)
@@ -52,6 +51,22 @@ def _installed_roots() -> tuple[str, ...]:
             folder = Path(spec.origin).parent
             roots += [str(folder) + "/", str(folder.resolve()) + "/"]  # a link (.shim/) and its target
     return tuple(dict.fromkeys(roots))
+
+
+def _devices(args: tuple[Any, ...], kwargs: dict[str, Any]) -> set[torch.device] | None:
+    """The devices of the tensors among ``args`` and ``kwargs`` (and in lists of them) when
+    there are several, else None (kept cheap: it runs for every torch call)."""
+    first: torch.device | None = None
+    found: set[torch.device] | None = None
+    for value in (*args, *kwargs.values()):
+        items = value if isinstance(value, (list, tuple)) else (value,)
+        for item in items:
+            if isinstance(item, torch.Tensor):
+                if first is None:
+                    first = item.device
+                elif item.device != first:
+                    found = (found or {first}) | {item.device}
+    return found
 
 
 class PlacementAudit(TorchFunctionMode):
@@ -84,9 +99,8 @@ class PlacementAudit(TorchFunctionMode):
                 if where is not None:
                     self.undeclared.append(f"{where}: {func.__name__}() without device=")
         elif func not in _MOVES:
-            leaves, _ = tree_flatten((args, kwargs))
-            devices = {t.device for t in leaves if isinstance(t, torch.Tensor)}
-            if len(devices) > 1:
+            devices = _devices(args, kwargs)
+            if devices is not None:
                 where = self._caller()
                 if where is not None:
                     self.mixed.append(f"{where}: {getattr(func, '__name__', func)} on {sorted(map(str, devices))}")

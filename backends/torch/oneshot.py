@@ -125,8 +125,8 @@ class TorchCalibrationHost:
     def collate(self, samples: Sequence[Mapping[str, Any]], length: int) -> dict[str, torch.Tensor]:
         batch = {}
         for key in samples[0]:
-            rows = [torch.as_tensor(s[key]).reshape(-1)[:length] for s in samples]
-            batch[key] = torch.stack(rows).to(self.device)
+            rows = [torch.as_tensor(s[key], device=self.device).reshape(-1)[:length] for s in samples]
+            batch[key] = torch.stack(rows)
         return batch
 
     def _forward(self, batch: Any) -> None:
