@@ -10,7 +10,14 @@ from conftest import REPO
 
 import recipe_spec
 from recipe_spec import docgen
-from recipe_spec.core_dialect import Compat, core_names, core_spec, core_variants, summarize, versions_where
+from recipe_spec.core_dialect import (
+    Compat,
+    core_names,
+    core_spec,
+    core_variants,
+    summarize,
+    versions_where,
+)
 from recipe_spec.diagnostics import Severity
 from recipe_spec.docgen.core_pages import CORE_DIR, core_pages, example_text, runs_as
 from recipe_spec.validation import validate
