@@ -246,7 +246,6 @@ def _recipe(args: argparse.Namespace) -> tuple[Any, list[Any]]:
     """The loaded recipe and what ``oneshot`` runs of it, or printed errors and exit 1."""
     from .loader import check
     from .one_shot.modifiers import resolve
-    from .registry import get_backend
     from .validation import apply_noqa, validate_recipe
 
     variables = dict(parse_var(v) for v in args.var or []) or None
@@ -257,13 +256,24 @@ def _recipe(args: argparse.Namespace) -> tuple[Any, list[Any]]:
             found = apply_noqa(found, recipe.source.text)
     if _print([d for d in found if d.code not in _OTHER_TOOL], args.recipe) or recipe is None:
         raise _Failed
-    backend = get_backend("torch")
+    backend = _checkpoint_backend()
     try:
         mods = resolve(recipe, frozenset(backend.capabilities), backend.name)
     except RecipeError as exc:
         _print(exc.diagnostics, args.recipe)
         raise _Failed from None
     return recipe, mods
+
+
+def _checkpoint_backend() -> Any:
+    """The backend that loads Hugging Face checkpoint folders (a usage error when none is
+    installed)."""
+    from .registry import BackendError, backend_with
+
+    try:
+        return backend_with("checkpoint:huggingface")
+    except BackendError as exc:
+        raise UsageError(str(exc)) from None
 
 
 class _Failed(Exception):
@@ -290,17 +300,11 @@ def oneshot_command(args: argparse.Namespace) -> int:
     print("\n".join(estimate(mods, model, len(chosen), max(len(s) for s in chosen),
                              sum(len(s) for s in chosen)).lines()))
     try:
-        import torch
-        import transformers
+        loaded = _checkpoint_backend().load_checkpoint(args.model, quiet=not sys.stderr.isatty())
     except ImportError as exc:
         raise UsageError(f"oneshot needs torch and transformers ({exc}): pip install torch transformers") from None
-    if not sys.stderr.isatty():  # plain lines only: no progress bars of transformers' own
-        transformers.utils.logging.disable_progress_bar()
-    try:
-        loaded = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
-    except Exception as exc:  # transformers raises many kinds; one line says which
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise InputError(f"{args.model}: transformers cannot load it ({type(exc).__name__}: {first[:200]})") from None
+    except ValueError as exc:
+        raise InputError(f"{args.model}: {exc}") from None
     return _run_and_save(args, recipe, loaded, samples)
 
 
