@@ -5,7 +5,8 @@ The content goes to a temporary file in the target's own directory (same file sy
 flushed to disk, and then takes the target's name with :func:`os.replace`, which is atomic on
 POSIX and Windows: a reader, or a run killed mid-write, sees the old file or the new one, never
 half of one. A failed write removes its temporary file and leaves the old file as it was.
-Recipes themselves are only ever read.
+Recipes themselves are only ever read. A folder (a compressed model) is written the same way
+with :func:`replacing_dir`: into a temporary folder beside it, which then takes its name.
 
 >>> import tempfile, pathlib
 >>> target = pathlib.Path(tempfile.mkdtemp()) / "recipe.yaml"
@@ -25,7 +26,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 
-__all__ = ["replacing", "write_text"]
+__all__ = ["replacing", "replacing_dir", "write_text"]
 
 
 @contextlib.contextmanager
@@ -48,6 +49,44 @@ def replacing(path: str | os.PathLike[str], suffix: str | None = None) -> Iterat
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def replacing_dir(path: str | os.PathLike[str]) -> Iterator[str]:
+    """Yield a new empty folder next to ``path`` for the caller to fill; when the block ends
+    without an error it takes ``path``'s name (an existing folder there is moved aside first
+    and removed after, so a reader sees the old folder or the new one, never a mix). A failed
+    block removes the temporary folder and leaves ``path`` as it was.
+
+    >>> import tempfile, pathlib
+    >>> out = pathlib.Path(tempfile.mkdtemp()) / "model"
+    >>> with replacing_dir(out) as tmp:
+    ...     _ = (pathlib.Path(tmp) / "config.json").write_text("{}")
+    >>> sorted(p.name for p in out.iterdir()), sorted(p.name for p in out.parent.iterdir())
+    (['config.json'], ['model'])
+    """
+    import shutil
+
+    target = os.path.abspath(os.fspath(path))
+    parent = os.path.dirname(target)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=parent)
+    old = None
+    try:
+        yield tmp
+        for root, _dirs, files in os.walk(tmp):  # on disk before the name changes
+            for name in files:
+                with open(os.path.join(root, name), "rb+") as f:
+                    os.fsync(f.fileno())
+        os.chmod(tmp, 0o777 & ~_umask())
+        if os.path.lexists(target):
+            old = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", suffix=".old", dir=parent)
+            os.replace(target, os.path.join(old, "previous"))
+        os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> None:

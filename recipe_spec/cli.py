@@ -10,13 +10,13 @@ import argparse
 import os
 import sys
 from collections.abc import Iterable
+from typing import Any
 
 from . import __version__
 from .commands import (
     InputError,
     UsageError,
     create_command,
-    lint_command,
     params_command,
     positive_float,
     positive_int,
@@ -24,6 +24,8 @@ from .commands import (
     schema_command,
     validate_command,
 )
+from .commands_oneshot import lint_command as oneshot_lint_command
+from .commands_oneshot import oneshot_command
 
 __all__ = ["main", "build_parser"]
 
@@ -56,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument(
         "--compat", metavar="TOOL[==VERSION]",
         help="stage/group recipes: apply the rules of sparseml[==1.6..1.9] or "
-        "llmcompressor[==0.1..0.13] (no version: the newest); default: every release",
+        "llmcompressor[==0.1..0.14] (no version: the newest); default: every release",
     )
     v.add_argument(
         "--jobs", type=positive_int, metavar="N",
@@ -118,15 +120,24 @@ def build_parser() -> argparse.ArgumentParser:
     li.add_argument(
         "--compat", metavar="TOOL[==VERSION]",
         help="stage/group recipes: match and validate as sparseml[==1.6..1.9] or "
-        "llmcompressor[==0.1..0.13] does (default: both, newest releases)",
+        "llmcompressor[==0.1..0.14] does (default: both, newest releases)",
     )
     li.add_argument("--params", metavar="FILE", help="a parameter manifest written by `recipe-spec params`")
+    li.add_argument(
+        "--sequential-targets", nargs="+", metavar="NAME",
+        help="with --model DIR: the block class (or module names) a one-shot run goes through",
+    )
+    li.add_argument("--num-samples", type=positive_int, default=512, metavar="N",
+                    help="with --model DIR: calibration samples the one-shot estimate assumes (default 512)")
+    li.add_argument("--seq-len", type=positive_int, metavar="N",
+                    help="with --model DIR: tokens per sample the estimate assumes (default 2048, at "
+                    "most max_position_embeddings)")
     li.add_argument(
         "--target", metavar="BACKEND",
         help="lint with the names the given backend would see (e.g. a PyTorch model's Keras twin)",
     )
     _add_report_options(li)
-    li.set_defaults(run=lint_command)
+    li.set_defaults(run=oneshot_lint_command)
 
     pa = sub.add_parser(
         "params",
@@ -136,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--model", metavar="SPEC", required=True, help="as for lint --model")
     pa.add_argument("-o", "--output", metavar="FILE", default="params.json")
     pa.set_defaults(run=params_command, params=None)
+
+    _add_oneshot(sub)
 
     cr = sub.add_parser(
         "create",
@@ -153,6 +166,34 @@ def build_parser() -> argparse.ArgumentParser:
     cr.add_argument("-o", "--output", metavar="FILE", default="-", help="where to write (default: stdout)")
     cr.set_defaults(run=create_command)
     return parser
+
+
+def _add_oneshot(sub: Any) -> None:
+    """``recipe-spec oneshot`` (:mod:`recipe_spec.commands_oneshot`)."""
+    on = sub.add_parser(
+        "oneshot",
+        help="prune a Hugging Face checkpoint in one shot with calibration data (SparseGPT, Wanda, magnitude)",
+        description="Run a stage/group one-shot recipe (llm-compressor's) on a checkpoint folder with a "
+        "calibration file and write the compressed folder. Everything is checked before the model is "
+        "loaded. Exit 0 done, 1 an error in an input, 2 the command line is wrong. See docs/oneshot.md.",
+    )
+    on.add_argument("recipe", metavar="RECIPE", help="one stage/group recipe file")
+    on.add_argument("--model", required=True, metavar="DIR",
+                    help="a Hugging Face checkpoint folder (config.json + *.safetensors)")
+    on.add_argument("--calibration", required=True, metavar="FILE",
+                    help="token ids: a JSON list of lists, {\"samples\": [...]}, or JSON lines of {\"input_ids\": [...]}")
+    on.add_argument("--num-samples", type=positive_int, default=512, metavar="N",
+                    help="calibration samples fed (default 512, as llm-compressor)")
+    on.add_argument("--shuffle", action="store_true",
+                    help="feed the samples in a seeded shuffled order (default: longest first)")
+    on.add_argument("--batch-size", type=positive_int, default=1, metavar="B", help="samples per batch (default 1)")
+    on.add_argument("--pipeline", choices=["independent", "sequential", "datafree"], default="independent")
+    on.add_argument("--sequential-targets", nargs="+", metavar="NAME",
+                    help="the block class (or module names) run one after another (default: the decoder layer)")
+    on.add_argument("--output", "-o", metavar="DIR", help="write the compressed checkpoint folder here")
+    on.add_argument("--force", action="store_true", help="replace a non-empty --output folder")
+    on.add_argument("--var", action="append", metavar="NAME=VALUE", help="override a recipe variable")
+    on.set_defaults(run=oneshot_command)
 
 
 def main(argv: Iterable[str] | None = None) -> int:

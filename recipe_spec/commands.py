@@ -176,19 +176,13 @@ def _model_records(args: argparse.Namespace) -> tuple[str, list[Any]]:
 
 
 def lint_command(args: argparse.Namespace) -> int:
+    """``recipe-spec lint`` against a model spec or a parameter manifest (a checkpoint folder
+    is :func:`recipe_spec.commands_oneshot.lint_command`'s, which calls this one otherwise)."""
     from .lint import lint
 
     _known_backend(args.target, "--target")
-    compat = _compat(args.compat)
-    if args.model and os.path.isdir(args.model) and not args.params:
-        from .lint import lint_against_checkpoint
-        from .params.checkpoint import CheckpointError, read_checkpoint
-
-        try:
-            names = read_checkpoint(args.model)
-        except CheckpointError as exc:
-            raise InputError(str(exc)) from None
-        return _check_files(args, args.paths, lambda p, v: lint_against_checkpoint(p, names, compat, v))
+    if getattr(args, "sequential_targets", None):
+        raise UsageError("--sequential-targets needs --model DIR (a Hugging Face checkpoint folder)")
     framework, records = _model_records(args)
     return _check_files(
         args, args.paths, lambda p, v: lint(p, records, framework, v, target=args.target)

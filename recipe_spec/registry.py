@@ -192,6 +192,17 @@ def backend_for(model: Any) -> Any:
     raise TypeError(f"modify() got a {type(model).__name__}, which is not a model of any backend ({kinds})")
 
 
+def backend_with(capability: str) -> Any:
+    """The first installed backend (in name order) that declares ``capability`` (e.g.
+    ``"checkpoint:huggingface"``: it loads a Hugging Face checkpoint folder); ``BackendError``
+    naming the capability when none does."""
+    for backend in installed_backends():
+        if capability in backend.capabilities:
+            return backend
+    raise BackendError(f"no installed backend can do {capability!r}: install one that can "
+                       "(pip install 'recipe-spec[torch]' for Hugging Face checkpoints)")
+
+
 def supported_modifiers(name: str) -> frozenset[str]:
     """The modifiers backend ``name`` runs: those whose every declared need it has.
 

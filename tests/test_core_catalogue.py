@@ -28,13 +28,13 @@ def test_versions_compare_as_tuples() -> None:
     assert Version.parse("0.13") > Version.parse("0.9")
     assert in_range(">=0.7,<0.12", Version.parse("0.11"))
     assert not in_range(">=0.7,<0.12", Version.parse("0.12"))
-    assert str(RELEASES["llmcompressor"][-1]) == "0.13"
+    assert str(RELEASES["llmcompressor"][-1]) == "0.14"
     assert [str(v) for v in RELEASES["sparseml"]] == ["1.6", "1.7", "1.8", "1.9"]
 
 
 @pytest.mark.parametrize("text,expected", [
     ("sparseml", "sparseml==1.9"), ("sparseml==1.8", "sparseml==1.8"),
-    ("llmcompressor", "llmcompressor==0.13"), ("llmcompressor==0.13", "llmcompressor==0.13"),
+    ("llmcompressor", "llmcompressor==0.14"), ("llmcompressor==0.13", "llmcompressor==0.13"),
     ("llm-compressor==0.7.1", "llmcompressor==0.7"),
 ])
 def test_compat_parse(text: str, expected: str) -> None:
@@ -42,7 +42,7 @@ def test_compat_parse(text: str, expected: str) -> None:
 
 
 @pytest.mark.parametrize("text,listed", [
-    ("torchao", "sparseml"), ("sparseml==2.0", "1.9"), ("llmcompressor==0.99", "0.13"),
+    ("torchao", "sparseml"), ("sparseml==2.0", "1.9"), ("llmcompressor==0.99", "0.14"),
     ("llmcompressor==abc", "0.1"),
 ])
 def test_compat_errors_list_choices(text: str, listed: str) -> None:

@@ -116,7 +116,7 @@ def test_cli_compat(tmp_path: Path) -> None:
     found = json.loads(new.stdout)["files"][0]["diagnostics"]
     assert [(d["code"], d["line"], d["column"]) for d in found] == [("C001", 5, 7)]
     bad = subprocess.run(cli + ["--compat", "llmcompressor==0.99"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "0.13" in bad.stderr
+    assert bad.returncode == 2 and "0.14" in bad.stderr
 
 
 @pytest.mark.parametrize("backend", ["torch"])

@@ -10,7 +10,14 @@ from conftest import REPO
 
 import recipe_spec
 from recipe_spec import docgen
-from recipe_spec.core_dialect import Compat, core_names, core_spec, core_variants, summarize, versions_where
+from recipe_spec.core_dialect import (
+    Compat,
+    core_names,
+    core_spec,
+    core_variants,
+    summarize,
+    versions_where,
+)
 from recipe_spec.diagnostics import Severity
 from recipe_spec.docgen.core_pages import CORE_DIR, core_pages, example_text, runs_as
 from recipe_spec.validation import validate
@@ -94,9 +101,9 @@ def test_variants_renames_and_quantization_links() -> None:
 def test_index_says_what_recipe_spec_does() -> None:
     index = _read("index.md")
     (constant,) = core_variants("ConstantPruningModifier")
-    assert "on the `keras` and `torch` backends; in `recipe_spec.oneshot` on the `torch` backend" in runs_as(constant)
+    assert "on the `keras` and `torch` backends; in `recipe_spec.oneshot` on the `keras` and `torch` backends" in runs_as(constant)
     (sparsegpt,) = [v for v in core_variants("SparseGPTModifier") if core_spec(v.name) is v]
-    assert runs_as(sparsegpt) == "validated and linted; runs in `recipe_spec.oneshot` on the `torch` backend"
+    assert runs_as(sparsegpt) == "validated and linted; runs in `recipe_spec.oneshot` on the `keras` and `torch` backends"
     assert runs_as(constant) in index
     (gptq,) = core_variants("GPTQModifier")
     assert runs_as(gptq) == "validated and linted; run by llm-compressor"

@@ -200,3 +200,53 @@ def test_trainable_params_freeze_and_restore_under_fit() -> None:
     np.testing.assert_array_equal(k0, k1)  # frozen during epoch 1
     assert not np.allclose(k1, k2)  # trains again after the restore
     assert model.get_layer("conv1").kernel.trainable
+
+
+def test_a_step_with_no_event_does_no_work_per_weight_outside_the_compiled_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Masks held, no event due: the compiled train step enforces them (gradients masked, the
+    held masks applied after the update, where the optimizer's momentum would move a pruned
+    weight), and the recipe's callback neither reads, writes nor assigns any weight or mask."""
+    from recipe_spec_keras import jax_state, pruning
+
+    model, manager, callbacks = setup(
+        "modifiers:\n  - !GMPruningModifier {params: __ALL_PRUNABLE__, init_sparsity: 0.5, "
+        "final_sparsity: 0.7, start_epoch: 1, end_epoch: 2, update_frequency: 1}\n"
+    )
+    x, y = data()
+    model.fit(x, y, batch_size=BATCH, epochs=3, shuffle=False, verbose=0, callbacks=callbacks)  # events end at step 8
+    calls: dict[str, int] = {}
+
+    def counting(owner: object, name: str) -> None:
+        original = getattr(owner, name)
+
+        def wrapper(*args: object, **kwargs: object) -> object:
+            calls[name] = calls.get(name, 0) + 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, wrapper)
+
+    for owner, name in [(pruning.MaskSet, "apply"), (pruning.MaskSet, "update"), (pruning, "_assign_masked"),
+                        (jax_state.StateAccess, "read"), (jax_state.StateAccess, "write"),
+                        (jax_state.StateAccess, "sync")]:
+        counting(owner, name)
+    seen: list[dict[str, int]] = []
+
+    class Snapshot(keras.callbacks.Callback):  # after the recipe's callback: its calls within the steps
+        def on_train_batch_begin(self, batch, logs=None):
+            if not seen:
+                seen.append(dict(calls))
+
+        def on_train_end(self, logs=None):
+            seen.append(dict(calls))
+
+    runtime = manager.runtime
+    before = runtime.step_count
+    model.fit(x, y, batch_size=BATCH, epochs=5, initial_epoch=3, shuffle=False, verbose=0,
+              callbacks=[*callbacks, Snapshot()])
+    assert runtime.step_count == before + 2 * S
+    assert seen[0] == seen[1], "work per weight outside the compiled step"  # a fit's start masks once
+    for entry in runtime.masks.params.values():
+        assert 0.69 < 1 - entry.mask.mean() < 0.71
+        value = keras.ops.convert_to_numpy(entry.variable.value)
+        assert not value[~entry.mask].any(), entry.name
+        assert value[entry.mask].any(), entry.name  # the kept weights still train

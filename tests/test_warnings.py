@@ -63,6 +63,45 @@ def test_no_warning_when_the_final_update_ran(tmp_path: Path) -> None:
     assert _run(tmp_path, "fc1.weight", 0.5, 9) == []
 
 
+@pytest.mark.parametrize(("init", "warned"), [(0.8, False), (0.5, True)])
+def test_a_grouped_mask_at_its_reachable_count_does_not_warn(tmp_path: Path, init: float, warned: bool) -> None:
+    """fc2.weight (8 filters of 32): at 0.8 a filter mask prunes round(0.8 * 8) = 6 filters,
+    192 zeros, fewer than round(0.8 * 256) = 205 single weights; masks that already hold the 6
+    filters hold the final count (no warning), masks at 0.5 do not."""
+    path = tmp_path / "gmp.yaml"
+    path.write_text(GMP.replace("PARAM", "fc2.weight").replace("UPDATE", "1")
+                    .replace("init_sparsity: 0.05", f"init_sparsity: {init}").replace("final_sparsity: 0.5", "final_sparsity: 0.8")
+                    + "    mask_type: filter\n")
+    model, opt, x, y = build()
+    manager = ScheduledModifierManager.from_yaml(str(path))
+    opt = manager.modify(model, opt, steps_per_epoch=2)
+    train(model, opt, x, y, 2)
+    assert int((model.fc2.weight.detach().abs().sum(1) == 0).sum()) == round(init * 8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        manager.finalize(model)
+    assert bool([w for w in caught if "final sparsity" in str(w.message)]) is warned
+
+
+def test_a_global_ranking_at_its_final_count_does_not_warn(tmp_path: Path) -> None:
+    """A global ranking holds round(0.5 * total) zeros over fc1 and fc2 together, shared out
+    unevenly: no parameter holds "its" half, and none needs to."""
+    path = tmp_path / "gmp.yaml"
+    path.write_text(GMP.replace("PARAM", "fc1.weight, fc2.weight").replace("UPDATE", "1")
+                    .replace("init_sparsity: 0.05", "init_sparsity: 0.5")
+                    .replace("!GMPruningModifier", "!GlobalMagnitudePruningModifier"))
+    model, opt, x, y = build()
+    manager = ScheduledModifierManager.from_yaml(str(path))
+    opt = manager.modify(model, opt, steps_per_epoch=2)
+    train(model, opt, x, y, 2)
+    zeros = [int((p == 0).sum()) for p in (model.fc1.weight, model.fc2.weight)]
+    assert sum(zeros) == round(0.5 * (2048 + 256)) and zeros[1] != 128
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        manager.finalize(model)
+    assert [str(w.message) for w in caught if "final sparsity" in str(w.message)] == []
+
+
 def test_no_warning_after_one_shot_apply(tmp_path: Path) -> None:
     model, _, _, _ = build()
     manager = ScheduledModifierManager.from_yaml(GMP.replace("PARAM", "fc1.weight").replace("UPDATE", "1"))

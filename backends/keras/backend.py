@@ -18,6 +18,7 @@ __all__ = ["backend", "KerasBackend", "CAPABILITIES", "canonical_axes"]
 CAPABILITIES = frozenset({
     "masks", "scores:magnitude", "scores:mfac", "scores:obs", "gradients", "lr", "weight_decay",
     "trainable", "layers", "quantization", "acdc", "scores:movement", "loss", "teacher",
+    "oneshot", "scores:sparsegpt", "scores:wanda",
 })
 
 #: PyTorch parameter names and their Keras names, by owning layer kind.
@@ -84,6 +85,15 @@ class KerasBackend:
         from .manager import KerasManager
 
         return KerasManager(recipe, **options)
+
+    def calibration_host(self, model: Any) -> Any:
+        """The one-shot calibration host of ``model``
+        (:class:`recipe_spec.one_shot.host.CalibrationHost`), a context manager: Dense and
+        EinsumDense layers as Linear modules, a keras-hub model under its Hugging Face
+        checkpoint's names (:mod:`recipe_spec_keras.oneshot`)."""
+        from .oneshot import KerasCalibrationHost
+
+        return KerasCalibrationHost(model)
 
     def param_records(self, model: Any) -> list[ParamRecord]:
         """The variables of a Keras 3 model as :class:`~recipe_spec.params.ParamRecord`

@@ -349,6 +349,11 @@ class KerasManager(RecipeRuntime):
         self.distillation.on_event(event, self)
 
     # -- saving, resuming (the layout is RecipeRuntime.state_dict's) ---------------------
+    def _mask_layout(self, entry: MaskedVariable) -> Any:
+        from .masks import kernel_layout
+
+        return kernel_layout(tuple(entry.mask.shape), entry.layer_type)
+
     def _mask_state(self, entry: MaskedVariable) -> np.ndarray:
         return entry.mask.copy()
 

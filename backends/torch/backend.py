@@ -18,7 +18,7 @@ __all__ = ["backend", "PyTorchBackend", "CAPABILITIES"]
 CAPABILITIES = frozenset({
     "masks", "scores:magnitude", "scores:mfac", "scores:obs", "gradients", "lr", "weight_decay",
     "trainable", "layers", "quantization", "loss", "teacher", "acdc", "scores:movement",
-    "oneshot", "scores:sparsegpt", "scores:wanda",
+    "oneshot", "scores:sparsegpt", "scores:wanda", "checkpoint:huggingface",
 })
 
 
@@ -99,6 +99,23 @@ class PyTorchBackend:
         if path.lower().endswith(".safetensors") or not is_torchscript_archive(path):
             return None
         return load_model(path)
+
+    def load_checkpoint(self, folder: str, quiet: bool = False) -> Any:
+        """A Hugging Face causal-LM checkpoint folder as a float32 ``transformers`` model
+        (capability ``checkpoint:huggingface``). Raises ``ImportError`` without transformers
+        and ``ValueError`` with one line saying why transformers cannot load the folder.
+        ``quiet``: no progress bars of transformers' own."""
+        import transformers
+
+        import torch
+
+        if quiet:
+            transformers.utils.logging.disable_progress_bar()
+        try:
+            return transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+        except Exception as exc:  # transformers raises many kinds; one line says which
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise ValueError(f"transformers cannot load it ({type(exc).__name__}: {first[:200]})") from None
 
     def canonical_axes(self, layer_type: str, ndim: int) -> tuple[int, ...]:
         """PyTorch stores weights in the canonical order: (out, in, spatial...)."""

@@ -120,13 +120,13 @@ class TorchCalibrationHost:
         return [_length(s["input_ids"]) for s in samples]
 
     def order_longest_first(self, lengths: Sequence[int]) -> list[int]:
-        return torch.argsort(torch.tensor(list(lengths)), descending=True).tolist()
+        return torch.argsort(torch.tensor(list(lengths), device="cpu"), descending=True).tolist()
 
     def collate(self, samples: Sequence[Mapping[str, Any]], length: int) -> dict[str, torch.Tensor]:
         batch = {}
         for key in samples[0]:
-            rows = [torch.as_tensor(s[key]).reshape(-1)[:length] for s in samples]
-            batch[key] = torch.stack(rows).to(self.device)
+            rows = [torch.as_tensor(s[key], device=self.device).reshape(-1)[:length] for s in samples]
+            batch[key] = torch.stack(rows)
         return batch
 
     def _forward(self, batch: Any) -> None:

@@ -42,20 +42,23 @@ _BNS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
 class FakeQuantize(nn.Module):
     """Fake-quantizes a tensor to ``bits`` bits: symmetric (weights) or asymmetric
-    (activations), with a min/max observer (moving average for activations)."""
+    (activations), with a min/max observer (moving average for activations). Its buffers are
+    made on ``device``: the device of the layer it quantizes."""
 
-    def __init__(self, bits: int = 8, symmetric: bool = False, averaging: float = 0.01):
+    def __init__(self, bits: int = 8, symmetric: bool = False, averaging: float = 0.01,
+                 device: torch.device | str | None = None):
         super().__init__()
+        device = torch.device("cpu") if device is None else torch.device(device)
         self.bits, self.symmetric, self.averaging = bits, symmetric, averaging
         if symmetric:
             self.qmin, self.qmax = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
         else:
             self.qmin, self.qmax = 0, 2**bits - 1
-        self.register_buffer("min_val", torch.tensor(float("inf")))
-        self.register_buffer("max_val", torch.tensor(float("-inf")))
-        self.register_buffer("observer_enabled", torch.tensor(True))
-        self.register_buffer("scale", torch.tensor(1.0))
-        self.register_buffer("zero_point", torch.tensor(0, dtype=torch.int32))
+        self.register_buffer("min_val", torch.tensor(float("inf"), device=device))
+        self.register_buffer("max_val", torch.tensor(float("-inf"), device=device))
+        self.register_buffer("observer_enabled", torch.tensor(True, device=device))
+        self.register_buffer("scale", torch.tensor(1.0, device=device))
+        self.register_buffer("zero_point", torch.tensor(0, dtype=torch.int32, device=device))
 
     @torch.no_grad()
     def _observe(self, x: torch.Tensor) -> bool:
@@ -72,7 +75,7 @@ class FakeQuantize(nn.Module):
         eps = torch.finfo(torch.float32).eps
         if self.symmetric:
             scale = torch.maximum(-lo, hi) / ((self.qmax - self.qmin) / 2)
-            zero = torch.tensor(0, dtype=torch.int32)
+            zero = torch.zeros((), dtype=torch.int32, device=self.zero_point.device)
         else:
             scale = (hi - lo) / (self.qmax - self.qmin)
             zero = torch.clamp(self.qmin - torch.round(lo / torch.clamp(scale, min=eps)), self.qmin, self.qmax).to(torch.int32)
@@ -98,8 +101,9 @@ class _QATMixin:
     """Adds input and weight fake quantization to a Linear or Conv (its own parameters kept)."""
 
     def _qat_init(self, bn: nn.Module | None) -> None:
-        self.input_fake_quant = FakeQuantize(8, symmetric=False, averaging=0.01)
-        self.weight_fake_quant = FakeQuantize(8, symmetric=True, averaging=0.0)
+        device = self.weight.device  # type: ignore[attr-defined]
+        self.input_fake_quant = FakeQuantize(8, symmetric=False, averaging=0.01, device=device)
+        self.weight_fake_quant = FakeQuantize(8, symmetric=True, averaging=0.0, device=device)
         self.__dict__["folded_bn"] = bn  # not a child: the BN keeps its own place and name
 
 

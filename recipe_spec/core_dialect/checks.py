@@ -9,6 +9,8 @@ names them):
 - the layout as each tool reads it (C002): keys a tool drops without a word, and the
   mis-indented recipe that llm-compressor 0.7+ reads as an empty one;
 - ``eval(...)`` strings (C003) and the AWQ ordering rule (C004);
+- what llm-compressor's ``oneshot()`` runs otherwise than written (C005, C006:
+  :mod:`.oneshot_compat`);
 - regex pitfalls in ``targets``/``ignore`` (P005, P008, P009: :mod:`.pattern_checks`).
 """
 
@@ -26,6 +28,7 @@ from ..text.frozen import FrozenDict
 from ..text.variables import did_you_mean
 from .arg_check import Problem, check_modifier
 from .catalogue import variant_in
+from .oneshot_compat import oneshot_differences
 from .pattern_checks import arg_items, pattern_findings
 from .reader import STAGE_KEYS, _group_key, _stage_key
 from .versions import Compat, newest, summarize, versions_where
@@ -267,5 +270,5 @@ def core_diagnostics(recipe: Recipe, compat: Compat | None = None) -> list[Diagn
     checker.awq()
     checker.nm_sparsity()
     checker.patterns()
-    return checker.out
+    return checker.out + oneshot_differences(recipe, compat)
 

@@ -46,7 +46,7 @@ CT_OF: dict[ToolVersion, Version] = {
     ("llmcompressor", _V("0.7")): _V("0.11"), ("llmcompressor", _V("0.8")): _V("0.12"),
     ("llmcompressor", _V("0.9")): _V("0.13"), ("llmcompressor", _V("0.10")): _V("0.14"),
     ("llmcompressor", _V("0.11")): _V("0.16"), ("llmcompressor", _V("0.12")): _V("0.17"),
-    ("llmcompressor", _V("0.13")): _V("0.18"),
+    ("llmcompressor", _V("0.13")): _V("0.18"), ("llmcompressor", _V("0.14")): _V("0.19"),
 }
 
 

@@ -63,10 +63,11 @@ def _parse_version(text: str) -> Version:
 
 
 #: The released minor versions of each tool, oldest first (verified against the tags of
-#: neuralmagic/sparseml and vllm-project/llm-compressor; 0.13.0 is llm-compressor's newest tag).
+#: neuralmagic/sparseml and vllm-project/llm-compressor; 0.14 is the release the one-shot
+#: conformance data was made with, 0.14.0.1, whose catalogue is 0.13's).
 RELEASES: dict[str, tuple[Version, ...]] = {
     "sparseml": tuple(Version.parse(v) for v in ("1.6", "1.7", "1.8", "1.9")),
-    "llmcompressor": tuple(Version.parse(f"0.{m}") for m in range(1, 14)),
+    "llmcompressor": tuple(Version.parse(f"0.{m}") for m in range(1, 15)),
 }
 
 #: Tool names as the CLI spells them, in timeline order (llm-compressor continues SparseML).

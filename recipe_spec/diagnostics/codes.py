@@ -332,6 +332,31 @@ C004 = _code(
     "Add a QuantizationModifier (or GPTQModifier) with the scheme after AWQModifier.",
 )
 
+C005 = _code(
+    "C005", "warning", "an `ignore` name the tool does not match",
+    "SparseGPTModifier and WandaPruningModifier in llm-compressor 0.5 and later name each layer "
+    "they prune `<what a target matched>.<the layer inside it>`. With `targets: [Linear]` (the "
+    "default) a target matches the layer itself, so the output layer is named `lm_head.` (with "
+    "a trailing dot): a plain name in `ignore` such as `lm_head` matches nothing and that layer "
+    "is pruned. Only a `re:` pattern (`re:.*lm_head`) excludes it. recipe-spec's `oneshot` "
+    "excludes the named layer as written.",
+    "sparsity_stage:\n  sparsity_modifiers:\n    SparseGPTModifier:\n      sparsity: 0.5\n"
+    "      ignore: [lm_head]   # llm-compressor prunes lm_head all the same",
+    "Write the entry as a `re:` pattern (`re:.*lm_head`), which both tools read the same way.",
+)
+C006 = _code(
+    "C006", "warning", "MagnitudePruningModifier prunes nothing in the tool's oneshot",
+    "llm-compressor's MagnitudePruningModifier computes its masks when it starts but multiplies "
+    "them into the weights only after optimizer steps. `oneshot()` takes none, so the model "
+    "comes out dense (every release). recipe-spec's `oneshot` prunes each target to "
+    "`final_sparsity` by magnitude. A recipe whose modifier runs over training steps (an `end` "
+    "after its `start`, or `run_type: train`) is not reported.",
+    "oneshot_stage:\n  pruning_modifiers:\n    MagnitudePruningModifier:\n"
+    "      targets: ['re:model\\.layers\\.\\d+\\..*_proj$']\n      init_sparsity: 0.5\n      final_sparsity: 0.5",
+    "With llm-compressor, prune in one shot with SparseGPTModifier or WandaPruningModifier, or "
+    "run the recipe with its training entry point; recipe-spec's oneshot runs it as written.",
+)
+
 # --- P: parameter patterns (recipe-spec lint, and P005 in validate), registered last from a
 # module of their own (this one would pass 450 lines) --------------------------------------
 from .codes_params import *  # noqa: E402, F403 - P001 ... P011 (codes_params.__all__)

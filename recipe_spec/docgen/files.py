@@ -38,9 +38,8 @@ def schema_files() -> dict[str, str]:
 def backends_file() -> str:
     """``schemas/backends.json``: each installed backend's declared capabilities and the
     modifiers those make it run (derived, never written by hand)."""
-    from ..registry import installed_backends
-
     from ..core_dialect import core_names, core_spec
+    from ..registry import installed_backends
 
     def one_shot(caps: frozenset[str]) -> list[str]:
         return [n for n in core_names()

@@ -31,11 +31,13 @@ from ..registry import backend_for
 from ..runtime.preflight import refuse_invalid
 from .calibration import prepare
 from .modifiers import resolve
-from .pipeline import PIPELINES, OneShotReport, run_pipeline
+from .pipeline import PIPELINES, OneShotReport, Progress, run_pipeline
 
 __all__ = ["oneshot", "apply_oneshot", "last_report"]
 
 _LAST: list[OneShotReport] = []
+#: Warnings about what llm-compressor would do otherwise than this run does.
+_OTHER_TOOL = frozenset({"C005", "C006"})
 
 
 def last_report() -> OneShotReport | None:
@@ -72,6 +74,7 @@ def oneshot(
     save_compressed: bool = True,
     recipe_args: Any = None,
     seed: int = 42,
+    progress: Progress | None = None,
 ) -> Any:
     """Compress ``model`` in one pass with the stage/group ``recipe``; returns the model.
 
@@ -88,7 +91,9 @@ def oneshot(
     ``sequential_offload_device="cpu"`` keeps the cached block inputs in host memory (default
     None: where the model runs; llm-compressor defaults to "cpu"). ``output_dir``: save the
     model (``save_pretrained`` for a Hugging Face model) and ``recipe.yaml`` there; sparse
-    models are saved dense (``save_compressed`` has nothing to compress).
+    models are saved dense (``save_compressed`` has nothing to compress). ``progress``
+    (recipe-spec's own): ``progress(what, done, total)``, told when each pass starts and after
+    each block (:data:`~recipe_spec.one_shot.pipeline.Progress`).
 
     Raises :class:`~recipe_spec.RecipeError` (every problem located in the recipe) before any
     weight changes when the recipe is invalid or holds a modifier or argument this backend does
@@ -118,7 +123,7 @@ def oneshot(
         shuffle_calibration_samples=shuffle_calibration_samples, batch_size=batch_size,
         pipeline=pipeline, sequential_targets=sequential_targets,
         offload=sequential_offload_device is not None and str(sequential_offload_device).startswith("cpu"),
-        output_dir=output_dir, seed=seed,
+        output_dir=output_dir, seed=seed, progress=progress,
     )
     del report
     return model
@@ -129,10 +134,13 @@ def apply_oneshot(
     shuffle_calibration_samples: bool = True, batch_size: int = 1, pipeline: str = "independent",
     sequential_targets: Sequence[str] | str | None = None, offload: bool = False,
     output_dir: str | os.PathLike[str] | None = None, seed: int = 42,
+    progress: Progress | None = None,
 ) -> OneShotReport:
     """:func:`oneshot` for a loaded recipe (``ScheduledModifierManager.apply(model,
     calibration=...)`` calls it); returns the run's :class:`~.pipeline.OneShotReport`."""
-    refuse_invalid(recipe, compat="llmcompressor")  # the semantics run here: llm-compressor's newest
+    # the semantics run here: llm-compressor's newest; what that tool does otherwise than
+    # written (C005, C006) is validate's concern, not this run's
+    refuse_invalid(recipe, compat="llmcompressor", quiet=_OTHER_TOOL)
     backend = backend_for(model)
     mods = resolve(recipe, frozenset(backend.capabilities), backend.name)
     make_host = getattr(backend, "calibration_host", None)
@@ -149,7 +157,8 @@ def apply_oneshot(
                               shuffle=shuffle_calibration_samples, batch_size=batch_size,
                               seed=seed) if needs_data else None
         report = run_pipeline(host, mods, calibration, pipeline=pipeline,
-                              sequential_targets=sequential_targets, offload=offload)
+                              sequential_targets=sequential_targets, offload=offload,
+                              progress=progress)
         if output_dir is not None:
             text = recipe.source.yaml_text if recipe.source is not None else recipe.to_yaml()
             host.save(os.fspath(output_dir), text)

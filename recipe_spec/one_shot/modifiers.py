@@ -34,7 +34,7 @@ from ..diagnostics.base import Diagnostic, RecipeError
 from ..recipe.model import Modifier, Recipe
 from .host import ModuleInfo
 
-__all__ = ["OneShotModifier", "resolve", "select_modules", "matches"]
+__all__ = ["OneShotModifier", "resolve", "runnable", "select_modules", "matches"]
 
 #: The one-shot kind of each modifier ``oneshot()`` runs.
 KINDS = {"SparseGPTModifier": "sparsegpt", "WandaPruningModifier": "wanda",
@@ -175,6 +175,24 @@ def resolve(recipe: Recipe, capabilities: frozenset[str], backend: str) -> list[
             out.append(resolved)
     if errors:
         raise RecipeError(sorted(errors, key=lambda d: (d.line, d.column)))
+    return out
+
+
+def runnable(recipe: Recipe) -> list[OneShotModifier]:
+    """The modifiers of ``recipe`` that ``oneshot()`` runs, as it would run them, for checks
+    against a model (:mod:`.checkpoint`): a modifier it does not run, or whose sparsity it
+    cannot read, is left out; an argument it would refuse is not held against the rest (the
+    recipe's own checks report both)."""
+    out: list[OneShotModifier] = []
+    if recipe.dialect != "core":
+        return out
+    for m in recipe.modifiers:
+        kind = KINDS.get(m.type)
+        if kind is None:
+            continue
+        resolved = _one(recipe, m, kind, [])
+        if resolved is not None:
+            out.append(resolved)
     return out
 
 

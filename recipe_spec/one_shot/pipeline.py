@@ -14,12 +14,17 @@
 
 When no repeated block is found (a small model without a ModuleList of identical layers),
 ``sequential`` runs the whole model once with every observer on, then compresses.
+
+Progress: ``progress(what, done, total)`` (:data:`Progress`) is called when a pass starts,
+with ``done == 0`` and ``what`` naming the pass (``"SparseGPTModifier (sequential)"``), and
+after each unit of it, with ``what`` naming the unit: a block (``model.layers.0``), the
+layers outside every block (``lm_head``), or one module in the datafree pipeline.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +33,11 @@ from .compress import LayerReport, compress_module, new_statistics
 from .host import CalibrationHost, ModuleInfo
 from .modifiers import OneShotModifier, select_modules
 
-__all__ = ["PIPELINES", "OneShotReport", "run_pipeline"]
+__all__ = ["PIPELINES", "OneShotReport", "Progress", "run_pipeline"]
+
+#: ``progress(what, done, total)``: a pass starts (``done == 0``, ``what`` names the pass) or
+#: one more of its ``total`` units is done (``what`` names the unit).
+Progress = Callable[[str, int, int], None]
 
 PIPELINES = ("independent", "sequential", "datafree")
 _LOG = logging.getLogger("recipe_spec.oneshot")
@@ -55,8 +64,9 @@ def _inside(name: str, root: str) -> bool:
 
 def run_pipeline(host: CalibrationHost, mods: Sequence[OneShotModifier], calibration: Calibration | None,
                  *, pipeline: str = "independent", sequential_targets: Sequence[str] | None = None,
-                 offload: bool = False) -> OneShotReport:
-    """Run ``mods`` on ``host``'s model (see the module docstring); the report."""
+                 offload: bool = False, progress: Progress | None = None) -> OneShotReport:
+    """Run ``mods`` on ``host``'s model (see the module docstring); the report. ``progress``:
+    told when each pass starts and after each unit of it (:data:`Progress`)."""
     if pipeline not in PIPELINES:
         raise ValueError(f"pipeline {pipeline!r} is not one of {', '.join(PIPELINES)}")
     report = OneShotReport(order=calibration.order if calibration is not None else None)
@@ -64,16 +74,24 @@ def run_pipeline(host: CalibrationHost, mods: Sequence[OneShotModifier], calibra
     if pipeline == "independent":
         for mod in mods:
             _LOG.info("%s: %s runs in the %s pipeline", mod.where, mod.type, mod.pipeline)
-            _run(host, modules, [mod], calibration, mod.pipeline, sequential_targets, offload, report)
+            _run(host, modules, [mod], calibration, mod.pipeline, sequential_targets, offload, report,
+                 progress)
     else:
-        _run(host, modules, list(mods), calibration, pipeline, sequential_targets, offload, report)
+        _run(host, modules, list(mods), calibration, pipeline, sequential_targets, offload, report,
+             progress)
     return report
+
+
+def _tell(progress: Progress | None, what: str, done: int, total: int) -> None:
+    if progress is not None:
+        progress(what, done, total)
 
 
 def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotModifier],
          calibration: Calibration | None, pipeline: str, sequential_targets: Sequence[str] | None,
-         offload: bool, report: OneShotReport) -> None:
+         offload: bool, report: OneShotReport, progress: Progress | None = None) -> None:
     report.pipelines += [(m.type, pipeline) for m in mods]
+    label = f"{', '.join(dict.fromkeys(m.type for m in mods))} ({pipeline})"
     targets = [select_modules(modules, m) for m in mods]
     for mod, names in zip(mods, targets, strict=True):
         if not names:
@@ -83,13 +101,22 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
         if data:
             raise ValueError(f"{data[0].type} ({data[0].where}) needs calibration data; the datafree "
                              "pipeline has none (use pipeline='sequential' or 'independent')")
+        total = sum(len(names) for names in targets)
+        _tell(progress, label, 0, total)
+        count = 0
         for mod, names in zip(mods, targets, strict=True):
-            report.layers += [compress_module(host, mod, n, None) for n in names]
+            for n in names:
+                report.layers.append(compress_module(host, mod, n, None))
+                count += 1
+                _tell(progress, n, count, total)
         return
     if calibration is None or not calibration.batches:
         raise ValueError(f"{data[0].type} ({data[0].where}) needs calibration data: pass dataset=")
     shapes = {i.name: i.weight_shape for i in modules}
     blocks = _outermost(host.repeated_blocks(sequential_targets))
+    outside = [n for names in targets for n in names if not any(_inside(n, b) for b in blocks)]
+    total = len(blocks) + (1 if outside else 0)
+    _tell(progress, label, 0, total)
     done: set[str] = set()
     if blocks:
         inputs = host.capture(blocks[0], calibration.batches, offload)
@@ -103,6 +130,7 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
             del stats
             if k + 1 < len(blocks):
                 inputs = host.run_block(block, inputs, {}, propagate=True)
+            _tell(progress, block, k + 1, total)
         del inputs
     rest = [[n for n in names if n not in done] for names in targets]
     if any(rest):
@@ -110,6 +138,7 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
         if stats:
             host.run_model(calibration.batches, _observers(stats))
         _compress(host, mods, rest, stats, report)
+        _tell(progress, ", ".join(dict.fromkeys(n for names in rest for n in names)), total, total)
 
 
 def _outermost(blocks: Sequence[str]) -> list[str]:

@@ -21,8 +21,9 @@ from ..registry import canonical_shape
 from ..schedule.events import Event
 from ..schedule.kinds import track_kind
 from ..schedule.plan import Plan
+from .finish import warn_unfinished
 from .fit import check_fits_run
-from .preflight import caller_stacklevel, check_before_training, refuse_invalid, runnable_recipe
+from .preflight import check_before_training, refuse_invalid, runnable_recipe
 from .resume import check_same_recipe, identity, recipe_hash
 
 if TYPE_CHECKING:
@@ -280,50 +281,16 @@ class RecipeRuntime:
         started but whose last update is still ahead (training stopped before the first step
         at or after its ``end_epoch``) gets a ``UserWarning``: its final sparsity was not
         reached."""
-        self._warn_unfinished()
+        warn_unfinished(self)
         self.masks.apply()
         self.masks.release_all()
 
-    def _warn_unfinished(self) -> None:
-        """Warn, at the caller's ``finalize()`` line, for each pruning modifier that started
-        but whose masks do not hold its final sparsity yet (its last update was still ahead):
-        not after one-shot :meth:`oneshot`, which applied every final target."""
-        if self.plan is None or getattr(self, "_oneshot_applied", False):
-            return
-        import warnings
+    def _mask_layout(self, entry: Any) -> Any:
+        """The :class:`~recipe_spec.masks.layout.Layout` of a held mask (canonical axes of the
+        backend's array); the identity unless a backend overrides it."""
+        from ..masks.layout import Layout
 
-        started = {e.owner for e in self.masks.params.values()}
-        for index, last in sorted(self.plan.updates_after(self.step_count).items()):
-            if index not in started or self._holds_final(index, last):
-                continue
-            m = self.recipe.modifiers[index]
-            where = f"{self.recipe.path}:{m.span.line}" if self.recipe.path else f"line {m.span.line}"
-            warnings.warn(
-                f"{m.type} ({where}) has not reached its final sparsity: its last update is due "
-                f"at step {last} (the first step at or after end_epoch), and training stopped "
-                f"after {self.step_count} steps. Train at least {last + 1} steps, or end the "
-                "modifier earlier.", UserWarning, stacklevel=caller_stacklevel(),
-            )
-
-    def _holds_final(self, index: int, last: int) -> bool:
-        """Whether every mask of modifier ``index`` already holds as many zeros as its final
-        sparsity update (at step ``last``) would give it."""
-        assert self.plan is not None
-        finals = [e for e in self.plan.iter_events(last, last + 1)
-                  if e.modifier == index and e.target == "sparsity"]
-        if not finals:
-            return False
-        for event in finals:
-            if not isinstance(event.value, (int, float)) or isinstance(event.value, bool):
-                return False
-            for name in self.names_for(index, event.params):
-                entry = self.masks.params.get(name)
-                if entry is None or entry.owner != index:
-                    continue
-                zeros, size = self._mask_zeros(entry)
-                if zeros < round(float(event.value) * size):
-                    return False
-        return True
+        return Layout.identity(tuple(int(d) for d in self._mask_state(entry).shape))
 
     def _mask_zeros(self, entry: Any) -> tuple[int, int]:
         """(pruned entries, entries) of a mask (a backend with device masks overrides it)."""

@@ -41,7 +41,7 @@ _WARNED: set[tuple[Any, ...]] = set()
 _LOG = logging.getLogger("recipe_spec")
 
 
-def refuse_invalid(recipe: Recipe, compat: str | None = None) -> None:
+def refuse_invalid(recipe: Recipe, compat: str | None = None, quiet: frozenset[str] = frozenset()) -> None:
     """``recipe-spec validate``'s verdict on a loaded recipe, before anything runs it: raise
     :class:`RecipeError` with every error ``validate`` reports (file:line:col, code, hint; a
     ``# noqa`` comment silences one here too), and give each warning once per process
@@ -50,7 +50,9 @@ def refuse_invalid(recipe: Recipe, compat: str | None = None) -> None:
     and every backend runtime when it is compiled, so nothing ``validate`` refuses reaches a
     model or an optimizer. ``compat``: the tool release whose rules a stage/group recipe is
     run by (``"llmcompressor"`` for one-shot runs: the other releases' differences are not this
-    run's concern); None checks every release, as ``validate`` does."""
+    run's concern); None checks every release, as ``validate`` does. ``quiet``: codes of
+    warnings not told (a one-shot run leaves out C005/C006, which say what llm-compressor would
+    do otherwise than this run does)."""
     if compat in _VALID.get(recipe, ()):
         return
     found = list(recipe.warnings) + validate_recipe(recipe, compat=compat if recipe.dialect == "core" else None)
@@ -60,7 +62,8 @@ def refuse_invalid(recipe: Recipe, compat: str | None = None) -> None:
     if errors:
         raise RecipeError(errors)
     for d in diagnostics:
-        _tell_once(d)
+        if d.code not in quiet:
+            _tell_once(d)
     _VALID.setdefault(recipe, set()).add(compat)
 
 

@@ -1,0 +1,407 @@
+"""The Keras 3 calibration host of the one-shot pipeline
+(:class:`recipe_spec.one_shot.host.CalibrationHost`) on the TensorFlow, JAX and torch backends.
+The pipeline and the solvers live in :mod:`recipe_spec.one_shot` and run on NumPy arrays
+(:data:`recipe_spec.masks.numpy_ops.NUMPY_OPS`).
+
+**Modules.** Every layer under the model, depth first. ``Dense`` and ``EinsumDense`` (a plain
+contraction such as ``bqm,muh->bquh``) are prunable and also answer to the class name
+``Linear``. A kernel is seen as the Linear weight it is, ``(out, in)``: ``in`` the contracted
+axes, ``out`` the others, each in kernel order (an attention kernel ``(hidden, heads,
+head_dim)`` is ``(heads·head_dim, hidden)``); solved weights go back in the kernel's own shape.
+The untied ``reverse_embeddings`` of a ``ReversibleEmbedding`` (keras-hub's output projection)
+is one more Linear module.
+
+**Names.** A layer is named by its parent's name and its own, joined with ``.``
+(``block.dense``). A keras-hub model loaded from a Hugging Face checkpoint answers to the
+checkpoint's names, read from keras-hub's own conversion tables (:mod:`.hub`): the kernel
+loaded from ``model.layers.0.self_attn.q_proj.weight`` is ``model.layers.0.self_attn.q_proj``,
+the reverse embeddings ``lm_head``, a layer holding several such weights takes the name they
+share (``model.layers.0``), and modules come in the checkpoint's order.
+
+**Observers** replace a target's ``call`` on the instance during a pass (as
+:mod:`.quantization` does) and hand its input to the core as ``[tokens, in]`` float32. The
+model is called eagerly with ``training=False`` (torch: without gradients).
+
+**Blocks.** The repeated block is a set of sibling layers of one class that hold Linear
+layers, each fed by the one before (keras-hub's ``transformer_layers``; checked on the
+functional graph). Their call arguments (hidden states, padding mask) are captured per batch;
+a block's output takes the hidden states' place for the next block.
+
+**Inputs.** Samples carry ``input_ids`` and ``attention_mask`` (llm-compressor's); a model
+whose inputs are named ``token_ids``/``padding_mask`` (keras-hub) gets them under those
+names, in each input's dtype.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+import keras
+from recipe_spec.atomic import write_text
+from recipe_spec.masks.numpy_ops import NUMPY_OPS
+from recipe_spec.one_shot.host import ModuleInfo, Observer
+
+from .hub import hf_names
+from .layout import LinearAxes, linear_axes
+from .params import numpy_value
+from .quantization import layer_paths
+
+__all__ = ["KerasCalibrationHost"]
+
+#: A model input named like the key on the left reads the sample key on the right.
+INPUT_ALIASES = {"token_ids": "input_ids", "padding_mask": "attention_mask"}
+
+
+class _Stop(Exception):
+    """Raised by the capture wrapper: the rest of the model need not run."""
+
+
+class _Linear:
+    """One prunable kernel seen as a ``(out, in)`` weight, and its input as ``[tokens, in]``."""
+
+    def __init__(self, layer: Any, variable: Any, axes: LinearAxes | None, reverse: bool = False):
+        self.layer, self.variable, self.reverse = layer, variable, reverse
+        shape = tuple(int(d) for d in variable.shape)
+        # Dense kernel / reverse embeddings: (in, out), input (..., in)
+        self.kernel_in, self.kernel_out, self.batch, self.contract, self.explicit = axes or ([0], [1], [], [], 0)
+        self.kernel_shape = shape
+        self.columns = int(np.prod([shape[i] for i in self.kernel_in]))
+        self.rows = int(np.prod([shape[i] for i in self.kernel_out]))
+
+    def weight(self) -> np.ndarray:
+        k = np.asarray(numpy_value(self.variable), dtype=np.float32)
+        return np.ascontiguousarray(k.transpose(self.kernel_in + self.kernel_out).reshape(self.columns, self.rows).T)
+
+    def set_weight(self, value: np.ndarray) -> None:
+        order = self.kernel_in + self.kernel_out
+        k = np.asarray(value).T.reshape([self.kernel_shape[i] for i in order]).transpose(np.argsort(order))
+        self.variable.assign(k.astype(keras.backend.standardize_dtype(self.variable.dtype)))
+
+    def rows_of(self, x: Any) -> tuple[np.ndarray, int]:
+        """The layer input ``x`` as ``[tokens, in]`` float32, and its number of sequences."""
+        a = np.asarray(keras.ops.convert_to_numpy(x), dtype=np.float32)
+        sequences = int(a.shape[0]) if a.ndim > 2 else 1
+        if self.explicit:
+            lead = a.ndim - self.explicit
+            a = a.transpose(list(range(lead)) + [lead + i for i in self.batch] + [lead + i for i in self.contract])
+        return a.reshape(-1, self.columns), sequences
+
+
+def _linear_of(layer: Any) -> _Linear | None:
+    if not getattr(layer, "built", False) or getattr(layer, "quantization_mode", None) is not None:
+        return None
+    kernel = getattr(layer, "_kernel", None)
+    kernel = getattr(layer, "kernel", None) if kernel is None else kernel
+    if isinstance(layer, keras.layers.EinsumDense) and kernel is not None:
+        axes = linear_axes(layer.equation)
+        return _Linear(layer, kernel, axes) if axes is not None else None
+    if isinstance(layer, keras.layers.Dense) and kernel is not None and len(kernel.shape) == 2:
+        return _Linear(layer, kernel, None)
+    return None
+
+
+def _reverse_of(layer: Any) -> _Linear | None:
+    if isinstance(layer, keras.layers.ReversibleEmbedding) and not layer.tie_weights and getattr(layer, "built", False):
+        return _Linear(layer, layer.reverse_embeddings, None, reverse=True)
+    return None
+
+
+def _classes(layer: Any) -> tuple[str, ...]:
+    return tuple(c.__name__ for c in type(layer).__mro__ if isinstance(c, type) and issubclass(c, keras.layers.Layer))
+
+
+def _common(names: Sequence[str]) -> str:
+    parts = [n.split(".") for n in names]
+    if not parts:
+        return ""
+    out: list[str] = []
+    for column in zip(*parts, strict=False):
+        if len(set(column)) != 1:
+            break
+        out.append(column[0])
+    return ".".join(out)
+
+
+def _no_grad() -> Any:
+    if keras.backend.backend() == "torch":
+        import torch
+
+        return torch.no_grad()
+    return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _wrapped(layer: Any, make: Any) -> Iterator[None]:
+    """``layer.call`` replaced on the instance by ``make(original)`` for the block's duration."""
+    previous = layer.__dict__.get("call")
+    original = layer.call
+    object.__setattr__(layer, "call", make(original))
+    try:
+        yield
+    finally:
+        if previous is None:
+            layer.__dict__.pop("call", None)
+        else:
+            object.__setattr__(layer, "call", previous)
+
+
+class KerasCalibrationHost:
+    """A Keras 3 model held for one-shot compression (see the module docstring)."""
+
+    ops = NUMPY_OPS
+
+    def __init__(self, model: Any):
+        self.model = model
+        self._infos: list[ModuleInfo] = []
+        self._layers: dict[str, Any] = {}
+        self._linear: dict[str, _Linear] = {}
+        self._groups: dict[str, list[str]] = {}
+        self._index(model)
+        self._grad: Any = None
+
+    def __enter__(self) -> KerasCalibrationHost:
+        self._grad = _no_grad()
+        self._grad.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._grad.__exit__(*exc)
+
+    # -- the model ---------------------------------------------------------------------------
+    def _index(self, model: Any) -> None:
+        hf = hf_names(model)
+        rank = {key: i for i, key in enumerate(hf.values())}
+        paths = layer_paths(model)
+        children: dict[str, list[tuple[str, Any]]] = {}
+        for path, layer in paths:
+            parent = path.rsplit("/", 1)[0] if "/" in path else ""
+            children.setdefault(parent, []).append((path, layer))
+
+        reversed_ = {id(r.variable) for _, layer in paths if (r := _reverse_of(layer)) is not None}
+
+        def keys(layer: Any, skip_reverse: bool) -> list[str]:
+            return [hf[id(v)] for v in layer.weights if id(v) in hf and not (skip_reverse and id(v) in reversed_)]
+
+        def order(item: tuple[str, Any]) -> int:
+            found = [rank[k] for k in keys(item[1], False)]
+            return min(found) if found else len(rank)
+
+        exact = {hf[id(lin.variable)].removesuffix(".weight") for _, layer in paths
+                 for lin in (_linear_of(layer), _reverse_of(layer)) if lin is not None and id(lin.variable) in hf}
+        self._infos.append(ModuleInfo("", _classes(model), False))
+        taken: set[str] = {""}
+
+        def walk(parent_path: str, parent_name: str) -> None:
+            for path, layer in sorted(children.get(parent_path, []), key=order):
+                lin = _linear_of(layer)
+                own = [k.removesuffix(".weight") if k.endswith(".weight") else k.rsplit(".", 1)[0]
+                       for k in keys(layer, True)]
+                name = _common(own) if own else ""
+                if lin is not None and id(lin.variable) in hf:
+                    name = hf[id(lin.variable)].removesuffix(".weight")
+                elif lin is None and name in exact:
+                    name = ""
+                if not name or name in taken:
+                    name = f"{parent_name}.{layer.name}" if parent_name else str(layer.name)
+                taken.add(name)
+                self._layers[name] = layer
+                if lin is not None:
+                    self._linear[name] = lin
+                self._infos.append(ModuleInfo(name, (*_classes(layer), "Linear") if lin is not None else _classes(layer),
+                                              lin is not None, (lin.rows, lin.columns) if lin is not None else ()))
+                self._groups.setdefault(parent_path, []).append(name)
+                walk(path, name)
+                reverse = _reverse_of(layer)
+                if reverse is not None:
+                    key = hf.get(id(reverse.variable))
+                    extra = key.removesuffix(".weight") if key else f"{name}.reverse_embeddings"
+                    self._linear[extra] = reverse
+                    self._infos.append(ModuleInfo(extra, ("ReversibleEmbedding", "Linear"), True,
+                                                  (reverse.rows, reverse.columns)))
+
+        walk("", "")
+
+    def modules(self) -> list[ModuleInfo]:
+        return list(self._infos)
+
+    def repeated_blocks(self, sequential_targets: Sequence[str] | None) -> list[str]:
+        if sequential_targets:
+            wanted = set(sequential_targets)
+            return [i.name for i in self._infos if i.name and (i.name in wanted or (i.classes and i.classes[0] in wanted))]
+        best: tuple[int, list[str]] = (-1, [])
+        for names in self._groups.values():
+            by_class: dict[type, list[str]] = {}
+            for n in names:
+                by_class.setdefault(type(self._layers[n]), []).append(n)
+            for group in by_class.values():
+                if len(group) < 2 or not all(self._holds_linear(n) for n in group) or not self._chained(group):
+                    continue
+                size = sum(int(np.prod(v.shape)) for n in group for v in self._layers[n].weights)
+                if size > best[0]:
+                    best = (size, group)
+        return best[1]
+
+    def _holds_linear(self, name: str) -> bool:
+        return name not in self._linear and any(n.startswith(name + ".") for n in self._linear)
+
+    def _chained(self, group: list[str]) -> bool:
+        """Whether each block of ``group`` is fed the output of the one before (functional)."""
+        try:
+            for a, b in zip(group, group[1:], strict=False):
+                out, inp = self._layers[a].output, self._layers[b].input
+                first = inp[0] if isinstance(inp, (list, tuple)) else inp
+                if first is not (out[0] if isinstance(out, (list, tuple)) else out):
+                    return False
+        except (AttributeError, ValueError, IndexError):
+            return False
+        return True
+
+    # -- data ----------------------------------------------------------------------------------
+    def lengths(self, samples: Sequence[Mapping[str, Any]]) -> list[int]:
+        return [int(np.shape(s["input_ids"])[-1]) for s in samples]
+
+    def order_longest_first(self, lengths: Sequence[int]) -> list[int]:
+        return [int(i) for i in np.argsort(-np.asarray(lengths), kind="stable")]
+
+    def collate(self, samples: Sequence[Mapping[str, Any]], length: int) -> dict[str, np.ndarray]:
+        return {key: np.stack([np.asarray(s[key]).reshape(-1)[:length] for s in samples]) for key in samples[0]}
+
+    def _feed(self, batch: Any) -> Any:
+        if not isinstance(batch, Mapping):
+            return batch
+        try:
+            spec = self.model.input
+        except (AttributeError, ValueError):
+            spec = None
+        if isinstance(spec, Mapping):
+            feed = {}
+            for name, tensor in spec.items():
+                key = name if name in batch else INPUT_ALIASES.get(name, name)
+                if key not in batch:
+                    raise ValueError(f"the model takes an input {name!r}; the calibration samples have "
+                                     f"{', '.join(map(repr, batch))} (give each sample {key!r})")
+                feed[name] = np.asarray(batch[key]).astype(keras.backend.standardize_dtype(tensor.dtype))
+            return feed
+        value = batch["input_ids"] if "input_ids" in batch else next(iter(batch.values()))
+        dtype = getattr(spec, "dtype", None)
+        return np.asarray(value).astype(keras.backend.standardize_dtype(dtype)) if dtype is not None else value
+
+    def _forward(self, batch: Any) -> None:
+        self.model(self._feed(batch), training=False)
+
+    # -- running -------------------------------------------------------------------------------
+    def capture(self, block: str, batches: Sequence[Any], offload: bool) -> list[Any]:
+        calls: list[Any] = []
+
+        def make(original: Any) -> Any:
+            def call(*args: Any, **kwargs: Any) -> Any:
+                calls.append(_host((args, kwargs)) if offload else (args, kwargs))
+                raise _Stop
+            return call
+
+        with _wrapped(self._layers[block], make):
+            for batch in batches:
+                try:
+                    self._forward(batch)
+                except _Stop:
+                    continue
+                raise RuntimeError(f"the model ran without calling {block!r}: choose sequential_targets "
+                                   "among the blocks its forward pass runs")
+        return calls
+
+    @contextlib.contextmanager
+    def _observing(self, observers: Mapping[str, Observer]) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            by_layer: dict[int, list[tuple[_Linear, Observer]]] = {}
+            for name, observe in observers.items():
+                lin = self._linear[name]
+                by_layer.setdefault(id(lin.layer), []).append((lin, observe))
+            for entries in by_layer.values():
+                stack.enter_context(_wrapped(entries[0][0].layer, _observer_call(entries)))
+            yield
+
+    def run_block(self, block: str, inputs: Sequence[Any], observers: Mapping[str, Observer],
+                  propagate: bool) -> list[Any]:
+        layer = self._layers[block]
+        out: list[Any] = []
+        with self._observing(observers):
+            for call in inputs:
+                args, kwargs = _device(call)
+                result = layer(*args, **kwargs)
+                if not propagate:
+                    continue
+                hidden = result[0] if isinstance(result, (tuple, list)) else result
+                nxt = ((hidden, *args[1:]), kwargs) if args else (args, {**kwargs, "decoder_sequence": hidden})
+                out.append(_host(nxt) if _is_host(call) else nxt)
+        return out
+
+    def run_model(self, batches: Sequence[Any], observers: Mapping[str, Observer]) -> None:
+        with self._observing(observers):
+            for batch in batches:
+                self._forward(batch)
+
+    # -- weights and saving --------------------------------------------------------------------
+    def weight(self, name: str) -> np.ndarray:
+        return self._linear[name].weight()
+
+    def set_weight(self, name: str, value: np.ndarray) -> None:
+        self._linear[name].set_weight(value)
+
+    def save(self, output_dir: str, recipe_text: str) -> list[str]:
+        os.makedirs(output_dir, exist_ok=True)
+        before = set(os.listdir(output_dir))
+        save = getattr(self.model, "save_to_preset", None)
+        if callable(save):
+            save(output_dir)
+        else:
+            self.model.save(os.path.join(output_dir, "model.keras"))
+        written = {os.path.join(output_dir, f) for f in set(os.listdir(output_dir)) - before}
+        recipe_path = os.path.join(output_dir, "recipe.yaml")
+        write_text(recipe_path, recipe_text)
+        return sorted(written | {recipe_path})
+
+
+def _observer_call(entries: list[tuple[_Linear, Observer]]) -> Any:
+    def make(original: Any) -> Any:
+        reversible = any(lin.reverse for lin, _ in entries)
+
+        def call(inputs: Any, *args: Any, **kwargs: Any) -> Any:
+            reverse = reversible and bool(kwargs.get("reverse", args[0] if args else False))
+            for lin, observe in entries:
+                if lin.reverse == reverse:
+                    observe(*lin.rows_of(inputs))
+            return original(inputs, *args, **kwargs)
+        return call
+    return make
+
+
+class _Held(tuple):  # type: ignore[type-arg]
+    """A cached call held in host memory (NumPy arrays)."""
+
+
+def _is_host(call: Any) -> bool:
+    return isinstance(call, _Held)
+
+
+def _map(x: Any, fn: Any) -> Any:
+    if isinstance(x, (tuple, list)):
+        return type(x)(_map(v, fn) for v in x) if not isinstance(x, _Held) else _Held(_map(v, fn) for v in x)
+    if isinstance(x, dict):
+        return {k: _map(v, fn) for k, v in x.items()}
+    return fn(x)
+
+
+def _host(call: Any) -> _Held:
+    return _Held(_map(tuple(call), lambda v: keras.ops.convert_to_numpy(v) if keras.ops.is_tensor(v) else v))
+
+
+def _device(call: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    if not _is_host(call):
+        return call  # type: ignore[no-any-return]
+    args, kwargs = _map(tuple(call), lambda v: keras.ops.convert_to_tensor(v) if isinstance(v, np.ndarray) else v)
+    return tuple(args), dict(kwargs)

@@ -1,0 +1,377 @@
+"""``recipe-spec oneshot``: one-shot compression of a Hugging Face checkpoint folder from the
+command line, and the one-shot part of ``recipe-spec lint RECIPE --model DIR`` (the checks
+from the checkpoint's headers and the cost estimate).
+
+Everything that can be checked without the weights is checked first, so a wrong recipe, flag,
+checkpoint or calibration file stops the command in a second with a located, one-line error:
+the recipe (``validate``'s rules for llm-compressor's newest release, and what
+``recipe_spec.oneshot`` runs), the checkpoint's headers (N:M structures, sequential targets),
+then the calibration file. Only then are torch and transformers imported and the model
+loaded. The compressed folder is written atomically (:func:`recipe_spec.atomic.replacing_dir`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .commands import InputError, UsageError, _check_files, _compat, _known_backend, parse_var
+from .commands import lint_command as _lint_command
+from .diagnostics.base import Diagnostic, RecipeError, Severity
+
+__all__ = ["oneshot_command", "lint_command", "read_calibration", "checkpoint_lint", "print_estimates",
+           "DEFAULT_SEQ_LEN"]
+
+#: The sequence length ``lint`` estimates with when none is given (capped by the model's
+#: ``max_position_embeddings``).
+DEFAULT_SEQ_LEN = 2048
+#: Codes about what llm-compressor would do otherwise than recipe-spec runs the recipe.
+_OTHER_TOOL = frozenset({"C005", "C006"})
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+def _ids(path: str, where: str, value: Any, vocab: int | None) -> list[int]:
+    if isinstance(value, dict):
+        value = value.get("input_ids")
+        if value is None:
+            raise InputError(f"{path}: {where}: an object without 'input_ids'")
+    if not isinstance(value, list) or not value:
+        raise InputError(f"{path}: {where}: expected a non-empty list of token ids, "
+                         f"got {type(value).__name__ if value != [] else 'an empty list'}")
+    for i, t in enumerate(value):
+        if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+            raise InputError(f"{path}: {where}, token {i}: {t!r} is not a token id (a whole number >= 0)")
+        if vocab is not None and t >= vocab:
+            raise InputError(f"{path}: {where}, token {i}: id {t} is outside the model's vocabulary "
+                             f"(vocab_size {vocab})")
+    return list(value)
+
+
+def read_calibration(path: str, vocab_size: int | None = None) -> list[list[int]]:
+    """The token-id lists of a calibration file: a JSON list of token-id lists (or of
+    ``{"input_ids": [...]}`` objects), an object with such a list under ``"samples"``, or JSON
+    lines of ``{"input_ids": [...]}``. Raises :class:`InputError` naming the file and the
+    sample (or line) that is wrong."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise InputError(f"{path}: cannot be read ({reason})") from None
+    try:
+        data: Any = json.loads(text)
+    except json.JSONDecodeError as whole:
+        lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+        try:
+            first = json.loads(lines[0][1]) if lines else None
+        except json.JSONDecodeError:
+            first = None
+        if not isinstance(first, dict):
+            raise InputError(f"{path}:{whole.lineno}:{whole.colno}: not valid JSON ({whole.msg})") from None
+        samples = []
+        for n, line in lines:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{path}:{n}:{exc.colno}: not valid JSON ({exc.msg})") from None
+            samples.append(_ids(path, f"line {n}", row, vocab_size))
+        return samples
+    if isinstance(data, dict):
+        if "samples" not in data:
+            raise InputError(f"{path}: a JSON object without 'samples' (write a list of token-id "
+                             "lists, or {\"samples\": [...]})")
+        data = data["samples"]
+    if not isinstance(data, list) or not data:
+        raise InputError(f"{path}: expected a non-empty list of samples (token-id lists)")
+    return [_ids(path, f"sample {i}", row, vocab_size) for i, row in enumerate(data)]
+
+
+# --------------------------------------------------------------------------- lint
+
+
+def _seq_len(config: dict[str, Any], given: int | None) -> int:
+    if given is not None:
+        return given
+    limit = config.get("max_position_embeddings")
+    return min(DEFAULT_SEQ_LEN, limit) if isinstance(limit, int) and limit > 0 else DEFAULT_SEQ_LEN
+
+
+def checkpoint_lint(path: str, model: Any, variables: Any, samples: int, seq_len: int | None,
+                    estimates: list[Any]) -> list[Diagnostic]:
+    """The one-shot findings of the recipe at ``path`` against a checkpoint (``model``: a
+    :class:`~recipe_spec.one_shot.checkpoint.CheckpointModel`); its cost estimate, when it
+    holds a one-shot modifier, is appended to ``estimates``."""
+    from .loader import check
+    from .one_shot.checkpoint import estimate, model_findings
+    from .one_shot.modifiers import runnable
+
+    recipe, _ = check(Path(path), variables)
+    if recipe is None:
+        return []
+    mods = runnable(recipe)
+    if mods:
+        estimates.append(estimate(mods, model, samples, _seq_len(model.config, seq_len)))
+    return model_findings(recipe, mods, model)
+
+
+def lint_command(args: argparse.Namespace) -> int:
+    """``recipe-spec lint``: against a checkpoint folder (``--model DIR``), every finding of
+    :func:`recipe_spec.lint.lint_against_checkpoint` plus the one-shot ones
+    (:func:`checkpoint_lint`), then the cost estimate; anything else as
+    :func:`recipe_spec.commands.lint_command` lints it."""
+    if not (args.model and os.path.isdir(args.model) and not args.params):
+        return _lint_command(args)
+    from .lint import lint_against_checkpoint
+
+    _known_backend(args.target, "--target")
+    compat = _compat(args.compat)
+    names, model = read_checkpoint_model(args.model)
+    flag_targets_problem(model, args.sequential_targets)
+    estimates: list[Any] = []
+
+    def one(path: Path, variables: Any) -> list[Diagnostic]:
+        found = lint_against_checkpoint(path, names, compat, variables)
+        if any(d.severity is Severity.ERROR and d.code[0] in "YS" for d in found):
+            return found  # a recipe that does not read is not checked against the model
+        extra = checkpoint_lint(str(path), model, variables, args.num_samples, args.seq_len, estimates)
+        return sorted(found + extra, key=lambda d: (d.line, d.column, d.code))
+
+    code = _check_files(args, args.paths, one)
+    print_estimates(estimates, args.format == "text")
+    return code
+
+
+def print_estimates(estimates: Sequence[Any], text_format: bool) -> None:
+    """Each estimate's lines: to stdout after the findings in text format, else to stderr (so
+    a machine-read format stays clean)."""
+    out = sys.stdout if text_format else sys.stderr
+    for e in estimates:
+        print("\n".join(e.lines()), file=out)
+
+
+def flag_targets_problem(model: Any, targets: Sequence[str] | None) -> None:
+    """A usage error when ``--sequential-targets`` names no class or module of ``model``."""
+    if not targets:
+        return
+    from .one_shot.checkpoint import sequential_targets_problem
+
+    problem = sequential_targets_problem(model, targets)
+    if problem is not None:
+        raise UsageError(f"--{problem.replace('_', '-', 1)}"
+                         + (f" (write --sequential-targets {model.decoder_class})" if model.decoder_class else ""))
+
+
+def read_checkpoint_model(directory: str, classes: bool = True) -> tuple[Any, Any]:
+    """``(names, model)`` of a checkpoint folder, or an :class:`InputError` naming the file.
+    ``classes``: also learn every module's classes by building the architecture on the meta
+    device when transformers is installed (``lint``); the command itself reads headers only."""
+    from .one_shot.checkpoint import read_model
+    from .params.checkpoint import CheckpointError, read_checkpoint
+    from .params.headers import ModelSpecError
+
+    try:
+        names = read_checkpoint(directory, classes=classes)
+        return names, read_model(directory, names)
+    except (CheckpointError, ModelSpecError) as exc:
+        raise InputError(str(exc)) from None
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def _print(diagnostics: Sequence[Diagnostic], path: str) -> bool:
+    """Print ``diagnostics`` to stderr; whether one is an error."""
+    for d in diagnostics:
+        print((d if d.file else d.in_file(path)).format(), file=sys.stderr)
+    return any(d.severity is Severity.ERROR for d in diagnostics)
+
+
+class _Progress:
+    """A progress bar per pass on a terminal (tqdm), plain lines otherwise."""
+
+    def __init__(self) -> None:
+        self.bar: Any = None
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        if done == 0:
+            self.close()
+            if self.tty:
+                try:
+                    from tqdm import tqdm
+
+                    self.bar = tqdm(total=total, desc=what, file=sys.stderr, unit="layer", leave=True)
+                    return
+                except ImportError:
+                    self.tty = False
+            print(f"{what}: {total} layer(s)", file=sys.stderr, flush=True)
+            return
+        if self.bar is not None:
+            self.bar.set_postfix_str(what, refresh=False)
+            self.bar.update(1)
+            if done >= total:
+                self.close()
+        else:
+            print(f"  [{done}/{total}] {what}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    if not os.path.isfile(args.recipe):
+        raise UsageError(f"no such recipe file: {args.recipe}")
+    if not os.path.isdir(args.model):
+        raise UsageError(f"--model {args.model}: no such folder (give a Hugging Face checkpoint folder)")
+    if not os.path.isfile(args.calibration):
+        raise UsageError(f"--calibration {args.calibration}: no such file")
+    out = args.output
+    if out is not None and os.path.exists(out):
+        if not os.path.isdir(out):
+            raise UsageError(f"--output {out}: exists and is not a folder")
+        if os.listdir(out) and not args.force:
+            raise UsageError(f"--output {out}: the folder is not empty (add --force to replace it)")
+
+
+def _recipe(args: argparse.Namespace) -> tuple[Any, list[Any]]:
+    """The loaded recipe and what ``oneshot`` runs of it, or printed errors and exit 1."""
+    from .loader import check
+    from .one_shot.modifiers import resolve
+    from .validation import apply_noqa, validate_recipe
+
+    variables = dict(parse_var(v) for v in args.var or []) or None
+    recipe, found = check(Path(args.recipe), variables)
+    if recipe is not None:
+        found = found + validate_recipe(recipe, compat="llmcompressor")
+        if recipe.source is not None:
+            found = apply_noqa(found, recipe.source.text)
+    if _print([d for d in found if d.code not in _OTHER_TOOL], args.recipe) or recipe is None:
+        raise _Failed
+    backend = _checkpoint_backend()
+    try:
+        mods = resolve(recipe, frozenset(backend.capabilities), backend.name)
+    except RecipeError as exc:
+        _print(exc.diagnostics, args.recipe)
+        raise _Failed from None
+    return recipe, mods
+
+
+def _checkpoint_backend() -> Any:
+    """The backend that loads Hugging Face checkpoint folders (a usage error when none is
+    installed)."""
+    from .registry import BackendError, backend_with
+
+    try:
+        return backend_with("checkpoint:huggingface")
+    except BackendError as exc:
+        raise UsageError(str(exc)) from None
+
+
+class _Failed(Exception):
+    """The errors are printed; the command exits 1."""
+
+
+def oneshot_command(args: argparse.Namespace) -> int:
+    """``recipe-spec oneshot``: see the module docstring; 0 done, 1 a located error in an
+    input, 2 the command line is wrong."""
+    _check_paths(args)
+    try:
+        recipe, mods = _recipe(args)
+        _, model = read_checkpoint_model(args.model, classes=False)
+        flag_targets_problem(model, args.sequential_targets)
+        if _print(model_findings_of(recipe, mods, model), args.recipe):
+            return 1
+    except _Failed:
+        return 1
+    vocab = model.config.get("vocab_size")
+    samples = read_calibration(args.calibration, vocab if isinstance(vocab, int) else None)
+    chosen = samples[: args.num_samples]
+    from .one_shot.checkpoint import estimate
+
+    print("\n".join(estimate(mods, model, len(chosen), max(len(s) for s in chosen),
+                             sum(len(s) for s in chosen)).lines()))
+    try:
+        loaded = _checkpoint_backend().load_checkpoint(args.model, quiet=not sys.stderr.isatty())
+    except ImportError as exc:
+        raise UsageError(f"oneshot needs torch and transformers ({exc}): pip install torch transformers") from None
+    except ValueError as exc:
+        raise InputError(f"{args.model}: {exc}") from None
+    return _run_and_save(args, recipe, loaded, samples)
+
+
+def model_findings_of(recipe: Any, mods: Sequence[Any], model: Any) -> list[Diagnostic]:
+    """:func:`recipe_spec.one_shot.checkpoint.model_findings` (imported when needed)."""
+    from .one_shot.checkpoint import model_findings
+
+    return model_findings(recipe, mods, model)
+
+
+def _run_and_save(args: argparse.Namespace, recipe: Any, model: Any, samples: list[list[int]]) -> int:
+    """Run the recipe on the loaded model with a progress bar, write ``--output`` atomically,
+    print the per-layer summary."""
+    import contextlib
+
+    from .atomic import replacing_dir
+    from .one_shot.api import apply_oneshot
+
+    progress = _Progress()
+    dataset = [{"input_ids": s} for s in samples]
+    options = dict(num_calibration_samples=args.num_samples, shuffle_calibration_samples=args.shuffle,
+                   batch_size=args.batch_size, pipeline=args.pipeline,
+                   sequential_targets=args.sequential_targets, progress=progress)
+    writing = replacing_dir(args.output) if args.output else contextlib.nullcontext(None)
+    with warnings.catch_warnings(record=True) as told:
+        warnings.simplefilter("always")
+        try:
+            with writing as folder:
+                report = apply_oneshot(model, recipe, dataset, output_dir=folder, **options)  # type: ignore[arg-type]
+        except RecipeError as exc:
+            progress.close()
+            _print(exc.diagnostics, args.recipe)
+            return 1
+        except (ValueError, RuntimeError, OSError) as exc:
+            progress.close()
+            print(f"recipe-spec: error: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            progress.close()
+    for w in told:  # the solver's notes; the recipe's own warnings were printed above
+        text = str(w.message)
+        if issubclass(w.category, UserWarning) and "recipe_spec" in (w.filename or "") \
+                and not text.startswith(args.recipe):
+            print(f"recipe-spec: warning: {text}", file=sys.stderr)
+    print(_summary(report, args.output))
+    return 0
+
+
+def _summary(report: Any, output: str | None) -> str:
+    """One line per module compressed (sparsity, loss, samples, any solver note), then the
+    totals and where the model was written."""
+    rows = [("module", "modifier", "sparsity", "loss", "samples", "note")]
+    for r in report.layers:
+        rows.append((r.module, r.modifier, f"{r.sparsity:.4f}", "" if r.loss is None else f"{r.loss:.4g}",
+                     str(r.samples or ""), r.note))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row[:5], widths, strict=True)).rstrip()
+             + (f"  {row[5]}" if row[5] else "") for row in rows]
+    by_modifier: dict[str, list[float]] = {}
+    for r in report.layers:
+        by_modifier.setdefault(r.modifier, []).append(r.sparsity)
+    for name, values in by_modifier.items():
+        lines.append(f"{name}: {len(values)} layer(s), mean sparsity {sum(values) / len(values):.4f}")
+    notes = sum(1 for r in report.layers if r.note)
+    if notes:
+        lines.append(f"{notes} layer(s) needed more dampening than asked (see the note column)")
+    if report.order is not None:
+        lines.append(f"{len(report.order)} calibration sample(s) fed")
+    lines.append(f"wrote {output}" if output else "nothing written (no --output)")
+    return "\n".join(lines)

@@ -1,0 +1,271 @@
+"""One-shot checks from a checkpoint's headers (``recipe-spec lint RECIPE --model DIR``) and
+the llm-compressor differences ``validate`` warns about (C005, C006).
+
+The checkpoints are written here from a ``LlamaConfig`` (config.json) plus a safetensors file
+whose tensors are all zero: only the headers are read, and nothing is downloaded."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from recipe_spec.cli import main
+from recipe_spec.one_shot.checkpoint import estimate, read_model
+from recipe_spec.one_shot.modifiers import runnable
+from recipe_spec.params.architectures import decoder_layer_class, hidden_size, layer_count
+from recipe_spec.validation import validate
+
+SGPT = """\
+sparsity_stage:
+  sparsity_modifiers:
+    SparseGPTModifier:
+      sparsity: 0.5
+      mask_structure: "2:4"
+      ignore: ["re:.*lm_head"]
+"""
+
+
+def llama_config(hidden: int = 64, intermediate: int = 128, layers: int = 2, vocab: int = 128) -> dict:
+    """A LlamaConfig as config.json holds it (transformers' own when installed)."""
+    try:
+        import transformers
+    except ImportError:
+        return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
+                "intermediate_size": intermediate, "num_hidden_layers": layers, "num_attention_heads": 4,
+                "num_key_value_heads": 4, "vocab_size": vocab, "max_position_embeddings": 256,
+                "tie_word_embeddings": False}
+    cfg = transformers.LlamaConfig(hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
+                                   num_attention_heads=4, num_key_value_heads=4, vocab_size=vocab,
+                                   max_position_embeddings=256, tie_word_embeddings=False)
+    out = cfg.to_dict()
+    out["architectures"] = ["LlamaForCausalLM"]
+    return out
+
+
+def llama_shapes(config: dict) -> dict[str, list[int]]:
+    h, i, v = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    shapes = {"model.embed_tokens.weight": [v, h], "model.norm.weight": [h], "lm_head.weight": [v, h]}
+    for n in range(config["num_hidden_layers"]):
+        p = f"model.layers.{n}."
+        shapes |= {p + "input_layernorm.weight": [h], p + "post_attention_layernorm.weight": [h]}
+        shapes |= {p + f"self_attn.{x}_proj.weight": [h, h] for x in "qkvo"}
+        shapes |= {p + "mlp.gate_proj.weight": [i, h], p + "mlp.up_proj.weight": [i, h],
+                   p + "mlp.down_proj.weight": [h, i]}
+    return shapes
+
+
+def header_checkpoint(folder: Path, **config: int) -> Path:
+    """config.json and a model.safetensors of zeros (its header is what is read)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = llama_config(**config)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    header, offset = {}, 0
+    for name, shape in llama_shapes(cfg).items():
+        size = 4
+        for d in shape:
+            size *= d
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    with open(folder / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw + b"\0" * offset)
+    return folder
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+# -- the decoder layer from config.json ------------------------------------------------------------
+
+@pytest.mark.parametrize(("config", "expected"), [
+    ({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}, "LlamaDecoderLayer"),
+    ({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"}, "Qwen2DecoderLayer"),
+    ({"architectures": ["MistralForCausalLM"]}, "MistralDecoderLayer"),
+    ({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}, "GPT2Block"),
+    ({"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox"}, "GPTNeoXLayer"),
+    ({"model_type": "bloom"}, "BloomBlock"),
+    ({}, None),
+])
+def test_decoder_layer_class_without_torch(config: dict, expected: str | None) -> None:
+    assert decoder_layer_class(config) == expected
+
+
+def test_hidden_size_and_layers_from_config() -> None:
+    cfg = llama_config(hidden=96, layers=3)
+    assert (hidden_size(cfg), layer_count(cfg)) == (96, 3)
+    assert (hidden_size({"text_config": {"hidden_size": 8}}), layer_count({"n_layer": 12})) == (8, 12)
+
+
+def test_read_model_from_headers_alone(tmp_path: Path) -> None:
+    model = read_model(header_checkpoint(tmp_path / "m"))
+    assert model.blocks == ("model.layers.0", "model.layers.1") and model.decoder_class == "LlamaDecoderLayer"
+    prunable = {i.name: i.weight_shape for i in model.modules if i.prunable}
+    assert "model.embed_tokens" not in prunable and prunable["lm_head"] == (128, 64)
+    assert prunable["model.layers.1.mlp.down_proj"] == (64, 128) and len(prunable) == 15
+    assert model.hidden == 64 and model.block_params[0] == 4 * 64 * 64 + 3 * 64 * 128 + 2 * 64
+
+
+# -- lint: N:M, sequential targets, the estimate ----------------------------------------------------
+
+def test_nm_structure_needs_divisible_in_features(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(SGPT)
+    folder = header_checkpoint(tmp_path / "m", intermediate=130)
+    code, out, _ = run(["lint", str(recipe), "--model", str(folder), "--compat", "llmcompressor",
+                        "--format", "json"], capsys)
+    assert code == 1
+    found = [d for d in json.loads(out)["files"][0]["diagnostics"] if d["code"] == "P004"]
+    assert len(found) == 1 and (found[0]["line"], found[0]["column"]) == (5, 23)
+    assert "model.layers.0.mlp.down_proj (in 130)" in found[0]["message"]
+    assert "model.layers.1.mlp.down_proj (in 130)" in found[0]["message"]
+    assert "ignore:" in found[0]["hint"]
+    ok = header_checkpoint(tmp_path / "ok", intermediate=128)
+    assert main(["lint", str(recipe), "--model", str(ok), "--compat", "llmcompressor", "--select", "P"]) == 0
+
+
+def test_estimate_is_printed_with_the_numbers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(SGPT)
+    folder = header_checkpoint(tmp_path / "m")
+    code, out, _ = run(["lint", str(recipe), "--model", str(folder), "--compat", "llmcompressor",
+                        "--num-samples", "16", "--seq-len", "32"], capsys)
+    assert code == 0, out
+    # down_proj: 128 inputs -> 128^2 x 4 B = 64 KiB; one block: 4 x 16 KiB + 2 x 16 KiB + 64 KiB
+    assert "largest 64.0 KiB (model.layers.0.mlp.down_proj)" in out
+    assert "one block at a time: 160.0 KiB" in out
+    assert "activation cache (samples x seq_len x hidden x 4 B): 128.0 KiB" in out  # 16 x 32 x 64 x 4
+    assert "14 target layers, sequential pipeline" in out and "16 samples x 32 tokens" in out
+
+
+def test_estimate_counts_the_solve_and_statistics(tmp_path: Path) -> None:
+    from recipe_spec import load
+
+    model = read_model(header_checkpoint(tmp_path / "m"))
+    (cost,) = estimate(runnable(load(SGPT)), model, 16, 32).costs
+    tokens = 16 * 32
+    columns = [64] * 6 + [128]  # q k v o gate up: 64 inputs; down: 128
+    rows = [64] * 4 + [128] * 2 + [64]
+    assert cost.statistic_flops == sum(2.0 * tokens * c * c for c in columns)
+    assert cost.solve_flops == pytest.approx(sum(5 / 3 * c ** 3 + r * c * c for r, c in zip(rows, columns, strict=True)))
+    assert cost.forward_flops == 2 * 2.0 * model.block_params[0] * tokens and cost.blocks == 2
+
+
+def test_sequential_targets_must_name_a_class_of_the_model(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    folder = header_checkpoint(tmp_path / "m")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(SGPT + "      sequential_targets: [LlamaLayer]\n")
+    code, out, _ = run(["lint", str(recipe), "--model", str(folder), "--compat", "llmcompressor==0.9",
+                        "--format", "json"], capsys)
+    (p006,) = [d for d in json.loads(out)["files"][0]["diagnostics"] if d["code"] == "P006"]
+    assert code == 1 and (p006["line"], p006["column"]) == (7, 27)
+    assert "LlamaLayer" in p006["message"] and p006["hint"] == "Write LlamaDecoderLayer."
+    recipe.write_text(SGPT)
+    code, _, err = run(["lint", str(recipe), "--model", str(folder), "--sequential-targets", "LlamaLayer"], capsys)
+    assert code == 2 and "LlamaDecoderLayer" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    for good in ("LlamaDecoderLayer", "model.layers.0"):
+        assert main(["lint", str(recipe), "--model", str(folder), "--sequential-targets", good,
+                     "--select", "P"]) == 0
+
+
+def test_sequential_targets_flag_needs_a_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(SGPT)
+    code, _, err = run(["lint", str(recipe), "--params", str(tmp_path / "none.json"),
+                        "--sequential-targets", "X"], capsys)
+    assert code == 2 and "error:" in err
+
+
+# -- validate: what llm-compressor's oneshot does otherwise (C005, C006) ------------------------------
+
+def _codes(text: str, compat: str | None, tmp_path: Path) -> list[tuple[str, int, int]]:
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    return [(d.code, d.line, d.column) for d in validate(path, compat=compat) if d.code in ("C005", "C006")]
+
+
+PLAIN = SGPT.replace('["re:.*lm_head"]', "[lm_head, 're:.*embed', model.layers.0.mlp.down_proj]")
+
+
+@pytest.mark.parametrize("compat", ["llmcompressor==0.14", "llmcompressor==0.5", "llmcompressor", None])
+def test_plain_ignore_name_warns_where_llmcompressor_prunes_it(compat: str | None, tmp_path: Path) -> None:
+    assert _codes(PLAIN, compat, tmp_path) == [("C005", 6, 16), ("C005", 6, 39)]
+
+
+@pytest.mark.parametrize("compat", ["llmcompressor==0.4", "sparseml"])
+def test_no_c005_where_the_tool_has_no_ignore(compat: str, tmp_path: Path) -> None:
+    assert _codes(PLAIN, compat, tmp_path) == []
+
+
+def test_c005_says_what_to_write(tmp_path: Path) -> None:
+    path = tmp_path / "r.yaml"
+    path.write_text(PLAIN)
+    found = [d for d in validate(path, compat="llmcompressor==0.14") if d.code == "C005"]
+    assert "llm-compressor 0.14" in found[0].message and "'lm_head.'" in found[0].message
+    assert "'re:.*lm_head'" in found[0].hint
+    assert "'re:model\\.layers\\.0\\.mlp\\.down_proj'" in found[1].hint
+    assert all(d.severity.value == "warning" for d in found)
+
+
+def test_no_c005_for_patterns_or_block_targets(tmp_path: Path) -> None:
+    assert _codes(SGPT, "llmcompressor", tmp_path) == []
+    blocks = PLAIN.replace("      ignore:", "      targets: [LlamaDecoderLayer]\n      ignore:")
+    assert _codes(blocks, "llmcompressor", tmp_path) == []
+
+
+MAGNITUDE = """\
+oneshot_stage:
+  pruning_modifiers:
+    MagnitudePruningModifier:
+      targets: ['re:model\\.layers\\.\\d+\\..*_proj$']
+      init_sparsity: 0.5
+      final_sparsity: 0.5
+"""
+
+
+@pytest.mark.parametrize("compat", ["llmcompressor==0.14", "llmcompressor==0.1", None])
+def test_one_shot_magnitude_pruning_warns(compat: str | None, tmp_path: Path) -> None:
+    assert _codes(MAGNITUDE, compat, tmp_path) == [("C006", 3, 5)]
+
+
+@pytest.mark.parametrize("extra", ["      start: 0\n      end: 10\n", "  run_type: train\n"])
+def test_magnitude_over_training_is_not_reported(extra: str, tmp_path: Path) -> None:
+    text = MAGNITUDE + extra if extra.startswith("      ") else MAGNITUDE.replace(
+        "oneshot_stage:\n", "oneshot_stage:\n" + extra)
+    assert _codes(text, "llmcompressor", tmp_path) == []
+    assert _codes(MAGNITUDE, "sparseml", tmp_path) == []
+
+
+def test_validate_cli_compat_0_14(tmp_path: Path) -> None:
+    path = tmp_path / "r.yaml"
+    path.write_text(PLAIN)
+    out = subprocess.run([sys.executable, "-m", "recipe_spec", "validate", str(path), "--compat",
+                          "llmcompressor==0.14"], capture_output=True, text=True)
+    assert out.returncode == 0 and "C005 [warning]" in out.stdout
+
+
+def test_weights_are_not_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A checkpoint whose tensor data is cut off after the header gives the same findings and
+    estimate."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(SGPT)
+    full = header_checkpoint(tmp_path / "full", intermediate=130)
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "config.json").write_bytes((full / "config.json").read_bytes())
+    data = (full / "model.safetensors").read_bytes()
+    (cut / "model.safetensors").write_bytes(data[: 8 + int.from_bytes(data[:8], "little")])
+    argv = ["lint", str(recipe), "--compat", "llmcompressor", "--model"]
+    first = run([*argv, str(full)], capsys)
+    second = run([*argv, str(cut)], capsys)
+    assert first[0] == second[0] == 1
+    assert first[1].replace(str(full), "M") == second[1].replace(str(cut), "M") and "P004" in first[1]
