@@ -163,8 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[dict[str, Any]]] = {}
     for _ in range(a.runs):
         for setting in settings:
-            results.setdefault(setting, []).append(
-                run_in_process(setting, anchor, a.threads, a.limit_windows, a.samples))
+            result = run_in_process(setting, anchor, a.threads, a.limit_windows, a.samples)
+            print(json.dumps(result), file=sys.stderr, flush=True)  # each run as it ends
+            results.setdefault(setting, []).append(result)
     full = not a.limit_windows and a.samples == 256
     print(f"one-shot quality on {anchor.name}/ ({a.threads} threads, {a.runs} run(s) per setting"
           f"{'' if full else f', a quick run: {a.samples} samples, {a.limit_windows or 403} eval windows'}); "
