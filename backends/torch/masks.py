@@ -18,7 +18,8 @@ scores (only small inputs, up to ``_DIRECT_SELECT`` entries, and a missed bracke
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -203,6 +204,18 @@ class TorchOps(InPlaceOps):
     def subtract(self, x: torch.Tensor, index: tuple, values: torch.Tensor) -> torch.Tensor:
         x[index].sub_(values)  # a view: no copy back
         return x
+
+    @contextlib.contextmanager
+    def serial(self, like: torch.Tensor) -> Iterator[None]:
+        threads = torch.get_num_threads()
+        if like.device.type != "cpu" or threads == 1:
+            yield
+            return
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(threads)
 
 
 TORCH_OPS = TorchOps()

@@ -9,6 +9,7 @@ and tests, never by ``import recipe_spec``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -186,6 +187,9 @@ class NumpyOps(InPlaceOps):
     def subtract(self, x: np.ndarray, index: tuple, values: np.ndarray) -> np.ndarray:
         x[index] -= values
         return x
+
+    def serial(self, like: np.ndarray) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
 
 #: The one instance the backends use.

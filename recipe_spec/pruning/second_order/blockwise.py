@@ -106,10 +106,19 @@ def _is_real(x: object) -> bool:
 
 def _check_finite(ops: SolverOps, x: Array, what: str) -> None:
     """Refuse NaN or inf in ``x`` (``what`` names it in the message)."""
+    if math.isfinite(ops.sum_all(x)):  # one pass; a NaN or inf entry makes any sum non-finite
+        return
     bad = ops.count_nonzero(~ops.isfinite(x))
     if bad:
         raise SolverError(f"the {what} holds {bad} NaN or infinite entries: check the layer's weights "
                           "and the calibration inputs (an overflow in half precision?)")
+
+
+def _all_finite(ops: SolverOps, x: Array) -> bool:
+    """Whether every entry of ``x`` is finite: one pass without a flag array when its sum is
+    finite (a NaN or an infinity makes any sum non-finite), entry by entry only when it is not
+    (finite entries that overflow the sum, or a real NaN or inf)."""
+    return math.isfinite(ops.sum_all(x)) or not ops.count_nonzero(~ops.isfinite(x))
 
 
 def inverse_hessian_factor(ops: SolverOps, hessian: Array, dampening_frac: float,
@@ -125,7 +134,7 @@ def inverse_hessian_factor(ops: SolverOps, hessian: Array, dampening_frac: float
         damped = ops.add_diagonal(ops.copy(hessian), mean_diag * frac)
         lower = ops.cholesky(damped)
         upper = None if lower is None else ops.cholesky_upper(ops.cholesky_inverse(lower))
-        if upper is not None and not ops.count_nonzero(~ops.isfinite(upper)):
+        if upper is not None and _all_finite(ops, upper):
             report = None if not failed else (
                 f"cholesky failed at dampening_frac {', '.join(_fmt(f) for f in failed)}; used {_fmt(frac)}")
             return upper, frac, report
@@ -192,19 +201,20 @@ def sparsegpt_prune(ops: SolverOps, weight: Array, hessian: Array, *, sparsity: 
         keep1 = _tile_keep(ops, W1, scale, before1, sparsity) if not prune_n else (
             ops.full((rows, i2 - i1), True, W) if before1 is None else ~before1)
         qs, errs = [], []
-        for i in range(i2 - i1):
-            if prune_n and i % prune_m == 0:
-                keep1 = _group_keep(ops, keep1, W1, scale, before1, i, prune_n, prune_m)
-            w = W1[:, i]
-            q = ops.where(keep1[:, i], w, 0.0)
-            row = Hinv1[i, i:]
-            err = (w - q) / row[0]
-            # the rank-1 update as a product (as llm-compressor): torch's broadcast multiply
-            # walks this shape down the columns and is ten times slower
-            W1 = ops.subtract(W1, (_ALL, slice(i, None)),
-                              ops.matmul(ops.reshape(err, (rows, 1)), ops.reshape(row, (1, i2 - i1 - i))))
-            qs.append(q)
-            errs.append(err)
+        with ops.serial(W1):  # small elementwise steps whose bits do not depend on threads
+            for i in range(i2 - i1):
+                if prune_n and i % prune_m == 0:
+                    keep1 = _group_keep(ops, keep1, W1, scale, before1, i, prune_n, prune_m)
+                w = W1[:, i]
+                q = ops.where(keep1[:, i], w, 0.0)
+                row = Hinv1[i, i:]
+                err = (w - q) / row[0]
+                # the rank-1 update as a product (as llm-compressor): torch's broadcast multiply
+                # walks this shape down the columns and is ten times slower
+                W1 = ops.subtract(W1, (_ALL, slice(i, None)),
+                                  ops.matmul(ops.reshape(err, (rows, 1)), ops.reshape(row, (1, i2 - i1 - i))))
+                qs.append(q)
+                errs.append(err)
         Err1 = ops.stack(errs, 1)
         W = ops.assign(W, (_ALL, slice(i1, i2)), ops.stack(qs, 1))
         loss += ops.sum_all(Err1 * Err1) / 2

@@ -15,6 +15,7 @@ result: NumPy and PyTorch write in place, a library with immutable arrays return
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from ...masks.ops import Array, ArrayOps
@@ -128,3 +129,12 @@ class SolverOps(FisherOps, Protocol):
 
     def subtract(self, x: Array, index: tuple[Any, ...], values: Array) -> Array:
         """``x`` with ``x[index] -= values`` (``index``: ints and slices); takes ownership."""
+
+    def serial(self, like: Array) -> AbstractContextManager[None]:
+        """A context in which the library runs operations on arrays like ``like`` on one
+        thread, and then goes back to its own setting. SparseGPT's column loop is thousands
+        of small elementwise operations and rank-1 products, whose results do not depend on
+        the thread count: on a CPU, splitting each over threads costs more than it saves, and
+        where the other cores are busy every split waits for them (ten times slower on a
+        shared 2-core machine). A no-op where there is nothing to set (NumPy: its elementwise
+        work is single-threaded; an accelerator)."""

@@ -1,0 +1,236 @@
+"""One-shot pruning speed and memory against llm-compressor 0.14, measured in the same run.
+
+The model and data of ``shared/conformance/llmcompressor/speed/`` (its README): a randomly
+initialised Llama (vocab 1024, hidden 512, intermediate 1536, 4 layers, 8 heads, untied;
+14.7M parameters, seed 0) and 64 calibration samples of 256 random tokens (seed 1), batch 1, no
+shuffling, the ``sparsegpt50`` and ``wanda50`` recipes of ``llmcompressor_speed.py``. Each run
+is a fresh process that builds the model, calls ``oneshot`` once and reports:
+
+- the wall time of ``oneshot``;
+- the time per decoder layer: from the first call of the first decoder layer to the end of
+  ``oneshot``, divided by the number of layers (each layer is calibrated, compressed and run
+  again for the next layer's inputs); the time before it (``setup``: reading the recipe and
+  the data, capturing the first layer's inputs) is shown apart;
+- the process's peak resident memory after ``oneshot``.
+
+Ours (``recipe_spec.oneshot``) and llm-compressor's (``llmcompressor.oneshot``) runs are
+interleaved (ours, theirs, ours, theirs, ...) so that both see the same load on a shared
+machine; the table gives the min and median of ``--runs`` runs each and the ratio ours/theirs
+of the medians. llm-compressor runs under ``--llmcompressor-python`` (a Python with
+``llmcompressor==0.14.0.1``; default: ``$LLMCOMPRESSOR_PYTHON``, else ``/work/lcvenv/bin/python``
+when it exists). ``--ours-python`` picks the interpreter of our runs (default: this one); give
+both the same interpreter to compare with the same torch and transformers. When
+llm-compressor cannot be run, the README's recorded times (another run, another moment) are
+shown instead, and the output says so.
+
+    python benchmarks/oneshot_speed.py [--recipes sparsegpt50,wanda50] [--runs 3] [--threads 2]
+        [--samples 64] [--llmcompressor-python PATH] [--ours-python PATH] [--profile FILE]
+
+``--profile FILE`` runs ours once under cProfile (the first recipe) and writes the stats there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+SPEED = REPO.parent / "shared" / "conformance" / "llmcompressor" / "speed"
+RECIPES = {
+    "sparsegpt50": "sparsity_stage:\n  sparsity_modifiers:\n    SparseGPTModifier:\n      sparsity: 0.5\n"
+                   "      targets: [\"Linear\"]\n      ignore: [\"re:.*lm_head\"]\n",
+    "wanda50": "sparsity_stage:\n  sparsity_modifiers:\n    WandaPruningModifier:\n      sparsity: 0.5\n"
+               "      targets: [\"Linear\"]\n      ignore: [\"re:.*lm_head\"]\n",
+}
+#: The README's figures (llm-compressor 0.14.0.1, 2 threads, one run each, another moment).
+RECORDED = {"sparsegpt50": (52.5, 666.0), "wanda50": (28.6, 653.0)}
+LAYERS = 4
+
+
+def build(samples: int) -> tuple[Any, list[list[int]]]:
+    """The README's model (seed 0) and calibration token ids (seed 1)."""
+    import torch
+    import transformers
+
+    cfg = transformers.LlamaConfig(vocab_size=1024, hidden_size=512, intermediate_size=1536,
+                                   num_hidden_layers=LAYERS, num_attention_heads=8, num_key_value_heads=8,
+                                   max_position_embeddings=512, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    g = torch.Generator().manual_seed(1)
+    ids = [torch.randint(4, cfg.vocab_size, (256,), generator=g).tolist() for _ in range(samples)]
+    return model, ids
+
+
+def _first_calls(model: Any) -> list[float]:
+    """Hooks that record when each decoder layer is first called (``perf_counter``)."""
+    import time as _time
+
+    stamps: list[float] = [0.0] * len(model.model.layers)
+
+    def hook_for(k: int) -> Any:
+        def hook(*_: Any) -> None:
+            if not stamps[k]:
+                stamps[k] = _time.perf_counter()
+        return hook
+
+    for k, layer in enumerate(model.model.layers):
+        layer.register_forward_pre_hook(hook_for(k))
+    return stamps
+
+
+def run_once(impl: str, recipe: str, samples: int, profile: str | None = None) -> dict[str, Any]:
+    """One ``oneshot`` call of ``impl`` ("ours" or "llmcompressor") in this process."""
+    model, ids = build(samples)
+    stamps = _first_calls(model)
+    text = RECIPES[recipe]
+    if impl == "ours":
+        import recipe_spec
+
+        data: Any = [{"input_ids": s, "attention_mask": [1] * len(s)} for s in ids]
+
+        def call() -> None:
+            recipe_spec.oneshot(model=model, recipe=text, dataset=data, num_calibration_samples=samples,
+                                shuffle_calibration_samples=False, batch_size=1)
+    else:
+        import datasets
+        import transformers
+        from llmcompressor import oneshot
+        from tokenizers import Tokenizer, models
+
+        folder = tempfile.mkdtemp()
+        model.config.save_pretrained(folder)
+        model.config._name_or_path = folder  # llm-compressor reloads the config from here
+        vocab = {f"t{i}": i for i in range(model.config.vocab_size)}
+        tok = transformers.PreTrainedTokenizerFast(
+            tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t0")), unk_token="t0",
+            pad_token="t1", eos_token="t2", bos_token="t3")
+        data = datasets.Dataset.from_dict({"input_ids": ids, "attention_mask": [[1] * len(s) for s in ids]})
+
+        def call() -> None:
+            oneshot(model=model, recipe=text, dataset=data, tokenizer=tok, num_calibration_samples=samples,
+                    shuffle_calibration_samples=False, batch_size=1)
+    start = time.perf_counter()
+    if profile:
+        import cProfile
+
+        cProfile.runctx("call()", globals(), {"call": call}, profile)
+    else:
+        call()
+    end = time.perf_counter()
+    first = stamps[0] or end
+    import torch
+
+    sparsity = [float((layer.weight == 0).float().mean()) for name, layer in model.named_modules()
+                if isinstance(layer, torch.nn.Linear) and name.startswith("model.layers.")]
+    return {"impl": impl, "recipe": recipe, "oneshot_s": end - start, "setup_s": first - start,
+            "per_layer_s": (end - first) / len(stamps), "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "sparsity": sum(sparsity) / max(len(sparsity), 1), "threads": torch.get_num_threads()}
+
+
+def spawn(python: str, impl: str, recipe: str, threads: int, samples: int) -> dict[str, Any]:
+    """:func:`run_once` in a fresh process of ``python``."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), str(REPO / ".shim"), os.environ.get("PYTHONPATH")])))
+    cmd = [python, __file__, "--one", impl, "--recipes", recipe, "--threads", str(threads), "--samples", str(samples)]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if out.returncode:
+        raise RuntimeError(f"{impl} {recipe} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _llmcompressor_python(given: str | None) -> str | None:
+    """The interpreter that runs llm-compressor, or None when there is none."""
+    for cand in (given, os.environ.get("LLMCOMPRESSOR_PYTHON"), "/work/lcvenv/bin/python"):
+        if not cand or not Path(cand).exists():
+            continue
+        ok = subprocess.run([cand, "-c", "import llmcompressor"], capture_output=True)
+        if ok.returncode == 0:
+            return cand
+    return None
+
+
+def _cell(values: list[float], fmt: str) -> str:
+    return f"{fmt.format(min(values))}/{fmt.format(statistics.median(values))}"
+
+
+def table(runs: dict[tuple[str, str], list[dict[str, Any]]], recipes: list[str], measured: bool) -> list[str]:
+    """The printed table: per recipe, ours and theirs (min/median), and the ratio of medians."""
+    lines = [f"{'recipe':12} {'impl':14} {'oneshot s':>13} {'per layer s':>13} {'setup s':>11} "
+             f"{'peak RSS MiB':>13} {'sparsity':>8}"]
+    for recipe in recipes:
+        ours = runs[("ours", recipe)]
+        rows = [("ours", ours)]
+        if measured:
+            rows.append(("llm-compressor", runs[("llmcompressor", recipe)]))
+        for label, rs in rows:
+            lines.append(f"{recipe:12} {label:14} {_cell([r['oneshot_s'] for r in rs], '{:.1f}'):>13} "
+                         f"{_cell([r['per_layer_s'] for r in rs], '{:.2f}'):>13} "
+                         f"{_cell([r['setup_s'] for r in rs], '{:.1f}'):>11} "
+                         f"{_cell([r['peak_rss_mib'] for r in rs], '{:.0f}'):>13} {rs[0]['sparsity']:8.4f}")
+        if measured:
+            theirs = runs[("llmcompressor", recipe)]
+
+            def ratio(key: str, a: list[dict[str, Any]] = ours, b: list[dict[str, Any]] = theirs) -> float:
+                return statistics.median(r[key] for r in a) / statistics.median(r[key] for r in b)
+
+            lines.append(f"{recipe:12} {'ours/theirs':14} {ratio('oneshot_s'):13.2f} {ratio('per_layer_s'):13.2f} "
+                         f"{ratio('setup_s'):11.2f} {ratio('peak_rss_mib'):13.2f}")
+        else:
+            wall, rss = RECORDED[recipe]
+            med = statistics.median(r["oneshot_s"] for r in ours)
+            lines.append(f"{recipe:12} {'llmc recorded':14} {wall:13.1f} {'-':>13} {'-':>11} {rss:13.0f}")
+            lines.append(f"{recipe:12} {'ours/recorded':14} {med / wall:13.2f} {'-':>13} {'-':>11} "
+                         f"{statistics.median(r['peak_rss_mib'] for r in ours) / rss:13.2f}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--recipes", default="sparsegpt50,wanda50")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--samples", type=int, default=64)
+    p.add_argument("--llmcompressor-python", default=None)
+    p.add_argument("--ours-python", default=sys.executable)
+    p.add_argument("--profile", default=None, help="run ours once under cProfile, stats to this file")
+    p.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    recipes = [r.strip() for r in a.recipes.split(",") if r.strip()]
+    unknown = [r for r in recipes if r not in RECIPES]
+    if unknown:
+        p.error(f"unknown recipe(s) {', '.join(unknown)}; choose from {', '.join(RECIPES)}")
+    if a.one or a.profile:
+        import torch
+
+        torch.set_num_threads(a.threads)
+        result = run_once(a.one or "ours", recipes[0], a.samples, a.profile)
+        print(json.dumps(result))
+        return 0
+    theirs = _llmcompressor_python(a.llmcompressor_python)
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for _ in range(a.runs):
+        for recipe in recipes:
+            runs.setdefault(("ours", recipe), []).append(spawn(a.ours_python, "ours", recipe, a.threads, a.samples))
+            if theirs:
+                runs.setdefault(("llmcompressor", recipe), []).append(
+                    spawn(theirs, "llmcompressor", recipe, a.threads, a.samples))
+    how = (f"llm-compressor measured in this run ({theirs}), interleaved with ours" if theirs else
+           "llm-compressor NOT importable here: its times are the README's recorded ones (another run)")
+    print(f"one-shot speed: random Llama 14.7M, {a.samples} x 256 tokens, batch 1, {a.threads} threads, "
+          f"{a.runs} run(s) each, min/median; {how}")
+    print("\n".join(table(runs, recipes, theirs is not None)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
