@@ -30,7 +30,7 @@ Given a layer's weight ``W`` (``rows x columns``, canonical ``(out, in)``) and i
 >>> w = np.array([[1.0, -0.3, 0.52, 2.0]], dtype=np.float32)
 >>> r = gptq_quantize(NUMPY_OPS, w, np.eye(4, dtype=np.float32), args=QuantArgs(num_bits=2, strategy="channel"))
 >>> r.weight.tolist(), float(r.scale[0, 0])
-([[1.3333333730697632, 0.0, 0.0, 1.3333333730697632]], 1.3333333730697632)
+([[1.3333333730697632, -0.0, 0.0, 1.3333333730697632]], 1.3333333730697632)
 """
 
 from __future__ import annotations
