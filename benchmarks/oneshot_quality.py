@@ -12,10 +12,11 @@ llm-compressor's (``results.json``), their ratio, our oneshot wall time (min and
 compression, evaluation excluded, as in ``results.json``).
 
     python benchmarks/oneshot_quality.py [--settings dense,sparsegpt_2of4] [--threads 2]
-        [--runs 1] [--limit-windows N] [--check]
+        [--runs 1] [--limit-windows N] [--samples N] [--check]
 
-``--limit-windows N`` scores the first N evaluation windows only (a quick run; llm-compressor's
-perplexity is then not comparable and the ratio is left out). ``--check`` exits non-zero when
+``--limit-windows N`` scores the first N evaluation windows only and ``--samples N`` calibrates
+on the first N samples only (a quick run; llm-compressor's perplexity is then not comparable
+and the ratio is left out). ``--check`` exits non-zero when
 a setting's perplexity is more than 2% above llm-compressor's, or SparseGPT is not better than
 Wanda at the same sparsity (full evaluation only).
 
@@ -63,7 +64,7 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_setting(setting: str, anchor: Path, limit_windows: int | None) -> dict[str, Any]:
+def run_setting(setting: str, anchor: Path, limit_windows: int | None, samples: int = 256) -> dict[str, Any]:
     """Load the model, compress it with ``setting``'s recipe, score it: one result dict."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -74,10 +75,10 @@ def run_setting(setting: str, anchor: Path, limit_windows: int | None) -> dict[s
     elapsed = 0.0
     if setting != "dense":
         recipe = (anchor / "recipes" / f"{setting}.yaml").read_text()
-        samples = json.loads((anchor / "calibration.json").read_text())["samples"]
-        dataset = [{"input_ids": s, "attention_mask": [1] * len(s)} for s in samples]
+        ids = json.loads((anchor / "calibration.json").read_text())["samples"][:samples]
+        dataset = [{"input_ids": s, "attention_mask": [1] * len(s)} for s in ids]
         start = time.perf_counter()
-        recipe_spec.oneshot(model=model, recipe=recipe, dataset=dataset, num_calibration_samples=256,
+        recipe_spec.oneshot(model=model, recipe=recipe, dataset=dataset, num_calibration_samples=len(ids),
                             shuffle_calibration_samples=False, batch_size=1)
         elapsed = time.perf_counter() - start
     rss = peak_rss_mb()
@@ -92,9 +93,11 @@ def run_setting(setting: str, anchor: Path, limit_windows: int | None) -> dict[s
     return {"setting": setting, "ppl": ppl, "oneshot_s": elapsed, "peak_rss_mb": rss, "sparsity": zeros}
 
 
-def run_in_process(setting: str, anchor: Path, threads: int, limit_windows: int | None) -> dict[str, Any]:
+def run_in_process(setting: str, anchor: Path, threads: int, limit_windows: int | None,
+                   samples: int = 256) -> dict[str, Any]:
     """:func:`run_setting` in a fresh Python process (so that peak memory is the setting's own)."""
-    cmd = [sys.executable, __file__, "--one", setting, "--threads", str(threads), "--anchor", str(anchor)]
+    cmd = [sys.executable, __file__, "--one", setting, "--threads", str(threads), "--anchor", str(anchor),
+           "--samples", str(samples)]
     if limit_windows:
         cmd += ["--limit-windows", str(limit_windows)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
@@ -140,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--runs", type=int, default=1, help="oneshot runs per setting (each in a fresh process)")
     p.add_argument("--limit-windows", type=int, default=None, help="score the first N eval windows only")
+    p.add_argument("--samples", type=int, default=256, help="calibrate on the first N samples only")
     p.add_argument("--anchor", default=str(ANCHOR), help="the quality anchor folder")
     p.add_argument("--check", action="store_true", help="exit 1 when the acceptance is missed")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
@@ -149,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(a.threads)
-        print(json.dumps(run_setting(a.one, anchor, a.limit_windows)))
+        print(json.dumps(run_setting(a.one, anchor, a.limit_windows, a.samples)))
         return 0
     settings = [s.strip() for s in a.settings.split(",") if s.strip()]
     unknown = [s for s in settings if s not in SETTINGS]
@@ -159,10 +163,13 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[dict[str, Any]]] = {}
     for _ in range(a.runs):
         for setting in settings:
-            results.setdefault(setting, []).append(run_in_process(setting, anchor, a.threads, a.limit_windows))
-    full = not a.limit_windows
+            result = run_in_process(setting, anchor, a.threads, a.limit_windows, a.samples)
+            print(json.dumps(result), file=sys.stderr, flush=True)  # each run as it ends
+            results.setdefault(setting, []).append(result)
+    full = not a.limit_windows and a.samples == 256
     print(f"one-shot quality on {anchor.name}/ ({a.threads} threads, {a.runs} run(s) per setting"
-          f"{'' if full else f', first {a.limit_windows} eval windows only'}); llm-compressor: results.json")
+          f"{'' if full else f', a quick run: {a.samples} samples, {a.limit_windows or 403} eval windows'}); "
+          "llm-compressor: results.json")
     print("\n".join(table(results, reference, full)))
     if full:
         bad = failures(results, reference)

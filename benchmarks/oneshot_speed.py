@@ -24,7 +24,8 @@ llm-compressor cannot be run, the README's recorded times (another run, another 
 shown instead, and the output says so.
 
     python benchmarks/oneshot_speed.py [--recipes sparsegpt50,wanda50] [--runs 3] [--threads 2]
-        [--samples 64] [--llmcompressor-python PATH] [--ours-python PATH] [--profile FILE]
+        [--samples 64] [--llmcompressor-python PATH | --without-llmcompressor]
+        [--ours-python PATH] [--profile FILE]
 
 ``--profile FILE`` runs ours once under cProfile (the first recipe) and writes the stats there.
 """
@@ -201,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--samples", type=int, default=64)
     p.add_argument("--llmcompressor-python", default=None)
+    p.add_argument("--without-llmcompressor", action="store_true",
+                   help="do not run llm-compressor; show the README's recorded times")
     p.add_argument("--ours-python", default=sys.executable)
     p.add_argument("--profile", default=None, help="run ours once under cProfile, stats to this file")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
@@ -216,16 +219,18 @@ def main(argv: list[str] | None = None) -> int:
         result = run_once(a.one or "ours", recipes[0], a.samples, a.profile)
         print(json.dumps(result))
         return 0
-    theirs = _llmcompressor_python(a.llmcompressor_python)
+    theirs = None if a.without_llmcompressor else _llmcompressor_python(a.llmcompressor_python)
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for _ in range(a.runs):
         for recipe in recipes:
-            runs.setdefault(("ours", recipe), []).append(spawn(a.ours_python, "ours", recipe, a.threads, a.samples))
-            if theirs:
-                runs.setdefault(("llmcompressor", recipe), []).append(
-                    spawn(theirs, "llmcompressor", recipe, a.threads, a.samples))
+            for impl, python in (("ours", a.ours_python), ("llmcompressor", theirs)):
+                if python:
+                    result = spawn(python, impl, recipe, a.threads, a.samples)
+                    print(json.dumps(result), file=sys.stderr, flush=True)  # each run as it ends
+                    runs.setdefault((impl, recipe), []).append(result)
     how = (f"llm-compressor measured in this run ({theirs}), interleaved with ours" if theirs else
-           "llm-compressor NOT importable here: its times are the README's recorded ones (another run)")
+           "llm-compressor NOT run here: its figures are the README's recorded ones (64 samples, "
+           "another run, another moment)")
     print(f"one-shot speed: random Llama 14.7M, {a.samples} x 256 tokens, batch 1, {a.threads} threads, "
           f"{a.runs} run(s) each, min/median; {how}")
     print("\n".join(table(runs, recipes, theirs is not None)))

@@ -1,0 +1,86 @@
+"""Smoke runs of the one-shot benchmarks against llm-compressor (``benchmarks/oneshot_quality.py``
+on the shared quality anchor, ``benchmarks/oneshot_speed.py`` on its random Llama), each cut
+to a few samples, and the SparseGPT solver's one-thread column loop: the same bits as with
+every thread, and the thread count given back."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from recipe_spec.masks.numpy_ops import NUMPY_OPS
+from recipe_spec.pruning.second_order.blockwise import SolverError, sparsegpt_prune
+
+ROOT = Path(__file__).resolve().parents[1]
+ANCHOR = ROOT.parent / "shared" / "conformance" / "llmcompressor" / "quality"
+
+
+def _run(*args: str) -> str:
+    out = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (ANCHOR / "model").is_dir(), reason="the shared quality anchor is not here")
+def test_quality_benchmark_smoke() -> None:
+    pytest.importorskip("transformers")
+    out = _run("benchmarks/oneshot_quality.py", "--settings", "sparsegpt_2of4", "--samples", "4",
+               "--limit-windows", "2")
+    row = next(line for line in out.splitlines() if line.startswith("sparsegpt_2of4"))
+    assert row.split()[-1] == "0.5000", out  # every decoder Linear exactly 2:4
+    assert "quick run: 4 samples, 2 eval windows" in out
+
+
+@pytest.mark.slow
+def test_speed_benchmark_smoke() -> None:
+    pytest.importorskip("transformers")
+    out = _run("benchmarks/oneshot_speed.py", "--recipes", "wanda50", "--samples", "2", "--runs", "1",
+               "--without-llmcompressor")
+    assert "README's recorded ones" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith("wanda50")]
+    assert rows[0][1] == "ours" and rows[0][-1] == "0.5000" and rows[-1][1] == "ours/recorded", out
+
+
+def test_the_serial_column_loop_gives_the_same_bits_and_restores_threads() -> None:
+    torch = pytest.importorskip("torch")
+    from recipe_spec_torch.masks import TORCH_OPS
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((600, 160)).astype(np.float32)
+    W = torch.from_numpy(rng.standard_normal((160, 160)).astype(np.float32))
+    H = torch.from_numpy(x.T @ x / 600)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with TORCH_OPS.serial(W):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        serial = sparsegpt_prune(TORCH_OPS, W, H, sparsity=0.5, block_size=64)
+        assert torch.get_num_threads() == 2
+
+        class Threaded(type(TORCH_OPS)):  # type: ignore[misc]
+            def serial(self, like: object) -> object:
+                import contextlib
+                return contextlib.nullcontext()
+
+        threaded = sparsegpt_prune(Threaded(), W, H, sparsity=0.5, block_size=64)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(serial.weight, threaded.weight) and serial.loss == threaded.loss
+
+
+def test_finite_checks_take_an_overflowing_sum_for_what_it_is() -> None:
+    """Finite weights whose sum overflows float32 are not NaN; a real inf is refused."""
+    w = np.full((4, 8), 3e38, dtype=np.float32)
+    h = np.eye(8, dtype=np.float32)
+    with np.errstate(over="ignore"):  # the scores square the weights
+        result = sparsegpt_prune(NUMPY_OPS, w, h, sparsity=0.5)
+    assert np.isfinite(np.asarray(result.weight)).all()
+    w[0, 0] = np.inf
+    with pytest.raises(SolverError, match="1 NaN or infinite"):
+        sparsegpt_prune(NUMPY_OPS, w, h, sparsity=0.5)
