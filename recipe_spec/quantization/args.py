@@ -55,7 +55,7 @@ class QuantArgs:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"weight strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
         if self.strategy == "group":
-            if not _whole(self.group_size) or self.group_size < 1:
+            if self.group_size is None or not _whole(self.group_size) or self.group_size < 1:
                 raise ValueError(f"strategy 'group' needs a positive group_size, got {self.group_size!r}")
         elif self.group_size is not None:
             raise ValueError(f"group_size {self.group_size} needs strategy 'group', not {self.strategy!r}")

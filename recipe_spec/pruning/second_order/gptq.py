@@ -43,7 +43,14 @@ from dataclasses import dataclass
 from ...masks.ops import Array
 from ...quantization.args import QuantArgs
 from ...quantization.grid import check_weight_shape, fake_quantize, minmax_qparams
-from .blockwise import DAMPENING_RETRIES, SolverError, _check_finite, _is_real, blockwise_obs, inverse_hessian_factor
+from .blockwise import (
+    DAMPENING_RETRIES,
+    SolverError,
+    _check_finite,
+    _is_real,
+    blockwise_obs,
+    inverse_hessian_factor,
+)
 from .ops import SolverOps
 
 __all__ = ["ACTORDERS", "QuantizeResult", "gptq_quantize"]
