@@ -1,5 +1,8 @@
-"""SparseGPT's one-shot solver (Frantar & Alistarh 2023, section 3.4), written once over
+"""The block-wise OBS update (:func:`blockwise_obs`), shared by SparseGPT and GPTQ, and
+SparseGPT's one-shot solver on it (Frantar & Alistarh 2023, section 3.4), written once over
 :class:`~.ops.SolverOps`: llm-compressor's ``sparsify_weight``, step for step, in float32.
+The loop takes a per-column rule (:class:`ColumnRule`): SparseGPT's masks here, GPTQ's
+quantizer in :mod:`.gptq`.
 
 Given a layer's weight ``W`` (``rows x columns``, canonical ``(out, in)`` layout) and the
 Hessian ``H`` of its inputs (:class:`~.hessian.HessianStats`):
