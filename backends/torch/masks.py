@@ -217,6 +217,31 @@ class TorchOps(InPlaceOps):
         finally:
             torch.set_num_threads(threads)
 
+    def index_select(self, x: torch.Tensor, axis: int, index: torch.Tensor) -> torch.Tensor:
+        return torch.index_select(x, axis, index.to(x.device))
+
+    # -- the quantization grid (recipe_spec.quantization.ops.QuantOps) ----------------------------
+    def round_even(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.round(x)
+
+    def clip(self, x: torch.Tensor, low: float, high: float) -> torch.Tensor:
+        return torch.clamp(x, low, high)
+
+    def minimum(self, x: torch.Tensor, y: Any) -> torch.Tensor:
+        return torch.clamp(x, max=y) if isinstance(y, (int, float)) else torch.minimum(x, y)
+
+    def maximum(self, x: torch.Tensor, y: Any) -> torch.Tensor:
+        return torch.clamp(x, min=y) if isinstance(y, (int, float)) else torch.maximum(x, y)
+
+    def amin(self, x: torch.Tensor, axis: int) -> torch.Tensor:
+        return torch.amin(x, dim=axis, keepdim=True)
+
+    def amax(self, x: torch.Tensor, axis: int) -> torch.Tensor:
+        return torch.amax(x, dim=axis, keepdim=True)
+
+    def round_fp8_e4m3(self, x: torch.Tensor) -> torch.Tensor:
+        return x.to(torch.float8_e4m3fn).to(x.dtype)
+
 
 TORCH_OPS = TorchOps()
 

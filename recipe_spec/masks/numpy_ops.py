@@ -16,7 +16,7 @@ import numpy as np
 
 from .ops import InPlaceOps, SelectionLimits
 
-__all__ = ["NumpyOps", "NUMPY_OPS"]
+__all__ = ["NumpyOps", "NUMPY_OPS", "round_fp8_e4m3"]
 
 #: Arrays (or lists of them) up to this many entries go straight to ``np.partition``.
 _DIRECT_SELECT = 1 << 16
@@ -190,6 +190,45 @@ class NumpyOps(InPlaceOps):
 
     def serial(self, like: np.ndarray) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
+
+    def index_select(self, x: np.ndarray, axis: int, index: np.ndarray) -> np.ndarray:
+        return np.take(x, index, axis=axis)
+
+    # -- the quantization grid (recipe_spec.quantization.ops.QuantOps) ----------------------------
+    def round_even(self, x: np.ndarray) -> np.ndarray:
+        return np.round(x)
+
+    def clip(self, x: np.ndarray, low: float, high: float) -> np.ndarray:
+        return np.clip(x, low, high)
+
+    def minimum(self, x: np.ndarray, y: np.ndarray | float) -> np.ndarray:
+        return np.minimum(x, y)
+
+    def maximum(self, x: np.ndarray, y: np.ndarray | float) -> np.ndarray:
+        return np.maximum(x, y)
+
+    def amin(self, x: np.ndarray, axis: int) -> np.ndarray:
+        return np.amin(x, axis=axis, keepdims=True)
+
+    def amax(self, x: np.ndarray, axis: int) -> np.ndarray:
+        return np.amax(x, axis=axis, keepdims=True)
+
+    def round_fp8_e4m3(self, x: np.ndarray) -> np.ndarray:
+        return round_fp8_e4m3(x)
+
+
+def round_fp8_e4m3(x: np.ndarray) -> np.ndarray:
+    """Each entry rounded to the nearest ``float8_e4m3fn`` value, ties to even, in ``x``'s
+    dtype (NumPy has no FP8 type). e4m3fn has 3 mantissa bits and exponent bias 7: a binade
+    ``[2^e, 2^(e+1))`` with ``e >= -6`` holds 8 values ``2^(e-3)`` apart, and below ``2^-6`` the
+    subnormals are ``2^-9`` apart. Dividing by that step is exact (a power of two), so
+    ``round(|x| / step) · step`` is the correctly rounded value. Entries must lie within
+    ``[-448, 448]`` (the grid clamps them first): beyond it e4m3fn has only NaN."""
+    x = np.asarray(x)
+    mag = np.abs(x)
+    _, exp = np.frexp(mag)  # mag = f·2^exp, f in [0.5, 1): its binade is 2^(exp - 1)
+    step = np.ldexp(np.ones_like(mag), np.maximum(exp - 1, -6) - 3)
+    return np.copysign(np.round(mag / step) * step, x).astype(x.dtype, copy=False)
 
 
 #: The one instance the backends use.

@@ -10,7 +10,9 @@ operations a backend supplies (:class:`recipe_spec.pruning.second_order.ops.Fish
 - :mod:`.memory`: what the buffer and the inverse will take, checked before allocating.
 - :mod:`.pruner`: one modifier's pruning steps, driven by a backend runtime;
 - one-shot solvers over :class:`~.ops.SolverOps`: the calibration statistics
-  (:mod:`.hessian`), SparseGPT (:mod:`.blockwise`) and Wanda (:mod:`.wanda`).
+  (:mod:`.hessian`), the block-wise OBS update with SparseGPT's masks (:mod:`.blockwise`) or
+  GPTQ's quantizer (:mod:`.gptq`, on the grid of :mod:`recipe_spec.quantization`), and Wanda
+  (:mod:`.wanda`).
 
 Imported by backends, never by ``import recipe_spec``.
 """

@@ -1,5 +1,8 @@
-"""SparseGPT's one-shot solver (Frantar & Alistarh 2023, section 3.4), written once over
+"""The block-wise OBS update (:func:`blockwise_obs`), shared by SparseGPT and GPTQ, and
+SparseGPT's one-shot solver on it (Frantar & Alistarh 2023, section 3.4), written once over
 :class:`~.ops.SolverOps`: llm-compressor's ``sparsify_weight``, step for step, in float32.
+The loop takes a per-column rule (:class:`ColumnRule`): SparseGPT's masks here, GPTQ's
+quantizer in :mod:`.gptq`.
 
 Given a layer's weight ``W`` (``rows x columns``, canonical ``(out, in)`` layout) and the
 Hessian ``H`` of its inputs (:class:`~.hessian.HessianStats`):
@@ -36,12 +39,13 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ...masks.ops import Array
 from .ops import SolverOps
 
-__all__ = ["PruneResult", "SolverError", "check_prune_args", "sparsegpt_prune", "inverse_hessian_factor"]
+__all__ = ["ColumnRule", "PruneResult", "SolverError", "blockwise_obs", "check_prune_args", "sparsegpt_prune",
+           "inverse_hessian_factor"]
 
 #: How many times a failed Cholesky factorisation is retried, each with ten times the dampening.
 DAMPENING_RETRIES = 3
@@ -190,23 +194,49 @@ def sparsegpt_prune(ops: SolverOps, weight: Array, hessian: Array, *, sparsity: 
     del H
 
     before = _preserved(ops, W, preserve_mask, sparsity, dead)
-    keeps: list[Array] = []
+    rule = _MaskRule(ops, sparsity, prune_n, prune_m, before)
+    W, loss = blockwise_obs(ops, W, Hinv, block_size, rule)
+    mask = ops.concat(rule.keeps, 1) if len(rule.keeps) > 1 else rule.keeps[0]
+    if dead_count:
+        mask = mask & ops.reshape(~dead, (1, cols))
+    return PruneResult(ops.cast(W, weight), mask, loss, used, dead_count, report)
+
+
+class ColumnRule(Protocol):
+    """What one block-wise OBS solve does besides the shared update: which value each column
+    is moved to (SparseGPT: the column with its pruned entries zeroed; GPTQ: the column on the
+    quantization grid), and which entries right of a block the block's error may move."""
+
+    def start_block(self, W1: Array, Hinv1: Array, i1: int) -> None:
+        """A block of columns ``i1 .. i1 + width`` starts: ``W1`` is its working copy (not to
+        be written), ``Hinv1`` its diagonal block of the inverse Hessian's factor."""
+
+    def column(self, W1: Array, i: int) -> Array:
+        """The target ``q`` of column ``i`` of the block, read from the block as updated so
+        far (``W1[:, i]`` is the column now)."""
+
+    def block_update(self, update: Array, i2: int) -> Array:
+        """The update ``Err1 · Hinv[i1:i2, i2:]`` of the columns from ``i2`` on, as applied."""
+
+
+def blockwise_obs(ops: SolverOps, W: Array, Hinv: Array, block_size: int, rule: ColumnRule) -> tuple[Array, float]:
+    """The block-wise OBS update shared by SparseGPT and GPTQ (Frantar & Alistarh 2022, 2023):
+    ``(W with every column moved to its target, Σ err² / 2)``. Column by column ``q`` is the
+    rule's target, ``err = (w - q) / Hinv1[i, i]``, ``W1[:, i:] -= err ⊗ Hinv1[i, i:]``; after
+    each block ``W[:, i2:] -= Err1 · Hinv[i1:i2, i2:]``. Takes ownership of ``W`` (float32,
+    ``(rows, cols)``); ``Hinv`` is the upper factor of :func:`inverse_hessian_factor`."""
+    rows, cols = (int(d) for d in W.shape)
     loss = 0.0
     for i1 in range(0, cols, block_size):
         i2 = min(i1 + block_size, cols)
         W1 = ops.copy(W[:, i1:i2])
         Hinv1 = Hinv[i1:i2, i1:i2]
-        scale = ops.reshape(ops.diagonal(Hinv1), (1, i2 - i1)) ** 2
-        before1 = None if before is None else before[:, i1:i2]
-        keep1 = _tile_keep(ops, W1, scale, before1, sparsity) if not prune_n else (
-            ops.full((rows, i2 - i1), True, W) if before1 is None else ~before1)
+        rule.start_block(W1, Hinv1, i1)
         qs, errs = [], []
         with ops.serial(W1):  # small elementwise steps whose bits do not depend on threads
             for i in range(i2 - i1):
-                if prune_n and i % prune_m == 0:
-                    keep1 = _group_keep(ops, keep1, W1, scale, before1, i, prune_n, prune_m)
+                q = rule.column(W1, i)
                 w = W1[:, i]
-                q = ops.where(keep1[:, i], w, 0.0)
                 row = Hinv1[i, i:]
                 err = (w - q) / row[0]
                 # the rank-1 update as a product (as llm-compressor): torch's broadcast multiply
@@ -218,16 +248,39 @@ def sparsegpt_prune(ops: SolverOps, weight: Array, hessian: Array, *, sparsity: 
         Err1 = ops.stack(errs, 1)
         W = ops.assign(W, (_ALL, slice(i1, i2)), ops.stack(qs, 1))
         loss += ops.sum_all(Err1 * Err1) / 2
-        keeps.append(keep1)
         if i2 < cols:
-            update = ops.matmul(Err1, Hinv[i1:i2, i2:])
-            if before is not None:
-                update = (~before[:, i2:]) * update
-            W = ops.subtract(W, (_ALL, slice(i2, None)), update)
-    mask = ops.concat(keeps, 1) if len(keeps) > 1 else keeps[0]
-    if dead_count:
-        mask = mask & ops.reshape(~dead, (1, cols))
-    return PruneResult(ops.cast(W, weight), mask, float(loss), used, dead_count, report)
+            W = ops.subtract(W, (_ALL, slice(i2, None)), rule.block_update(ops.matmul(Err1, Hinv[i1:i2, i2:]), i2))
+    return W, float(loss)
+
+
+class _MaskRule:
+    """SparseGPT's :class:`ColumnRule`: one mask per block (unstructured: over the whole tile
+    at its start; N:M: per group of M columns as the loop reaches it), ``q = w`` with the
+    pruned entries zeroed; preserved zeros are never moved by a block's error."""
+
+    def __init__(self, ops: SolverOps, sparsity: float, n: int, m: int, before: Array | None) -> None:
+        self._ops, self._sparsity, self._n, self._m, self._before = ops, sparsity, n, m, before
+        self.keeps: list[Array] = []
+
+    def start_block(self, W1: Array, Hinv1: Array, i1: int) -> None:
+        ops = self._ops
+        rows, width = (int(d) for d in W1.shape)
+        self._scale = ops.reshape(ops.diagonal(Hinv1), (1, width)) ** 2
+        self._before1 = None if self._before is None else self._before[:, i1:i1 + width]
+        if not self._n:
+            keep1 = _tile_keep(ops, W1, self._scale, self._before1, self._sparsity)
+        else:
+            keep1 = ops.full((rows, width), True, W1) if self._before1 is None else ~self._before1
+        self.keeps.append(keep1)
+
+    def column(self, W1: Array, i: int) -> Array:
+        if self._n and i % self._m == 0:
+            self.keeps[-1] = _group_keep(self._ops, self.keeps[-1], W1, self._scale, self._before1,
+                                         i, self._n, self._m)
+        return self._ops.where(self.keeps[-1][:, i], W1[:, i], 0.0)
+
+    def block_update(self, update: Array, i2: int) -> Array:
+        return update if self._before is None else (~self._before[:, i2:]) * update
 
 
 def _preserved(ops: SolverOps, W: Array, preserve_mask: Any, sparsity: float, dead: Array) -> Array | None:

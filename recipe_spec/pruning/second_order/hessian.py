@@ -7,6 +7,9 @@ shape ``[b, t, in]`` adds ``b`` (``[t, in]``: 1).
 
 - :class:`HessianStats` (SparseGPT): ``H *= n/(n+b); n += b; Xf = sqrt(2/n)·Xᵀ; H += Xf·Xfᵀ``,
   so that ``H = (2/n)·Σ XᵀX`` over every token of every call.
+- :class:`GPTQHessianStats` (GPTQ, ``GPTQModifier.calibrate_module``): a plain sum,
+  ``n += b; Xf = sqrt(2)·Xᵀ; H += Xf·Xfᵀ``, divided by ``n`` when read: the same ``(2/n)·Σ XᵀX``
+  with other rounding, llm-compressor's bits for GPTQ;
 - :class:`WandaStats` (Wanda): ``S *= n/(n+b); n += b; S += ‖Xᵀⱼ‖² / n``, so that ``Sⱼ`` is
   the mean over sequences of the sum over tokens of ``xⱼ²``.
 
@@ -27,7 +30,7 @@ import math
 from ...masks.ops import Array
 from .ops import SolverOps
 
-__all__ = ["HessianStats", "WandaStats"]
+__all__ = ["GPTQHessianStats", "HessianStats", "WandaStats"]
 
 
 class _RunningStats:
@@ -84,6 +87,29 @@ class HessianStats(_RunningStats):
         factor = self._decay(added)
         flat = flat * math.sqrt(2 / self.samples)
         self._value = ops.scale_add(self._value, factor, ops.matmul(flat, ops.permute_view(flat, (1, 0))))
+
+
+class GPTQHessianStats(_RunningStats):
+    """GPTQ's Hessian ``H = (2/n)·Σ XᵀX`` of one layer's inputs, as llm-compressor's
+    ``GPTQModifier`` accumulates it: a float32 sum of ``(sqrt(2)·Xᵀ)(sqrt(2)·Xᵀ)ᵀ``, divided by
+    the sequence count when read (``prepare_batch``)."""
+
+    def __init__(self, ops: SolverOps, columns: int, like: Array) -> None:
+        super().__init__(ops, columns, (int(columns), int(columns)), like)
+
+    @property
+    def hessian(self) -> Array:
+        """``H / n``, a new array (all zeros before the first :meth:`add`)."""
+        return self._value / max(self.samples, 1)
+
+    def add(self, x: Array, sequences: int | None = None) -> None:
+        """Add one forward call's input ``x`` (``[b, t, in]`` or ``[t, in]``); ``sequences``
+        overrides the count it adds (default ``b``, or 1 for a 2-D input)."""
+        flat, added = self._flat_inputs(x, sequences)
+        self.samples += added
+        flat = flat * math.sqrt(2)
+        prod = self._ops.matmul(flat, self._ops.permute_view(flat, (1, 0)))
+        self._value = self._ops.scale_add(self._value, 1.0, prod)
 
 
 class WandaStats(_RunningStats):

@@ -19,6 +19,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from ...masks.ops import Array, ArrayOps
+from ...quantization.ops import QuantOps
 
 __all__ = ["FisherOps", "SolverOps"]
 
@@ -84,9 +85,14 @@ class FisherOps(ArrayOps, Protocol):
         """The device ``x`` lives on."""
 
 
-class SolverOps(FisherOps, Protocol):
-    """What SparseGPT and Wanda need besides :class:`FisherOps`. ``astype`` also takes
-    ``"float32"`` (the solvers' working precision, as llm-compressor's) and ``"bool"``."""
+class SolverOps(FisherOps, QuantOps, Protocol):
+    """What SparseGPT, GPTQ and Wanda need besides :class:`FisherOps` (and, for GPTQ, the
+    quantization grid's :class:`~recipe_spec.quantization.ops.QuantOps`). ``astype`` also
+    takes ``"float32"`` (the solvers' working precision, as llm-compressor's) and ``"bool"``."""
+
+    def index_select(self, x: Array, axis: int, index: Array) -> Array:
+        """The entries of ``x`` at the integer positions ``index`` along ``axis``, as a new
+        array (``x[:, index]`` for ``axis`` 1): GPTQ's activation order permutes with it."""
 
     def copy(self, x: Array) -> Array:
         """A new array equal to ``x`` that the caller may write."""

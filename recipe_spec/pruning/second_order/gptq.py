@@ -1,0 +1,205 @@
+"""GPTQ's one-shot solver (Frantar et al. 2022), written once over :class:`~.ops.SolverOps`:
+llm-compressor 0.14's ``quantize_weight``, step for step, in float32. It is SparseGPT's
+block-wise OBS update (:func:`~.blockwise.blockwise_obs`) with a quantizer in place of the
+mask: each column's target is the column on the grid of :mod:`recipe_spec.quantization`.
+
+Given a layer's weight ``W`` (``rows x columns``, canonical ``(out, in)``) and its Hessian
+``H = (2/n)·Σ XᵀX`` (:class:`~.hessian.GPTQHessianStats`):
+
+1. the scale and zero point come once from the **original** weight (the memoryless min-max
+   observer, per tensor, row or group) and stay fixed while GPTQ updates the weight; given
+   ``scale`` / ``zero_point`` are used as they are;
+2. activation order (``actorder`` ``"static"`` = ``"weight"``): ``perm`` sorts the columns by
+   ``diag(H)`` descending (the undampened ``H``; ties keep column order), ``W``'s columns and
+   ``H``'s rows and columns are permuted, and each column keeps its original group's scale
+   (``g_idx = (arange(cols) // group_size)[perm]``); ``"group"`` (group strategy only, else it
+   is ignored, as llm-compressor does) takes the qparams of the *permuted* weight's groups
+   instead and returns ``g_idx``, each original column's group;
+3. dead columns, dampening and the inverse Hessian's factor as SparseGPT's
+   (:func:`~.blockwise.inverse_hessian_factor`): where llm-compressor silently falls back to
+   round-to-nearest (a Cholesky failure replaced by the identity), this solver retries with
+   ten times the dampening and says so in :attr:`QuantizeResult.report`;
+4. column by column ``q = fake_quantize(w, scale[:, g], zero_point[:, g])``,
+   ``err = (w - q) / Hinv1[i, i]``, ``W1[:, i:] -= err ⊗ Hinv1[i, i:]``; after each block
+   ``W[:, i2:] -= Err1 · Hinv[i1:i2, i2:]``; ``loss = Σ err² / 2``; the columns are put back
+   in their order. The weight returned is the dequantized values: on the grid.
+
+>>> import numpy as np
+>>> from recipe_spec.masks.numpy_ops import NUMPY_OPS
+>>> from recipe_spec.quantization import QuantArgs
+>>> w = np.array([[1.0, -0.3, 0.52, 2.0]], dtype=np.float32)
+>>> r = gptq_quantize(NUMPY_OPS, w, np.eye(4, dtype=np.float32), args=QuantArgs(num_bits=2, strategy="channel"))
+>>> r.weight.tolist(), float(r.scale[0, 0])
+([[1.3333333730697632, -0.0, 0.0, 1.3333333730697632]], 1.3333333730697632)
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ...masks.ops import Array
+from ...quantization.args import QuantArgs
+from ...quantization.grid import check_weight_shape, fake_quantize, minmax_qparams
+from .blockwise import (
+    DAMPENING_RETRIES,
+    SolverError,
+    _check_finite,
+    _is_real,
+    blockwise_obs,
+    inverse_hessian_factor,
+)
+from .ops import SolverOps
+
+__all__ = ["ACTORDERS", "QuantizeResult", "gptq_quantize"]
+
+#: The activation orders: none, by the Hessian's diagonal keeping each column's group
+#: (``"static"`` is compressed-tensors' alias of ``"weight"``), or with groups of the
+#: permuted weight (``"group"``).
+ACTORDERS = (None, "static", "weight", "group")
+
+
+@dataclass(frozen=True)
+class QuantizeResult:
+    """What GPTQ made of one layer.
+
+    ``weight``: the new weight on the grid (dequantized), in the given weight's dtype and
+    layout; ``scale``, ``zero_point``: the qparams it is on (compressed-tensors' shapes:
+    ``(1,)``, ``(rows, 1)``, ``(rows, groups)``; the zero point whole-valued, in the scale's
+    float dtype); ``g_idx``: each input column's group, only for ``actorder="group"`` (None
+    otherwise); ``loss``: ``Σ err²/2``; ``dampening_frac``: the dampening the Hessian was
+    factorised with; ``dead_columns``: input columns whose Hessian diagonal was zero;
+    ``report``: what the solver had to do beyond the request, None when nothing."""
+
+    weight: Array
+    scale: Array
+    zero_point: Array
+    loss: float
+    dampening_frac: float
+    g_idx: tuple[int, ...] | None = None
+    dead_columns: int = 0
+    report: str | None = None
+
+    @property
+    def fallback(self) -> bool:
+        """Whether the solver had to depart from the requested settings (see ``report``)."""
+        return self.report is not None
+
+
+class _GridRule:
+    """GPTQ's :class:`~.blockwise.ColumnRule`: ``q`` is the column on the grid of its group."""
+
+    def __init__(self, ops: SolverOps, args: QuantArgs, scale: Array, zero_point: Array,
+                 groups: Sequence[int]) -> None:
+        self._ops, self._args, self._groups = ops, args, groups
+        if args.strategy == "tensor":
+            self._scales, self._zeros = [scale], [zero_point]
+        else:
+            width = int(scale.shape[1])
+            self._scales = [scale[:, g] for g in range(width)]
+            self._zeros = [zero_point[:, g] for g in range(width)]
+        self._i1 = 0
+
+    def start_block(self, W1: Array, Hinv1: Array, i1: int) -> None:
+        self._i1 = i1
+
+    def column(self, W1: Array, i: int) -> Array:
+        g = self._groups[self._i1 + i]
+        return fake_quantize(self._ops, W1[:, i], self._scales[g], self._zeros[g], self._args)
+
+    def block_update(self, update: Array, i2: int) -> Array:
+        return update
+
+
+def gptq_quantize(ops: SolverOps, weight: Array, hessian: Array, *, args: QuantArgs, block_size: int = 128,
+                  dampening_frac: float = 0.01, actorder: str | None = None, scale: Array | None = None,
+                  zero_point: Array | None = None, g_idx: Sequence[int] | None = None,
+                  retries: int = DAMPENING_RETRIES) -> QuantizeResult:
+    """Quantize one layer with GPTQ (see the module docstring) and return the updated weight.
+
+    ``weight``: ``(out, in)``; ``hessian``: ``(in, in)``, ``H/n`` (neither is modified);
+    ``args``: the weight's grid. ``scale`` / ``zero_point`` (both or neither): qparams to use
+    instead of the observer's, in the strategy's shape. ``g_idx``: each input column's group
+    (group strategy; default ``column // group_size``), permuted with the columns."""
+    shape = tuple(int(d) for d in weight.shape)
+    check_weight_shape(shape, args)
+    rows, cols = shape
+    if not isinstance(block_size, numbers.Integral) or isinstance(block_size, bool) or block_size < 1:
+        raise ValueError(f"block_size must be a whole number >= 1, got {block_size!r}")
+    if not _is_real(dampening_frac) or not 0.0 <= float(dampening_frac) < math.inf:
+        raise ValueError(f"dampening_frac must be a finite number >= 0, got {dampening_frac!r}")
+    if actorder not in ACTORDERS:
+        raise ValueError(f"actorder must be one of {', '.join(map(str, ACTORDERS))}, got {actorder!r}")
+    if tuple(hessian.shape) != (cols, cols):
+        raise ValueError(f"the Hessian has shape {list(hessian.shape)}, but a weight with {cols} input "
+                         f"columns needs [{cols}, {cols}]")
+    if (scale is None) != (zero_point is None):
+        raise ValueError("give both scale and zero_point, or neither (the observer computes both)")
+    if actorder == "group" and args.strategy != "group":
+        actorder = None  # llm-compressor: group order needs group scales, else none
+    groups = _group_index(args, cols, g_idx)
+
+    W = ops.copy(ops.astype(weight, "float32"))
+    _check_finite(ops, W, "weight")
+    H = ops.copy(ops.cast(hessian, W))
+    _check_finite(ops, H, "Hessian")
+    if scale is None and actorder != "group":
+        scale, zero_point = minmax_qparams(ops, W, args)
+
+    perm = None
+    if actorder is not None:
+        perm = ops.argsort_last(-ops.diagonal(H))  # descending, ties in column order
+        W = ops.index_select(W, 1, perm)
+        H = ops.index_select(ops.index_select(H, 0, perm), 1, perm)
+        order = [int(p) for p in perm]
+        if actorder == "group":
+            if scale is None:
+                scale, zero_point = minmax_qparams(ops, W, args)
+        else:
+            groups = [groups[p] for p in order]
+    assert scale is not None and zero_point is not None
+    scale, zero_point = ops.cast(scale, W), ops.cast(zero_point, W)
+
+    dead = ops.diagonal(H) == 0
+    dead_count = ops.count_nonzero(dead)
+    if dead_count:
+        H = ops.add_diagonal(H, ops.cast(dead, H))
+        W = ops.where(ops.reshape(~dead, (1, cols)), W, 0.0)
+    Hinv, used, report = inverse_hessian_factor(ops, H, dampening_frac, retries)
+    del H
+
+    W, loss = blockwise_obs(ops, W, Hinv, block_size, _GridRule(ops, args, scale, zero_point, groups))
+    out_groups = None
+    if perm is not None:
+        W = ops.index_select(W, 1, ops.argsort_last(perm))
+        if actorder == "group":
+            inverse = [0] * cols
+            for pos, col in enumerate(order):
+                inverse[col] = groups[pos]
+            out_groups = tuple(inverse)
+    if not _finite(ops, W):
+        raise SolverError("GPTQ produced NaN or infinite weights: the Hessian is badly conditioned; "
+                          "use a larger dampening_frac or more calibration samples")
+    return QuantizeResult(ops.cast(W, weight), scale, zero_point, loss, used, out_groups, dead_count, report)
+
+
+def _group_index(args: QuantArgs, cols: int, g_idx: Sequence[int] | None) -> list[int]:
+    """Each column's group (all 0 for tensor and channel scales)."""
+    if args.strategy != "group":
+        if g_idx is not None:
+            raise ValueError(f"g_idx needs strategy 'group', not {args.strategy!r}")
+        return [0] * cols
+    size = int(args.group_size or 1)
+    if g_idx is None:
+        return [c // size for c in range(cols)]
+    out = [int(g) for g in g_idx]
+    if len(out) != cols or min(out) < 0 or max(out) >= cols // size:
+        raise ValueError(f"g_idx must give each of the {cols} columns a group in 0..{cols // size - 1}")
+    return out
+
+
+def _finite(ops: SolverOps, x: Array) -> bool:
+    """Whether every entry of ``x`` is finite."""
+    return math.isfinite(ops.sum_all(x)) or not ops.count_nonzero(~ops.isfinite(x))

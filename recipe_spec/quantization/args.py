@@ -1,0 +1,116 @@
+"""How one weight is quantized: compressed-tensors' ``QuantizationArgs`` (0.19), the part of it a
+weight's grid depends on.
+
+``strategy`` is inferred as compressed-tensors infers it: no strategy and no ``group_size`` is
+``tensor``, a positive ``group_size`` is ``group``, ``group_size: -1`` is ``channel``.
+
+>>> QuantArgs.from_config({"num_bits": 4, "group_size": 128}).strategy
+'group'
+>>> preset_weights("W4A16")
+QuantArgs(num_bits=4, type='int', symmetric=True, strategy='group', group_size=128)
+>>> QuantArgs(num_bits=8).q_range
+(-128, 127)
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["QuantArgs", "PRESET_WEIGHTS", "preset_weights", "STRATEGIES", "FP8_E4M3_MAX"]
+
+#: The weight strategies the grid supports: one scale per tensor, per output row, or per
+#: output row and group of ``group_size`` consecutive input columns.
+STRATEGIES = ("tensor", "channel", "group")
+#: The largest finite magnitude of ``float8_e4m3fn``.
+FP8_E4M3_MAX = 448.0
+#: compressed-tensors fields that say nothing about a weight's grid, accepted and not read.
+_IGNORED = frozenset({"dynamic", "actorder", "observer", "observer_kwargs", "block_structure",
+                      "scale_dtype", "zp_dtype"})
+
+
+@dataclass(frozen=True)
+class QuantArgs:
+    """One weight's quantization: ``num_bits`` and ``type`` (``"int"``: ``num_bits`` from 2 to
+    8; ``"float"``: 8, FP8 e4m3), ``symmetric`` (FP8 is symmetric only), ``strategy``
+    (:data:`STRATEGIES`) and ``group_size`` (``group`` only)."""
+
+    num_bits: int = 8
+    type: str = "int"
+    symmetric: bool = True
+    strategy: str = "tensor"
+    group_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.type not in ("int", "float"):
+            raise ValueError(f"quantization type must be 'int' or 'float', got {self.type!r}")
+        if not _whole(self.num_bits) or (self.type == "int" and not 2 <= self.num_bits <= 8):
+            raise ValueError(f"an int grid takes num_bits from 2 to 8, got {self.num_bits!r}")
+        if self.type == "float" and self.num_bits != 8:
+            raise ValueError(f"a float grid is FP8 (e4m3, num_bits 8), got num_bits {self.num_bits!r}")
+        if self.type == "float" and not self.symmetric:
+            raise ValueError("an FP8 grid is symmetric: set symmetric: true")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"weight strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
+        if self.strategy == "group":
+            if self.group_size is None or not _whole(self.group_size) or self.group_size < 1:
+                raise ValueError(f"strategy 'group' needs a positive group_size, got {self.group_size!r}")
+        elif self.group_size is not None:
+            raise ValueError(f"group_size {self.group_size} needs strategy 'group', not {self.strategy!r}")
+
+    @property
+    def q_range(self) -> tuple[int, int] | tuple[float, float]:
+        """``(qmin, qmax)``: ``(-2^(b-1), 2^(b-1) - 1)`` for int, ``(-448.0, 448.0)`` for FP8."""
+        if self.type == "float":
+            return -FP8_E4M3_MAX, FP8_E4M3_MAX
+        half = 1 << (self.num_bits - 1)
+        return -half, half - 1
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> QuantArgs:
+        """Read a recipe's ``weights:`` mapping (compressed-tensors' field names and defaults:
+        8 bits, int, symmetric; the strategy inferred from ``group_size``)."""
+        unknown = sorted(set(config) - {"num_bits", "type", "symmetric", "strategy", "group_size"} - _IGNORED)
+        if unknown:
+            raise ValueError(f"unknown quantization argument(s) {', '.join(unknown)}")
+        strategy, group_size = config.get("strategy"), config.get("group_size")
+        if group_size == -1:
+            if strategy not in (None, "channel"):
+                raise ValueError(f"group_size -1 means strategy 'channel', not {strategy!r}")
+            strategy, group_size = "channel", None
+        if strategy is None:
+            strategy = "tensor" if group_size is None else "group"
+        return cls(num_bits=config.get("num_bits", 8), type=str(config.get("type", "int")),
+                   symmetric=bool(config.get("symmetric", True)), strategy=str(strategy),
+                   group_size=group_size)
+
+
+def _whole(x: object) -> bool:
+    """A whole number, not a bool."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+#: The weights of compressed-tensors' preset schemes (``scheme: W4A16`` ...; 0.19's
+#: ``PRESET_SCHEMES``), those on an int or FP8 grid with tensor, channel or group scales (not
+#: the block, FP4 and MX ones); their activation halves are not a weight's grid.
+PRESET_WEIGHTS: dict[str, QuantArgs] = {
+    **{f"W{bits}A{act}": QuantArgs(bits, "int", True, "group", 128)
+       for bits, acts in ((2, (4, 8, 16)), (3, (4, 8, 16)), (4, (4, 8, 16)), (5, (8, 16)), (6, (8, 16)),
+                          (7, (8, 16)), (8, (16,))) for act in acts},
+    "W4A16_ASYM": QuantArgs(4, "int", False, "group", 128),
+    "W4AFP8": QuantArgs(4, "int", True, "group", 128),
+    "W8A8": QuantArgs(8, "int", True, "channel"),
+    "INT8": QuantArgs(8, "int", True, "channel"),
+    "FP8": QuantArgs(8, "float", True, "tensor"),
+    "FP8_DYNAMIC": QuantArgs(8, "float", True, "channel"),
+}
+
+
+def preset_weights(name: str) -> QuantArgs:
+    """The weight arguments of a preset scheme, by its name (upper case, as in a recipe)."""
+    try:
+        return PRESET_WEIGHTS[name]
+    except KeyError:
+        raise ValueError(f"unknown preset scheme {name!r}: one of {', '.join(PRESET_WEIGHTS)}") from None
