@@ -17,8 +17,13 @@ resident memory of the process after oneshot (model load + compression, evaluati
 as in ``results.json``) and the sparsity of the 28 decoder Linear weights.
 
     python benchmarks/oneshot_quality_keras.py [--keras-backend tensorflow|jax|torch]
-        [--settings dense,sparsegpt_2of4] [--threads 2] [--limit-windows N] [--samples N]
-        [--torch-dense] [--check]
+        [--settings dense,sparsegpt_2of4] [--threads 2] [--blas-threads 1] [--limit-windows N]
+        [--samples N] [--torch-dense] [--check]
+
+``--threads`` is the Keras backend's thread count; ``--blas-threads`` NumPy's BLAS threads (the
+solvers and the calibration statistics run on NumPy; ``0`` leaves BLAS at its default). On a
+CPU shared with other work, a multi-threaded BLAS beside the backend's own threads waits on
+descheduled threads: one BLAS thread gives the same bits, sooner.
 
 ``--limit-windows N`` scores the first N evaluation windows only and ``--samples N`` calibrates
 on the first N samples only (a quick run: llm-compressor's perplexity is then not comparable and
@@ -155,7 +160,8 @@ def run_in_process(setting: str, a: argparse.Namespace) -> dict[str, Any]:
         cmd += ["--torch-dense"]
     shim = REPO / ".shim"
     path = [str(REPO), *([str(shim)] if shim.is_dir() else []), os.environ.get("PYTHONPATH", "")]
-    env = dict(os.environ, KERAS_BACKEND=a.keras_backend, PYTHONPATH=os.pathsep.join(filter(None, path)),
+    blas = {k: str(a.blas_threads) for k in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")} if a.blas_threads else {}
+    env = dict(os.environ, **blas, KERAS_BACKEND=a.keras_backend, PYTHONPATH=os.pathsep.join(filter(None, path)),
                OMP_NUM_THREADS=str(a.threads), TF_NUM_INTRAOP_THREADS=str(a.threads),
                TF_NUM_INTEROP_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2")
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
@@ -195,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keras-backend", choices=BACKENDS, default="tensorflow")
     p.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated settings")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--blas-threads", type=int, default=1, help="NumPy BLAS threads (0: BLAS default)")
     p.add_argument("--limit-windows", type=int, default=None, help="score the first N eval windows only")
     p.add_argument("--samples", type=int, default=256, help="calibrate on the first N samples only")
     p.add_argument("--torch-dense", action="store_true",
@@ -215,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {s: run_in_process(s, a) for s in settings}
     full = not a.limit_windows and a.samples == 256
     print(f"one-shot quality on a keras-hub Llama from {anchor.name}/model (Keras backend {a.keras_backend}, "
-          f"{a.threads} threads{'' if full else f'; a quick run: {a.samples} samples, {a.limit_windows or 403} eval windows'}"
+          f"{a.threads} threads, {a.blas_threads or 'default'} BLAS{'' if full else f'; a quick run: {a.samples} samples, {a.limit_windows or 403} eval windows'}"
           "); llm-compressor: results.json")
     print("\n".join(table(results, reference, full)))
     dense = results.get("dense", {})
