@@ -18,7 +18,7 @@ as in ``results.json``) and the sparsity of the 28 decoder Linear weights.
 
     python benchmarks/oneshot_quality_keras.py [--keras-backend tensorflow|jax|torch]
         [--settings dense,sparsegpt_2of4] [--threads 2] [--blas-threads 1] [--limit-windows N]
-        [--samples N] [--torch-dense] [--check]
+        [--samples N] [--torch-dense] [--torch-baseline] [--check]
 
 ``--threads`` is the Keras backend's thread count; ``--blas-threads`` NumPy's BLAS threads (the
 solvers and the calibration statistics run on NumPy; ``0`` leaves BLAS at its default). On a
@@ -29,7 +29,10 @@ descheduled threads: one BLAS thread gives the same bits, sooner.
 on the first N samples only (a quick run: llm-compressor's perplexity is then not comparable and
 the ratio is left out). ``--torch-dense`` also scores the dense checkpoint with the anchor's own
 ``perplexity.py`` on PyTorch (the same windows) and prints the ratio of the Keras dense
-perplexity to it. ``--check`` exits non-zero when a setting's perplexity is more than 2% above
+perplexity to it. ``--torch-baseline`` also runs recipe-spec on the PyTorch model of the same
+checkpoint (the same recipe, samples and windows; scored by ``perplexity.py``) and prints, per
+setting, the Keras/PyTorch perplexity ratio and the lowest agreement, over the 28 layers, of the
+two runs' zero patterns (with its layer). ``--check`` exits non-zero when a setting's perplexity is more than 2% above
 llm-compressor's, or SparseGPT is not better than Wanda at the same sparsity (full run only).
 
 The magnitude recipe is llm-compressor's ``MagnitudePruningModifier`` form; llm-compressor 0.14
@@ -47,6 +50,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
@@ -122,23 +126,74 @@ def target_sparsity(model: Any) -> float:
     return sum(int((w == 0).sum()) for w in weights) / sum(w.size for w in weights)
 
 
-def run_setting(setting: str, anchor: Path, limit_windows: int | None, samples: int,
-                torch_dense: bool) -> dict[str, Any]:
-    """Load the model, compress it with ``setting``'s recipe, score it: one result dict."""
+def run_torch_setting(setting: str, anchor: Path, limit_windows: int | None, samples: int,
+                      masks_to: str | None) -> dict[str, Any]:
+    """recipe-spec's PyTorch run of ``setting`` on the Hugging Face model, scored by the
+    anchor's ``perplexity.py``: the baseline of the Keras run."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(anchor / "model"), dtype=torch.float32)
+    elapsed = compress(model, setting, anchor, samples)
+    save_masks({n.removesuffix(".weight"): (w == 0).numpy() for n, w in model.state_dict().items()
+                if n.startswith("model.layers.") and n.endswith("proj.weight")}, masks_to)
+    spec = importlib.util.spec_from_file_location("anchor_perplexity", anchor / "perplexity.py")
+    assert spec is not None and spec.loader is not None
+    module: ModuleType = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    windows = torch.tensor(load_windows(anchor, limit_windows))
+    return {"setting": setting, "ppl": float(module.perplexity(model, windows, batch_size=EVAL_BATCH)),
+            "oneshot_s": elapsed}
+
+
+def calibration(anchor: Path, samples: int) -> list[dict[str, list[int]]]:
+    """The first ``samples`` calibration windows, as llm-compressor's samples (mask all ones)."""
+    ids = json.loads((anchor / "calibration.json").read_text())["samples"][:samples]
+    return [{"input_ids": s, "attention_mask": [1] * len(s)} for s in ids]
+
+
+def compress(model: Any, setting: str, anchor: Path, samples: int) -> float:
+    """``recipe_spec.oneshot`` on ``model`` with ``setting``'s recipe (nothing for ``dense``);
+    its wall time in seconds."""
     import recipe_spec
+
+    if setting == "dense":
+        return 0.0
+    recipe = (anchor / "recipes" / f"{setting}.yaml").read_text()
+    dataset = calibration(anchor, samples)
+    start = time.perf_counter()
+    recipe_spec.oneshot(model=model, recipe=recipe, dataset=dataset, num_calibration_samples=len(dataset),
+                        shuffle_calibration_samples=False, batch_size=1)
+    return time.perf_counter() - start
+
+
+def save_masks(zeros: dict[str, np.ndarray], path: str | None) -> None:
+    """The zero pattern of each decoder Linear weight ``(out, in)``, bit-packed, to ``path``."""
+    if path:
+        np.savez(path, **{name: np.packbits(z.reshape(-1)) for name, z in zeros.items()},
+                 **{f"{name}@shape": np.asarray(z.shape) for name, z in zeros.items()})
+
+
+def load_masks(path: str) -> dict[str, np.ndarray]:
+    """What :func:`save_masks` wrote."""
+    with np.load(path) as data:
+        return {k: np.unpackbits(data[k])[: int(np.prod(data[f"{k}@shape"]))].reshape(data[f"{k}@shape"]).astype(bool)
+                for k in data.files if "@" not in k}
+
+
+def run_setting(setting: str, anchor: Path, limit_windows: int | None, samples: int,
+                torch_dense: bool, masks_to: str | None = None) -> dict[str, Any]:
+    """Load the model, compress it with ``setting``'s recipe, score it: one result dict
+    (``masks_to``: where to write its zero patterns, :func:`save_masks`)."""
     from recipe_spec_keras.hub import load_causal_lm
+    from recipe_spec_keras.oneshot import KerasCalibrationHost
 
     model = load_causal_lm(anchor / "model", dtype="float32")
-    elapsed = 0.0
-    if setting != "dense":
-        recipe = (anchor / "recipes" / f"{setting}.yaml").read_text()
-        ids = json.loads((anchor / "calibration.json").read_text())["samples"][:samples]
-        dataset = [{"input_ids": s, "attention_mask": [1] * len(s)} for s in ids]
-        start = time.perf_counter()
-        recipe_spec.oneshot(model=model, recipe=recipe, dataset=dataset, num_calibration_samples=len(ids),
-                            shuffle_calibration_samples=False, batch_size=1)
-        elapsed = time.perf_counter() - start
+    elapsed = compress(model, setting, anchor, samples)
     rss = peak_rss_mb()
+    host = KerasCalibrationHost(model)
+    save_masks({m.name: host.weight(m.name) == 0 for m in host.modules()
+                if m.prunable and m.name.startswith("model.layers.")}, masks_to)
     windows = load_windows(anchor, limit_windows)
     start = time.perf_counter()
     ppl = keras_perplexity(model, windows)
@@ -149,11 +204,16 @@ def run_setting(setting: str, anchor: Path, limit_windows: int | None, samples: 
     return result
 
 
-def run_in_process(setting: str, a: argparse.Namespace) -> dict[str, Any]:
-    """:func:`run_setting` in a fresh Python process on the chosen Keras backend (so that peak
-    memory is the setting's own)."""
+def run_in_process(setting: str, a: argparse.Namespace, torch_run: bool = False,
+                   masks_to: str | None = None) -> dict[str, Any]:
+    """:func:`run_setting` (``torch_run``: :func:`run_torch_setting`) in a fresh Python process
+    on the chosen Keras backend (so that peak memory is the setting's own)."""
     cmd = [sys.executable, __file__, "--one", setting, "--threads", str(a.threads), "--anchor", a.anchor,
            "--samples", str(a.samples)]
+    if torch_run:
+        cmd += ["--torch-run"]
+    if masks_to:
+        cmd += ["--masks-to", masks_to]
     if a.limit_windows:
         cmd += ["--limit-windows", str(a.limit_windows)]
     if a.torch_dense:
@@ -164,8 +224,16 @@ def run_in_process(setting: str, a: argparse.Namespace) -> dict[str, Any]:
     env = dict(os.environ, **blas, KERAS_BACKEND=a.keras_backend, PYTHONPATH=os.pathsep.join(filter(None, path)),
                OMP_NUM_THREADS=str(a.threads), TF_NUM_INTRAOP_THREADS=str(a.threads),
                TF_NUM_INTEROP_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2")
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if out.returncode:
+        raise RuntimeError(f"{setting} failed:\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def agreement(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray]) -> tuple[float, str]:
+    """The lowest share of positions where two runs' zero patterns agree, and its layer."""
+    worst = min(((float((ours[n] == theirs[n]).mean()), n) for n in theirs), default=(1.0, "-"))
+    return worst
 
 
 def table(results: dict[str, dict[str, Any]], reference: dict[str, Any], full: bool) -> list[str]:
@@ -179,6 +247,18 @@ def table(results: dict[str, dict[str, Any]], reference: dict[str, Any], full: b
         lines.append(f"{setting:28} {r['ppl']:9.3f} {theirs if theirs is not None else float('nan'):9.3f} {ratio} "
                      f"{r['oneshot_s']:7.1f} {ref.get('oneshot_wall_s', float('nan')):7.1f} "
                      f"{r['peak_rss_mb']:7.0f} {r['sparsity']:8.4f} {r['eval_s']:7.1f}")
+    return lines
+
+
+def torch_table(results: dict[str, dict[str, Any]], torch_results: dict[str, dict[str, Any]]) -> list[str]:
+    """The baseline table: recipe-spec's PyTorch run per setting, the Keras/PyTorch perplexity
+    ratio and the lowest per-layer agreement of the two runs' zero patterns."""
+    lines = [f"{'setting':28} {'ppl keras':>9} {'ppl torch':>9} {'ratio':>9} {'torch s':>7} "
+             f"{'mask agreement (worst layer)':>40}"]
+    for setting, t in torch_results.items():
+        k = results[setting]
+        lines.append(f"{setting:28} {k['ppl']:9.3f} {t['ppl']:9.3f} {k['ppl'] / t['ppl']:9.6f} {t['oneshot_s']:7.1f} "
+                     f"{t['agreement']:>10.6f} {t['worst_layer']:>29}")
     return lines
 
 
@@ -208,23 +288,45 @@ def main(argv: list[str] | None = None) -> int:
                    help="also score the dense checkpoint on PyTorch with the anchor's perplexity.py")
     p.add_argument("--anchor", default=str(ANCHOR), help="the quality anchor folder")
     p.add_argument("--check", action="store_true", help="exit 1 when the acceptance is missed")
+    p.add_argument("--torch-baseline", action="store_true",
+                   help="also run recipe-spec on the PyTorch model: perplexity ratio and mask agreement")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--torch-run", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--masks-to", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     anchor = Path(a.anchor)
     if a.one:
-        print(json.dumps(run_setting(a.one, anchor, a.limit_windows, a.samples, a.torch_dense)))
+        if a.torch_run:
+            import torch
+
+            torch.set_num_threads(a.threads)
+            print(json.dumps(run_torch_setting(a.one, anchor, a.limit_windows, a.samples, a.masks_to)))
+        else:
+            print(json.dumps(run_setting(a.one, anchor, a.limit_windows, a.samples, a.torch_dense, a.masks_to)))
         return 0
     settings = [s.strip() for s in a.settings.split(",") if s.strip()]
     unknown = [s for s in settings if s not in SETTINGS]
     if unknown:
         p.error(f"unknown setting(s) {', '.join(unknown)}; choose from {', '.join(SETTINGS)}")
     reference = json.loads((anchor / "results.json").read_text())["settings"]
-    results = {s: run_in_process(s, a) for s in settings}
+    results: dict[str, dict[str, Any]] = {}
+    torch_results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for s in settings:
+            results[s] = run_in_process(s, a, masks_to=os.path.join(tmp, f"keras-{s}.npz"))
+            if a.torch_baseline:
+                torch_results[s] = run_in_process(s, a, torch_run=True, masks_to=os.path.join(tmp, f"torch-{s}.npz"))
+                worst, layer = agreement(load_masks(os.path.join(tmp, f"keras-{s}.npz")),
+                                         load_masks(os.path.join(tmp, f"torch-{s}.npz")))
+                torch_results[s].update(agreement=worst, worst_layer=layer)
     full = not a.limit_windows and a.samples == 256
     print(f"one-shot quality on a keras-hub Llama from {anchor.name}/model (Keras backend {a.keras_backend}, "
           f"{a.threads} threads, {a.blas_threads or 'default'} BLAS{'' if full else f'; a quick run: {a.samples} samples, {a.limit_windows or 403} eval windows'}"
           "); llm-compressor: results.json")
     print("\n".join(table(results, reference, full)))
+    if torch_results:
+        print("recipe-spec on PyTorch (the Hugging Face model, perplexity.py), same samples and windows:")
+        print("\n".join(torch_table(results, torch_results)))
     dense = results.get("dense", {})
     if "ppl_torch" in dense:
         print(f"dense: keras-hub {dense['ppl']:.6f}, PyTorch (perplexity.py, same windows) {dense['ppl_torch']:.6f}; "
