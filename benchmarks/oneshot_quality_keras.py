@@ -23,7 +23,7 @@ as in ``results.json``) and the sparsity of the 28 decoder Linear weights.
 ``--threads`` is the Keras backend's thread count; ``--blas-threads`` NumPy's BLAS threads (the
 solvers and the calibration statistics run on NumPy; ``0`` leaves BLAS at its default). On a
 CPU shared with other work, a multi-threaded BLAS beside the backend's own threads waits on
-descheduled threads: one BLAS thread gives the same bits, sooner.
+descheduled threads: one BLAS thread is much sooner there (its float rounding differs slightly).
 
 ``--limit-windows N`` scores the first N evaluation windows only and ``--samples N`` calibrates
 on the first N samples only (a quick run: llm-compressor's perplexity is then not comparable and
