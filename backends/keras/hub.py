@@ -132,7 +132,7 @@ def missing_config(converter: Any, backbone_cls: type, config: dict[str, Any]) -
         converted = convert(config, backbone_cls)
     if "layer_norm_epsilon" in converted:
         return {}
-    if "layer_norm_epsilon" not in inspect.signature(backbone_cls.__init__).parameters:
+    if "layer_norm_epsilon" not in inspect.signature(backbone_cls).parameters:
         return {}
     for key in _EPSILON_KEYS:
         if key in config:
