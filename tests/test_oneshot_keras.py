@@ -245,3 +245,26 @@ def test_output_dir_holds_the_keras_hub_preset_and_the_recipe(hf_folders: dict[s
     written = {p.name for p in (tmp_path / "out").iterdir()}
     assert {"config.json", "recipe.yaml"} <= written, written
     assert (tmp_path / "out" / "recipe.yaml").read_text() == recipe
+
+
+@needs_hub
+def test_a_keras_hub_llama_loaded_by_load_causal_lm_computes_the_checkpoints_logits() -> None:
+    """keras-hub 0.32's Llama converter drops ``rms_norm_eps``; the quality checkpoint has 1e-5
+    (keras-hub's default is 1e-6), and its logits are those of transformers only with it."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from recipe_spec_keras.hub import load_causal_lm
+
+    folder = CASES / "quality" / "model"
+    if not folder.is_dir():
+        pytest.skip("needs the quality checkpoint")
+    model = load_causal_lm(folder)
+    assert model.backbone.layer_norm_epsilon == json.loads((folder / "config.json").read_text())["rms_norm_eps"]
+    ids = np.asarray(json.loads((CASES / "quality" / "calibration.json").read_text())["samples"][0][:48])
+    hidden = model.backbone({"token_ids": ids[None].astype("int32"), "padding_mask": np.ones((1, ids.size), "int32")})
+    ours = keras.ops.convert_to_numpy(model.backbone.token_embedding(hidden, reverse=True))[0]
+    torch.set_num_threads(1)
+    reference = transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    with torch.no_grad():
+        theirs = reference(input_ids=torch.tensor(ids[None])).logits[0].numpy()
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=2e-4)

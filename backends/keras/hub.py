@@ -12,17 +12,25 @@ into, as keras-hub itself maps them.
 
 keras-hub is imported only when a model is a keras-hub model (its ``backbone`` is a
 ``keras_hub.models.Backbone``); any other model has no such names (``{}``).
+
+:func:`load_causal_lm` loads a checkpoint folder as keras-hub does (``from_preset``) and gives
+the backbone the normalisation epsilon of the checkpoint's ``config.json``
+(``rms_norm_eps``/``layer_norm_eps``) where keras-hub's converter leaves it out: keras-hub 0.32's
+Llama converter does, so a Llama trained with ``rms_norm_eps: 1e-5`` otherwise runs with
+keras-hub's default 1e-6 and its logits differ from the checkpoint's own.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
+import os
 import pkgutil
 import sys
 from typing import Any
 
-__all__ = ["backbone_of", "hf_names", "converter_for"]
+__all__ = ["backbone_of", "hf_names", "converter_for", "load_causal_lm", "missing_config"]
 
 _LOG = logging.getLogger("recipe_spec.oneshot")
 _PACKAGE = "keras_hub.src.utils.transformers"
@@ -107,3 +115,44 @@ def hf_names(model: Any) -> dict[int, str]:
         _LOG.info("keras-hub's %s names %d variables before it stops: %s", module.__name__,
                   len(recorder.names), exc)
     return recorder.names
+
+
+#: Hugging Face config keys read as a keras-hub backbone's ``layer_norm_epsilon``.
+_EPSILON_KEYS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")
+
+
+def missing_config(converter: Any, backbone_cls: type, config: dict[str, Any]) -> dict[str, Any]:
+    """The backbone arguments that ``config`` (a Hugging Face ``config.json``) sets and that
+    ``converter.convert_backbone_config`` leaves out: ``layer_norm_epsilon``, when the backbone
+    takes it and the config names one of :data:`_EPSILON_KEYS`."""
+    convert = converter.convert_backbone_config
+    if len(inspect.signature(convert).parameters) == 1:
+        converted = convert(config)
+    else:  # a converter that takes the backbone class too (as keras-hub's loader calls it)
+        converted = convert(config, backbone_cls)
+    if "layer_norm_epsilon" in converted:
+        return {}
+    if "layer_norm_epsilon" not in inspect.signature(backbone_cls).parameters:
+        return {}
+    for key in _EPSILON_KEYS:
+        if key in config:
+            return {"layer_norm_epsilon": float(config[key])}
+    return {}
+
+
+def load_causal_lm(folder: str | os.PathLike[str], task: Any = None, dtype: str = "float32") -> Any:
+    """The Hugging Face checkpoint ``folder`` as a keras-hub causal LM (``task``, by default
+    ``keras_hub.models.LlamaCausalLM``) without a preprocessor, in ``dtype``: the backbone
+    comes from ``task.backbone_cls.from_preset(folder)`` with :func:`missing_config`'s
+    arguments for keras-hub's own converter of the folder, so it computes what the checkpoint
+    does."""
+    import keras_hub
+    from keras_hub.src.utils.preset_utils import get_preset_loader
+
+    task = keras_hub.models.LlamaCausalLM if task is None else task
+    path = os.fspath(folder)
+    loader = get_preset_loader(path)
+    converter = getattr(loader, "converter", None)
+    extra = missing_config(converter, task.backbone_cls, dict(loader.config)) if converter is not None else {}
+    backbone = task.backbone_cls.from_preset(path, dtype=dtype, **extra)
+    return task(backbone=backbone, preprocessor=None)
