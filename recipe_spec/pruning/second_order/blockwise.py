@@ -150,6 +150,22 @@ def inverse_hessian_factor(ops: SolverOps, hessian: Array, dampening_frac: float
         "degenerate; use more or more varied calibration samples, or a larger dampening_frac")
 
 
+def factor_with_dead_columns(ops: SolverOps, W: Array, H: Array, dampening_frac: float,
+                             retries: int) -> tuple[Array, Array, int, Array, float, str | None]:
+    """The step SparseGPT and GPTQ share before their column loop: *dead* input columns
+    (``H[j, j] == 0``) get ``H[j, j] = 1`` and ``W[:, j] = 0``, then
+    :func:`inverse_hessian_factor`. Returns ``(W, dead, dead count, Hinv, dampening used,
+    report)``. ``H`` is the caller's working copy (its dead diagonal entries may be set)."""
+    cols = int(W.shape[1])
+    dead = ops.diagonal(H) == 0
+    dead_count = ops.count_nonzero(dead)
+    if dead_count:
+        H = ops.add_diagonal(H, ops.cast(dead, H))
+        W = ops.where(ops.reshape(~dead, (1, cols)), W, 0.0)
+    Hinv, used, report = inverse_hessian_factor(ops, H, dampening_frac, retries)
+    return W, dead, dead_count, Hinv, used, report
+
+
 def _fmt(x: float) -> str:
     """A dampening fraction as a person writes it (``0.1``, not ``0.10000000000000002``)."""
     return f"{x:.6g}"
@@ -185,12 +201,7 @@ def sparsegpt_prune(ops: SolverOps, weight: Array, hessian: Array, *, sparsity: 
     H = ops.copy(ops.cast(hessian, W))
     _check_finite(ops, H, "Hessian")
 
-    dead = ops.diagonal(H) == 0
-    dead_count = ops.count_nonzero(dead)
-    if dead_count:
-        H = ops.add_diagonal(H, ops.cast(dead, H))
-        W = ops.where(ops.reshape(~dead, (1, cols)), W, 0.0)
-    Hinv, used, report = inverse_hessian_factor(ops, H, dampening_frac, retries)
+    W, dead, dead_count, Hinv, used, report = factor_with_dead_columns(ops, W, H, dampening_frac, retries)
     del H
 
     before = _preserved(ops, W, preserve_mask, sparsity, dead)

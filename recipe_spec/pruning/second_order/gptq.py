@@ -49,7 +49,7 @@ from .blockwise import (
     _check_finite,
     _is_real,
     blockwise_obs,
-    inverse_hessian_factor,
+    factor_with_dead_columns,
 )
 from .ops import SolverOps
 
@@ -162,12 +162,7 @@ def gptq_quantize(ops: SolverOps, weight: Array, hessian: Array, *, args: QuantA
     assert scale is not None and zero_point is not None
     scale, zero_point = ops.cast(scale, W), ops.cast(zero_point, W)
 
-    dead = ops.diagonal(H) == 0
-    dead_count = ops.count_nonzero(dead)
-    if dead_count:
-        H = ops.add_diagonal(H, ops.cast(dead, H))
-        W = ops.where(ops.reshape(~dead, (1, cols)), W, 0.0)
-    Hinv, used, report = inverse_hessian_factor(ops, H, dampening_frac, retries)
+    W, _, dead_count, Hinv, used, report = factor_with_dead_columns(ops, W, H, dampening_frac, retries)
     del H
 
     W, loss = blockwise_obs(ops, W, Hinv, block_size, _GridRule(ops, args, scale, zero_point, groups))
