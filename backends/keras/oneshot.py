@@ -44,7 +44,7 @@ import numpy as np
 import keras
 from recipe_spec.atomic import write_text
 from recipe_spec.masks.numpy_ops import NUMPY_OPS
-from recipe_spec.one_shot.host import ModuleInfo, Observer
+from recipe_spec.one_shot.host import ModuleInfo, Observer, StopForward, feed_until
 
 from .hub import hf_names
 from .layout import LinearAxes, linear_axes
@@ -55,10 +55,6 @@ __all__ = ["KerasCalibrationHost"]
 
 #: A model input named like the key on the left reads the sample key on the right.
 INPUT_ALIASES = {"token_ids": "input_ids", "padding_mask": "attention_mask"}
-
-
-class _Stop(Exception):
-    """Raised by the capture wrapper: the rest of the model need not run."""
 
 
 class _Linear:
@@ -301,17 +297,11 @@ class KerasCalibrationHost:
         def make(original: Any) -> Any:
             def call(*args: Any, **kwargs: Any) -> Any:
                 calls.append(_host((args, kwargs)) if offload else (args, kwargs))
-                raise _Stop
+                raise StopForward
             return call
 
         with _wrapped(self._layers[block], make):
-            for batch in batches:
-                try:
-                    self._forward(batch)
-                except _Stop:
-                    continue
-                raise RuntimeError(f"the model ran without calling {block!r}: choose sequential_targets "
-                                   "among the blocks its forward pass runs")
+            feed_until(self._forward, batches, block)
         return calls
 
     @contextlib.contextmanager

@@ -22,15 +22,11 @@ from typing import Any
 
 import torch
 from recipe_spec.atomic import replacing, write_text
-from recipe_spec.one_shot.host import ModuleInfo, Observer
+from recipe_spec.one_shot.host import ModuleInfo, Observer, StopForward, feed_until
 
 from .masks import TORCH_OPS
 
 __all__ = ["TorchCalibrationHost"]
-
-
-class _Stop(Exception):
-    """Raised by the capture hook: the rest of the model need not run."""
 
 
 def _move(x: Any, device: Any) -> Any:
@@ -143,17 +139,11 @@ class TorchCalibrationHost:
 
         def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             calls.append(_move((args, kwargs), where) if where is not None else (args, kwargs))
-            raise _Stop
+            raise StopForward
 
         handle = self._named[block].register_forward_pre_hook(hook, with_kwargs=True)
         try:
-            for batch in batches:
-                try:
-                    self._forward(batch)
-                except _Stop:
-                    continue
-                raise RuntimeError(f"the model ran without calling {block!r}: choose sequential_targets "
-                                   "among the blocks its forward pass runs")
+            feed_until(self._forward, batches, block)
         finally:
             handle.remove()
         return calls

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["ModuleInfo", "Observer", "CalibrationHost"]
+__all__ = ["ModuleInfo", "Observer", "CalibrationHost", "StopForward", "feed_until"]
 
 #: Called with a module's input as a 2-D float32 array ``[tokens, in_features]`` and the
 #: number of sequences (batch rows) those tokens came from.
@@ -85,3 +85,21 @@ class CalibrationHost(Protocol):
     def save(self, output_dir: str, recipe_text: str) -> list[str]:
         """Save the model (``save_pretrained`` when it has one) and ``recipe.yaml`` under
         ``output_dir``; the paths written."""
+
+
+class StopForward(Exception):
+    """Raised by a host's capture hook once a block's inputs are taken: the rest of the
+    model need not run (:func:`feed_until`)."""
+
+
+def feed_until(forward: Callable[[Any], Any], batches: Sequence[Any], block: str) -> None:
+    """Run ``forward`` on each batch until the capture hook of ``block`` stops it with
+    :class:`StopForward`; a batch the model runs through without calling ``block`` is an
+    error naming it."""
+    for batch in batches:
+        try:
+            forward(batch)
+        except StopForward:
+            continue
+        raise RuntimeError(f"the model ran without calling {block!r}: choose sequential_targets "
+                           "among the blocks its forward pass runs")
