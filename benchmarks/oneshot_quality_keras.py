@@ -47,7 +47,6 @@ import importlib.util
 import json
 import math
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -58,23 +57,17 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from oneshot_quality import SETTINGS, peak_rss_mb  # noqa: E402  (the PyTorch benchmark's settings and rules)
+from oneshot_quality import failures as torch_failures  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 ANCHOR = REPO.parent / "shared" / "conformance" / "llmcompressor" / "quality"
 if not ANCHOR.is_dir():
     ANCHOR = Path("/work/shared/conformance/llmcompressor/quality")
-SETTINGS = ("dense", "sparsegpt_unstructured_0.5", "sparsegpt_2of4", "wanda_unstructured_0.5",
-            "wanda_2of4", "magnitude_unstructured_0.5")
-#: SparseGPT must beat Wanda at the same sparsity pattern.
-PAIRS = (("sparsegpt_unstructured_0.5", "wanda_unstructured_0.5"), ("sparsegpt_2of4", "wanda_2of4"))
-TOLERANCE = 1.02
 BACKENDS = ("tensorflow", "jax", "torch")
 #: Evaluation windows per forward pass (the anchor's results use 8).
 EVAL_BATCH = 8
-
-
-def peak_rss_mb() -> float:
-    """The process's peak resident memory so far, in MB (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def load_windows(anchor: Path, limit: int | None) -> np.ndarray:
@@ -263,17 +256,8 @@ def torch_table(results: dict[str, dict[str, Any]], torch_results: dict[str, dic
 
 
 def failures(results: dict[str, dict[str, Any]], reference: dict[str, Any]) -> list[str]:
-    """What misses the acceptance: a perplexity over 2% above llm-compressor's, SparseGPT not
-    better than Wanda."""
-    out = []
-    for setting, r in results.items():
-        theirs = reference.get(setting, {}).get("ppl_public")
-        if theirs and r["ppl"] > theirs * TOLERANCE:
-            out.append(f"{setting}: perplexity {r['ppl']:.3f} > {TOLERANCE} x {theirs:.3f}")
-    for sgpt, wanda in PAIRS:
-        if sgpt in results and wanda in results and results[sgpt]["ppl"] >= results[wanda]["ppl"]:
-            out.append(f"{sgpt} ({results[sgpt]['ppl']:.3f}) is not better than {wanda} ({results[wanda]['ppl']:.3f})")
-    return out
+    """What misses the acceptance (:func:`oneshot_quality.failures`, one run per setting)."""
+    return torch_failures({setting: [r] for setting, r in results.items()}, reference)
 
 
 def main(argv: list[str] | None = None) -> int:
