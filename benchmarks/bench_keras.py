@@ -58,6 +58,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+from bench_keras_overhead import cnn as overhead_cnn  # noqa: E402
 from recipe_spec_keras.masks import compute_mask, global_unstructured_masks  # noqa: E402
 
 from recipe_spec import ScheduledModifierManager  # noqa: E402
@@ -76,14 +77,8 @@ modifiers:
 
 
 def cnn() -> keras.Model:
-    L = keras.layers
-    inputs = keras.Input((32, 32, 3))
-    h = L.ReLU()(L.BatchNormalization()(L.Conv2D(32, 3, padding="same")(inputs)))
-    h = L.MaxPooling2D(2)(L.ReLU()(L.BatchNormalization()(L.Conv2D(64, 3, padding="same")(h))))
-    h = L.MaxPooling2D(2)(L.ReLU()(L.BatchNormalization()(L.Conv2D(128, 3, padding="same")(h))))
-    h = L.Flatten()(L.AveragePooling2D(2)(L.ReLU()(L.Conv2D(128, 3, padding="same")(h))))
-    h = L.Dense(256, activation="relu")(h)
-    return keras.Model(inputs, L.Dense(10)(h))
+    """The conv net of :mod:`bench_keras_overhead` at width 32 (about 0.77M parameters)."""
+    return overhead_cnn(32)
 
 
 class Stamps(keras.callbacks.Callback):
