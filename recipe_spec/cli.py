@@ -69,10 +69,16 @@ def build_parser() -> argparse.ArgumentParser:
     sc = sub.add_parser(
         "schema",
         help="print the JSON Schema of a modifier, or the combined schema for editors",
-        description="Without MODIFIER: the combined schema of a whole recipe (for "
-        "yaml-language-server). 'list' lists the modifiers.",
+        description="Without MODIFIER: the combined schema of a whole recipe of the chosen "
+        "dialect (for yaml-language-server). 'list' lists the modifiers. --dialect modifier: "
+        "SparseML's !Modifier lists (the default); --dialect stage (or core): the stage/group "
+        "recipes of SparseML 1.6+ and llm-compressor. A MODIFIER that only the stage/group "
+        "dialect has needs no --dialect.",
     )
     sc.add_argument("modifier", nargs="?", metavar="MODIFIER")
+    sc.add_argument("--dialect", choices=["modifier", "stage", "core"], default=None,
+                    help="modifier (!Modifier lists, default) or stage (stage/group; core is "
+                    "another name for it)")
     sc.set_defaults(run=schema_command)
     sd = sub.add_parser(
         "schedule",
