@@ -185,3 +185,18 @@ def test_docs_example_is_what_the_command_prints(tmp_path: Path, capsys: pytest.
         os.chdir(cwd)
     out, err = capsys.readouterr()
     assert (out + err).splitlines()[2:] == shown.splitlines()[2:]
+
+
+def test_fix_page_documents_every_flag_and_every_fixable_code_is_real() -> None:
+    from recipe_spec.cli import build_parser
+    from recipe_spec.diagnostics.codes import CODES
+
+    page = (REPO / "docs" / "fix.md").read_text()
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["fix"]
+    for action in sub._actions:
+        for option in action.option_strings:
+            if option.startswith("--") and option != "--help":
+                assert f"`{option}" in page or f" {option}" in page, option
+    assert set(FIXES) <= set(CODES)
+    for code in FIXES:
+        assert f"rules/{code}.md" in page
