@@ -98,8 +98,8 @@ def fix_command(args: argparse.Namespace) -> int:
                 raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
         for f in result.applied:
             print(f"{path}:{f.line}:{f.column}: {f.code} {f.title}", file=sys.stderr)
-    verb = "Would fix" if args.diff else "Fixed"
-    summary = (f"{verb} {fixed} finding(s) in {changed} of {len(files)} file(s); "
+    verb = "Would make" if args.diff else "Made"
+    summary = (f"{verb} {fixed} fix(es) in {changed} of {len(files)} file(s); "
                f"{remaining} finding(s) {'would remain' if args.diff else 'remain'}")
     if unsafe:
         summary += f"; {unsafe} more fix(es) with --unsafe-fixes"

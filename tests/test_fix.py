@@ -162,7 +162,7 @@ def test_command_writes_in_place_and_diff_writes_nothing(tmp_path: Path, capsys:
     assert main(["fix", "--diff", str(recipe)]) == 1
     out, err = capsys.readouterr()
     assert "-      percdamp: 0.01  # as in the paper" in out and "+      dampening_frac: 0.01" in out
-    assert "Would fix 1 finding(s) in 1 of 1 file(s)" in err
+    assert "Would make 1 fix(es) in 1 of 1 file(s)" in err
     assert recipe.read_bytes() == STAGE.replace("\n", "\r\n").encode()
     assert main(["fix", str(recipe)]) == 0
     assert recipe.read_bytes() == STAGE.replace("percdamp", "dampening_frac").replace("\n", "\r\n").encode()

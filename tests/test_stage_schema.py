@@ -1,7 +1,7 @@
 """JSON Schemas of the stage/group dialect (``recipe-spec schema --dialect stage``,
 ``schemas/stage/``): every modifier has one, each argument's releases are in its description,
 and the whole-recipe schema accepts every recipe ``recipe-spec validate`` accepts: llm-compressor's
-own 34 recipes (tests/fixtures/llmcompressor_recipes/, copied from its repository) and the 95
+own 34 recipes (tests/fixtures/llmcompressor_recipes/, copied from its repository: SOURCE.txt) and the 95
 stage/group files of the shared corpus."""
 
 from __future__ import annotations
