@@ -32,7 +32,7 @@ __all__ = ["oneshot_command", "lint_command", "read_calibration", "checkpoint_li
 #: ``max_position_embeddings``).
 DEFAULT_SEQ_LEN = 2048
 #: Codes about what llm-compressor would do otherwise than recipe-spec runs the recipe.
-_OTHER_TOOL = frozenset({"C005", "C006"})
+_OTHER_TOOL = frozenset({"C005", "C006", "C007"})
 
 
 # --------------------------------------------------------------------------- calibration
