@@ -88,8 +88,8 @@ class OneShotModifier:
 
     @property
     def needs_data(self) -> bool:
-        """Whether it needs calibration data (SparseGPT and Wanda)."""
-        return self.kind in ("sparsegpt", "wanda")
+        """Whether it needs calibration data (SparseGPT, Wanda; GPTQ in the lint estimate)."""
+        return self.kind in ("sparsegpt", "wanda", "gptq")
 
     @property
     def pipeline(self) -> str:
