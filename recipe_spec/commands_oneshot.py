@@ -32,7 +32,7 @@ __all__ = ["oneshot_command", "lint_command", "read_calibration", "checkpoint_li
 #: ``max_position_embeddings``).
 DEFAULT_SEQ_LEN = 2048
 #: Codes about what llm-compressor would do otherwise than recipe-spec runs the recipe.
-_OTHER_TOOL = frozenset({"C005", "C006"})
+_OTHER_TOOL = frozenset({"C005", "C006", "C007"})
 
 
 # --------------------------------------------------------------------------- calibration
@@ -106,19 +106,22 @@ def _seq_len(config: dict[str, Any], given: int | None) -> int:
 def checkpoint_lint(path: str, model: Any, variables: Any, samples: int, seq_len: int | None,
                     estimates: list[Any]) -> list[Diagnostic]:
     """The one-shot findings of the recipe at ``path`` against a checkpoint (``model``: a
-    :class:`~recipe_spec.one_shot.checkpoint.CheckpointModel`); its cost estimate, when it
-    holds a one-shot modifier, is appended to ``estimates``."""
+    :class:`~recipe_spec.one_shot.checkpoint.CheckpointModel`), quantization group sizes
+    included (:mod:`recipe_spec.one_shot.quant_lint`); its cost estimate, when it holds a
+    one-shot modifier or a GPTQModifier, is appended to ``estimates``."""
     from .loader import check
     from .one_shot.checkpoint import estimate, model_findings
     from .one_shot.modifiers import runnable
+    from .one_shot.quant_lint import gptq_modifiers, quant_findings
 
     recipe, _ = check(Path(path), variables)
     if recipe is None:
         return []
     mods = runnable(recipe)
+    mods += gptq_modifiers(recipe, mods)
     if mods:
         estimates.append(estimate(mods, model, samples, _seq_len(model.config, seq_len)))
-    return model_findings(recipe, mods, model)
+    return model_findings(recipe, mods, model) + quant_findings(recipe, model.modules)
 
 
 def lint_command(args: argparse.Namespace) -> int:

@@ -79,7 +79,7 @@ def test_unsupported_modifiers_and_arguments_are_refused_where_written() -> None
     with pytest.raises(RecipeError) as err:
         resolve(r, TORCH, "torch")
     assert [(d.code, d.line) for d in err.value.diagnostics] == [("B001", 3)]
-    r = _recipe("    SparseGPTModifier:\n      sparsity: 0.5\n      sparsity_profile: owl\n")
+    r = _recipe("    SparseGPTModifier:\n      sparsity: 0.5\n      sequential_targets: [LlamaDecoderLayer]\n")
     with pytest.raises(RecipeError) as err:
         resolve(r, TORCH, "torch")
     assert [(d.code, d.line) for d in err.value.diagnostics] == [("B001", 5)]

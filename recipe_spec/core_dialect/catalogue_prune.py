@@ -22,7 +22,8 @@ _STR_LIST: dict[str, Any] = {"type": ["string", "array", "null"], "items": {"typ
 _FRACTION: dict[str, Any] = {"minimum": 0, "exclusiveMaximum": 1, "fraction": True}
 
 _SPARSITY_ARGS = (
-    arg("sparsity", "Target sparsity, one value or one per layer.",
+    arg("sparsity", "Target sparsity: one value, or a list with one per target match "
+        "(llm-compressor 0.5+; one per decoder layer before).",
         type=["number", "array", "null"], items={"type": "number", **_FRACTION}, **_FRACTION),
     arg("mask_structure", "'0:0' (unstructured) or 'N:M' such as '2:4'.", type="string",
         pattern="^[0-9]+:[0-9]+$", nm=True),
@@ -30,11 +31,11 @@ _SPARSITY_ARGS = (
         type=["boolean", "null"]),
     arg("targets", "Layers compressed one after another (names, 're:' patterns, classes).",
         **_STR_LIST),
-    arg("sparsity_profile", "Per-layer sparsity profile (owl).",
+    arg("sparsity_profile", "Per-layer sparsity profile: 'owl' (with owl_m and owl_lmbda).",
         {"sparseml": ">=1.8", "llmcompressor": ""}, type=["string", "null"]),
-    arg("owl_m", "OWL outlier count.", {"sparseml": ">=1.8", "llmcompressor": ""},
+    arg("owl_m", "OWL outlier threshold: a score above owl_m times its layer's mean is an outlier.", {"sparseml": ">=1.8", "llmcompressor": ""},
         type=["integer", "null"]),
-    arg("owl_lmbda", "OWL lambda.", {"sparseml": ">=1.8", "llmcompressor": ""},
+    arg("owl_lmbda", "OWL spread: layer sparsities lie within sparsity ± owl_lmbda.", {"sparseml": ">=1.8", "llmcompressor": ""},
         type=["number", "null"]),
     arg("sequential_targets", "Layer classes compressed one after another.",
         {"llmcompressor": ">=0.5,<0.11"}, type=["string", "array", "null"]),

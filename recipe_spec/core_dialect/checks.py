@@ -11,7 +11,8 @@ names them):
 - ``eval(...)`` strings (C003) and the AWQ ordering rule (C004);
 - what llm-compressor's ``oneshot()`` runs otherwise than written (C005, C006:
   :mod:`.oneshot_compat`);
-- regex pitfalls in ``targets``/``ignore`` (P005, P008, P009: :mod:`.pattern_checks`).
+- regex pitfalls in ``targets``/``ignore`` (P005, P008, P009: :mod:`.pattern_checks`);
+- the OWL and per-layer sparsity arguments (M003, M006, C007: :mod:`.owl_checks`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ..text.variables import did_you_mean
 from .arg_check import Problem, check_modifier
 from .catalogue import variant_in
 from .oneshot_compat import oneshot_differences
+from .owl_checks import owl_diagnostics
 from .pattern_checks import arg_items, pattern_findings
 from .reader import STAGE_KEYS, _group_key, _stage_key
 from .versions import Compat, newest, summarize, versions_where
@@ -270,5 +272,5 @@ def core_diagnostics(recipe: Recipe, compat: Compat | None = None) -> list[Diagn
     checker.awq()
     checker.nm_sparsity()
     checker.patterns()
-    return checker.out + oneshot_differences(recipe, compat)
+    return checker.out + oneshot_differences(recipe, compat) + owl_diagnostics(recipe, compat)
 

@@ -356,7 +356,21 @@ C006 = _code(
     "With llm-compressor, prune in one shot with SparseGPTModifier or WandaPruningModifier, or "
     "run the recipe with its training entry point; recipe-spec's oneshot runs it as written.",
 )
+C007 = _code(
+    "C007", "warning", "per-layer sparsity the tool's oneshot does not run",
+    "`sparsity_profile: owl` (with `owl_m`, `owl_lmbda`) gives each decoder layer its own "
+    "sparsity from the outliers of its weights times its input norms. llm-compressor 0.11 and "
+    "later cannot finish such a run: 0.13+ stops in its initialisation ('Cannot invoke event "
+    "before initializing'), 0.11-0.12 hand the whole per-layer dict to each layer. From 0.5 the "
+    "per-layer values are counted against the `targets` matches, so OWL also needs targets "
+    "that match the decoder layers themselves. recipe-spec's `oneshot` runs OWL, one value per "
+    "decoder layer.",
+    "sparsity_stage:\n  sparsity_modifiers:\n    SparseGPTModifier:\n      sparsity: 0.5\n"
+    "      sparsity_profile: owl\n      owl_m: 5\n      owl_lmbda: 0.08",
+    "With llm-compressor, write one sparsity or a list with one value per target match; or run "
+    "the recipe with recipe-spec's oneshot.",
+)
 
 # --- P: parameter patterns (recipe-spec lint, and P005 in validate), registered last from a
 # module of their own (this one would pass 450 lines) --------------------------------------
-from .codes_params import *  # noqa: E402, F403 - P001 ... P011 (codes_params.__all__)
+from .codes_params import *  # noqa: E402, F403 - P001 ... P012 (codes_params.__all__)

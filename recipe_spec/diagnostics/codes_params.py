@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .code_table import register as _code
 
-__all__ = ["P001", "P002", "P003", "P004", "P005", "P006", "P007", "P008", "P009", "P010", "P011"]
+__all__ = ["P001", "P002", "P003", "P004", "P005", "P006", "P007", "P008", "P009", "P010", "P011", "P012"]
 
 P001 = _code(
     "P001", "error", "pattern matches no parameter",
@@ -103,4 +103,18 @@ P011 = _code(
     "`lint` reports it against the model's parameters and `modify()` refuses the recipe.",
     "- !TrainableParamsModifier\n  params: __ALL__\n  trainable: false\n  start_epoch: 0\n  end_epoch: -1",
     "Freeze only some parameters (e.g. the embeddings), leaving the rest trainable.",
+)
+P012 = _code(
+    "P012", "error", "a quantization group size does not divide a layer's in_features",
+    "Group quantization (`scheme: W4A16` and the other WxAy presets: groups of 128; NVFP4: 16; "
+    "MX: 32; `config_groups` with `strategy: group` and a `group_size`) gives each output row "
+    "one scale per `group_size` consecutive input columns, so every target's `in_features` must "
+    "be a multiple of it. llm-compressor 0.14 refuses a layer with more columns after loading "
+    "the model, and one with fewer (64 columns under W4A16) passes that check and stops at "
+    "calibration with `RuntimeError: unflatten`. `lint --model` names the layers from the "
+    "checkpoint's headers.",
+    "quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      scheme: W4A16   # a model with hidden_size 64\n"
+    "      ignore: [lm_head]",
+    "Use a group size that divides every target's in_features (the hint gives the largest), "
+    "or leave the layers out with `ignore`.",
 )

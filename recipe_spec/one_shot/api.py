@@ -37,7 +37,7 @@ __all__ = ["oneshot", "apply_oneshot", "last_report"]
 
 _LAST: list[OneShotReport] = []
 #: Warnings about what llm-compressor would do otherwise than this run does.
-_OTHER_TOOL = frozenset({"C005", "C006"})
+_OTHER_TOOL = frozenset({"C005", "C006", "C007"})
 
 
 def last_report() -> OneShotReport | None:
@@ -139,7 +139,7 @@ def apply_oneshot(
     """:func:`oneshot` for a loaded recipe (``ScheduledModifierManager.apply(model,
     calibration=...)`` calls it); returns the run's :class:`~.pipeline.OneShotReport`."""
     # the semantics run here: llm-compressor's newest; what that tool does otherwise than
-    # written (C005, C006) is validate's concern, not this run's
+    # written (C005-C007) is validate's concern, not this run's
     refuse_invalid(recipe, compat="llmcompressor", quiet=_OTHER_TOOL)
     backend = backend_for(model)
     mods = resolve(recipe, frozenset(backend.capabilities), backend.name)

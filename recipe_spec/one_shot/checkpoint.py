@@ -10,9 +10,9 @@ what it will cost.
   divisible by M (P004, naming the layers); a ``sequential_targets`` in the recipe must name a
   class or a module the model has (P006). :func:`sequential_targets_problem` checks the same
   for the command line's ``--sequential-targets``.
-- :func:`estimate`: per modifier, the Hessians (``in_features² × 4`` bytes per target: the
-  largest, and the sum over the block with the most, since the sequential pipeline holds one
-  block's at a time), the activation cache (``samples × seq_len × hidden × 4`` bytes) and the
+- :func:`estimate`: per modifier, the Hessians of SparseGPT and GPTQ (``in_features² × 4``
+  bytes per target: the largest, and the sum over the block with the most, since the
+  sequential pipeline holds one block's at a time), the activation cache (``samples × seq_len × hidden × 4`` bytes) and the
   floating-point operations per block (:class:`Estimate`).
 """
 
@@ -44,6 +44,8 @@ GPU_FLOPS = 2e13
 _NM = re.compile(r"^([0-9]+):([0-9]+)$")
 _EMBEDDING = re.compile(r"(embed|^wte$|^wpe$)")
 _NUMBERED = re.compile(r"^(.*)\.(\d+)$")
+#: The kinds that hold an ``in_features²`` Hessian per target (GPTQ: :mod:`.quant_lint`).
+_HESSIAN = ("sparsegpt", "gptq")
 
 
 @dataclass(frozen=True)
@@ -244,8 +246,8 @@ class Estimate:
             mod = c.modifier
             out.append(f"  {mod.type} ({mod.where}): {c.targets} target layers, {c.pipeline} pipeline")
             if c.largest[1]:
-                what = "Hessian" if mod.kind == "sparsegpt" else "row scalars"
-                rule = "in_features^2 x 4 B" if mod.kind == "sparsegpt" else "in_features x 4 B"
+                what = "Hessian" if mod.kind in _HESSIAN else "row scalars"
+                rule = "in_features^2 x 4 B" if mod.kind in _HESSIAN else "in_features x 4 B"
                 out.append(f"    {what} per target ({rule}): largest {_bytes(c.largest[1])} "
                            f"({c.largest[0]}); one block at a time: {_bytes(c.block_bytes)}")
             if mod.needs_data:
@@ -292,7 +294,7 @@ def _cost(mod: OneShotModifier, model: CheckpointModel, tokens: int) -> Modifier
 
     def per_target(n: str) -> int:
         columns = shapes[n][-1]
-        return columns * columns * 4 if mod.kind == "sparsegpt" else columns * 4 if mod.kind == "wanda" else 0
+        return columns * columns * 4 if mod.kind in _HESSIAN else columns * 4 if mod.kind == "wanda" else 0
 
     largest = max(names, key=per_target)
     by_block: dict[str, list[str]] = {}
@@ -309,7 +311,7 @@ def _cost(mod: OneShotModifier, model: CheckpointModel, tokens: int) -> Modifier
         forward = 2 * 2.0 * block_params * tokens
     for n in heaviest:
         rows, columns = shapes[n]
-        if mod.kind == "sparsegpt":
+        if mod.kind in _HESSIAN:  # GPTQ: the same Hessian, factorisation and column updates
             statistics += 2.0 * tokens * columns * columns
             solve += 5 / 3 * columns ** 3 + 1.0 * rows * columns * columns
         elif mod.kind == "wanda":

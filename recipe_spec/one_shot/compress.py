@@ -70,6 +70,7 @@ def compress_module(host: Any, mod: OneShotModifier, name: str, stats: Any) -> L
         return LayerReport(name, mod.type, _zero_fraction(ops, weight))
     weight = host.weight(name)
     loss, note, samples = None, "", int(getattr(stats, "samples", 0) or 0)
+    sparsity = mod.levels.get(name, mod.sparsity)  # a list's or OWL's value for this layer
     if mod.kind == "magnitude":
         mask = compute_mask(ops, weight, mod.sparsity, mod.mask_type)
         new = ops.where(mask, weight, 0.0)
@@ -77,11 +78,11 @@ def compress_module(host: Any, mod: OneShotModifier, name: str, stats: Any) -> L
         try:
             if mod.kind == "sparsegpt":
                 result = sparsegpt_prune(
-                    ops, weight, stats.hessian, sparsity=mod.sparsity, prune_n=mod.prune_n,
+                    ops, weight, stats.hessian, sparsity=sparsity, prune_n=mod.prune_n,
                     prune_m=mod.prune_m, block_size=mod.block_size, dampening_frac=mod.dampening_frac,
                     preserve_mask=True if mod.preserve_mask else None)
             else:
-                result = wanda_prune(ops, weight, stats.row_scalars, sparsity=mod.sparsity,
+                result = wanda_prune(ops, weight, stats.row_scalars, sparsity=sparsity,
                                      prune_n=mod.prune_n, prune_m=mod.prune_m)
         except (SolverError, ValueError) as exc:
             raise type(exc)(f"{mod.type} ({mod.where}) on {name}: {exc}; no later layer was "

@@ -3,7 +3,8 @@ modules of a model each one compresses.
 
 ``oneshot()`` runs SparseGPTModifier, WandaPruningModifier and the one-shot reading of
 MagnitudePruningModifier (prune each target to ``final_sparsity`` by ``|w|`` now) and
-ConstantPruningModifier (keep the zeros there are: nothing to do in one pass). Every other
+ConstantPruningModifier (keep the zeros there are: nothing to do in one pass). SparseGPT and
+Wanda also take a ``sparsity`` list and the OWL profile (:mod:`.owl`). Every other
 modifier, an argument this pipeline does not honour, a backend without the modifier's
 ``oneshot_needs`` and a ``!Modifier`` recipe are refused with located errors (B001) before
 any weight changes.
@@ -24,8 +25,8 @@ module name; every prunable layer inside a matched module is a target. Unlike ll
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..core_dialect import core_spec
@@ -33,17 +34,20 @@ from ..diagnostics import codes
 from ..diagnostics.base import Diagnostic, RecipeError
 from ..recipe.model import Modifier, Recipe
 from .host import ModuleInfo
+from .owl import read_sparsity
 
 __all__ = ["OneShotModifier", "resolve", "runnable", "select_modules", "matches"]
 
 #: The one-shot kind of each modifier ``oneshot()`` runs.
 KINDS = {"SparseGPTModifier": "sparsegpt", "WandaPruningModifier": "wanda",
          "MagnitudePruningModifier": "magnitude", "ConstantPruningModifier": "constant"}
+#: The per-layer sparsity arguments (:mod:`.owl`).
+_PER_LAYER = ("sparsity_profile", "owl_m", "owl_lmbda")
 #: Arguments read by the pipeline or without effect on its result, per kind.
 _READ = {
     "sparsegpt": {"sparsity", "mask_structure", "targets", "ignore", "block_size", "dampening_frac",
-                  "preserve_sparsity_mask", "offload_hessians", "sequential_update"},
-    "wanda": {"sparsity", "mask_structure", "targets", "ignore", "sequential_update"},
+                  "preserve_sparsity_mask", "offload_hessians", "sequential_update", *_PER_LAYER},
+    "wanda": {"sparsity", "mask_structure", "targets", "ignore", "sequential_update", *_PER_LAYER},
     "magnitude": {"targets", "init_sparsity", "final_sparsity", "mask_structure", "leave_enabled",
                   "update_scheduler", "scheduler_args"},
     "constant": {"targets"},
@@ -61,7 +65,10 @@ class OneShotModifier:
     ``kind``: ``sparsegpt``, ``wanda``, ``magnitude`` or ``constant``; ``entry``: the recipe
     entry (for located messages). ``prune_n``/``prune_m``: prune N of every M weights
     (llm-compressor's ``mask_structure``; 0 = unstructured); ``mask_type``: the magnitude
-    mask type (:func:`recipe_spec.masks.algorithms.compute_mask`)."""
+    mask type (:func:`recipe_spec.masks.algorithms.compute_mask`). ``sparsities``: a
+    ``sparsity`` list, one value per target match; ``owl``: ``(owl_m, owl_lmbda)`` of the OWL
+    profile; ``levels``: the sparsity of each module that has its own, filled in by the
+    pipeline (:func:`.owl.layer_sparsities`)."""
 
     type: str
     kind: str
@@ -75,11 +82,14 @@ class OneShotModifier:
     block_size: int = 128
     dampening_frac: float = 0.01
     preserve_mask: bool = False
+    sparsities: tuple[float, ...] = ()
+    owl: tuple[int, float] | None = None
+    levels: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def needs_data(self) -> bool:
-        """Whether it needs calibration data (SparseGPT and Wanda)."""
-        return self.kind in ("sparsegpt", "wanda")
+        """Whether it needs calibration data (SparseGPT, Wanda; GPTQ in the lint estimate)."""
+        return self.kind in ("sparsegpt", "wanda", "gptq")
 
     @property
     def pipeline(self) -> str:
@@ -109,20 +119,21 @@ def _one(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnostic]) -> On
         errors.append(_b001(recipe, m, f"{m.type} argument `{key}` is not run by recipe_spec.oneshot",
                             f"Remove `{key}`, or run this recipe with llm-compressor.", key))
     if kind in ("sparsegpt", "wanda"):
-        sparsity = args.get("sparsity")
-        if not isinstance(sparsity, (int, float)) or isinstance(sparsity, bool):
-            errors.append(_b001(recipe, m, f"{m.type} with sparsity {sparsity!r}: recipe_spec.oneshot "
-                                "runs one sparsity for every layer", "Write one number, e.g. sparsity: 0.5.",
-                                "sparsity"))
+        read = read_sparsity(args)
+        if read is None:
+            errors.append(_b001(recipe, m, f"{m.type} with sparsity {args.get('sparsity')!r}: "
+                                "recipe_spec.oneshot runs a number or a list of numbers",
+                                "Write one number (sparsity: 0.5) or one per target match.", "sparsity"))
             return None
+        sparsity, listed, owl = read
         match = _NM.match(str(args.get("mask_structure", "0:0")))
         n, size = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
         return OneShotModifier(
             m.type, kind, m, _strings(args.get("targets"), ("Linear",)), _strings(args.get("ignore"), ()),
-            float(sparsity), n, size if n else 0,
+            sparsity, n, size if n else 0,
             block_size=int(args.get("block_size", 128)),
             dampening_frac=float(args.get("dampening_frac", 0.01) if args.get("dampening_frac") is not None else 0.01),
-            preserve_mask=bool(args.get("preserve_sparsity_mask", False)),
+            preserve_mask=bool(args.get("preserve_sparsity_mask", False)), sparsities=listed, owl=owl,
         )
     targets = _strings(args.get("targets"), ())
     if kind == "constant":

@@ -23,6 +23,7 @@ layers outside every block (``lm_head``), or one module in the datafree pipeline
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,8 @@ from typing import Any
 from .calibration import Calibration
 from .compress import LayerReport, compress_module, new_statistics
 from .host import CalibrationHost, ModuleInfo
-from .modifiers import OneShotModifier, select_modules
+from .modifiers import OneShotModifier, matches, select_modules
+from .owl import layer_sparsities
 
 __all__ = ["PIPELINES", "OneShotReport", "Progress", "run_pipeline"]
 
@@ -71,6 +73,7 @@ def run_pipeline(host: CalibrationHost, mods: Sequence[OneShotModifier], calibra
         raise ValueError(f"pipeline {pipeline!r} is not one of {', '.join(PIPELINES)}")
     report = OneShotReport(order=calibration.order if calibration is not None else None)
     modules = list(host.modules())
+    mods = _with_levels(host, modules, mods, calibration, sequential_targets)
     if pipeline == "independent":
         for mod in mods:
             _LOG.info("%s: %s runs in the %s pipeline", mod.where, mod.type, mod.pipeline)
@@ -80,6 +83,24 @@ def run_pipeline(host: CalibrationHost, mods: Sequence[OneShotModifier], calibra
         _run(host, modules, list(mods), calibration, pipeline, sequential_targets, offload, report,
              progress)
     return report
+
+
+def _with_levels(host: CalibrationHost, modules: list[ModuleInfo], mods: Sequence[OneShotModifier],
+                 calibration: Calibration | None, sequential_targets: Sequence[str] | None,
+                 ) -> Sequence[OneShotModifier]:
+    """``mods`` with the per-layer sparsities of a ``sparsity`` list or of OWL (whose
+    statistics pass runs here, on the uncompressed model, as llm-compressor's initialisation
+    does), all checked before any weight changes."""
+    if not any(m.sparsities or m.owl is not None for m in mods):
+        return mods
+    owl = [m for m in mods if m.owl is not None]
+    if owl and (calibration is None or not calibration.batches):
+        raise ValueError(f"{owl[0].type} ({owl[0].where}) needs calibration data: pass dataset=")
+    blocks = _outermost(host.repeated_blocks(sequential_targets)) if owl else []
+    roots = [[i.name for i in modules if any(matches(t, i.name, i.classes) for t in m.targets)] for m in mods]
+    levels = layer_sparsities(host, modules, mods, [select_modules(modules, m) for m in mods], roots, blocks,
+                              calibration.batches if calibration is not None else None)
+    return [dataclasses.replace(m, levels=lv) if lv else m for m, lv in zip(mods, levels, strict=True)]
 
 
 def _tell(progress: Progress | None, what: str, done: int, total: int) -> None:

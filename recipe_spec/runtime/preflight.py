@@ -51,7 +51,7 @@ def refuse_invalid(recipe: Recipe, compat: str | None = None, quiet: frozenset[s
     model or an optimizer. ``compat``: the tool release whose rules a stage/group recipe is
     run by (``"llmcompressor"`` for one-shot runs: the other releases' differences are not this
     run's concern); None checks every release, as ``validate`` does. ``quiet``: codes of
-    warnings not told (a one-shot run leaves out C005/C006, which say what llm-compressor would
+    warnings not told (a one-shot run leaves out C005-C007, which say what llm-compressor would
     do otherwise than this run does)."""
     if compat in _VALID.get(recipe, ()):
         return
