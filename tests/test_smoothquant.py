@@ -159,3 +159,14 @@ def test_a_mapping_whose_layers_are_all_ignored_is_skipped() -> None:
                    "model.layers.1.post_attention_layernorm"]
     plan = SmoothingPlan("smoothquant", ignore=("model.layers.1.post_attention_layernorm",))
     assert len(resolve_mappings(modules, plan, "SmoothQuantModifier")) == 4
+
+
+def test_unresolved_for_checks_the_architectures_defaults() -> None:
+    """What the lint calls: without ``mappings`` the architecture's defaults are checked."""
+    from recipe_spec.one_shot.smoothing import unresolved_for
+
+    caps = frozenset({"oneshot", "transform:smoothquant"})
+    mod = resolve(_recipe("      smoothing_strength: 0.5\n"), caps, "torch")[0]
+    assert unresolved_for(mod, LLAMA, "LlamaForCausalLM") == []
+    whisper = unresolved_for(mod, LLAMA, "WhisperForConditionalGeneration")
+    assert [u.index for u in whisper] == [0, 1]

@@ -34,13 +34,20 @@ from typing import Any
 from ..quantization.args import QuantArgs
 from ..quantization.awq import MeanAbs, search
 from ..quantization.smoothing_maps import default_mappings
-from ..quantization.smoothing_match import common_ancestor, match, match_sets
+from ..quantization.smoothing_match import (
+    UnresolvedMapping,
+    common_ancestor,
+    match,
+    match_sets,
+    unresolved_mappings,
+)
 from ..quantization.smoothquant import ChannelRange, divide_rows, scale_columns, smoothing_scales
 from .calibration import Calibration
 from .host import CalibrationHost, ModuleInfo
 from .smoothing_args import SmoothingPlan
 
-__all__ = ["Resolved", "SmoothingReport", "resolve_mappings", "run_smoothing", "run_smoothing_pass"]
+__all__ = ["Resolved", "SmoothingReport", "resolve_mappings", "run_smoothing", "run_smoothing_pass",
+           "unresolved_for"]
 
 _LOG = logging.getLogger("recipe_spec.oneshot")
 
@@ -126,6 +133,22 @@ def resolve_mappings(modules: Sequence[ModuleInfo], plan: SmoothingPlan, what: s
             if resolved is not None:
                 out.append(resolved)
     return out
+
+
+def unresolved_for(mod: Any, names: Sequence[str], architecture: str) -> list[UnresolvedMapping]:
+    """For the lint: the mapping entries of smoothing modifier ``mod`` (a
+    :class:`~.modifiers.OneShotModifier` with a :class:`SmoothingPlan`; anything else gives [])
+    that resolve to no module of a model with module ``names`` (e.g.
+    :class:`~.checkpoint.CheckpointModel` ``modules``' names) and class ``architecture``;
+    without ``mappings`` in the recipe, the architecture's defaults are checked. ``index`` is
+    the entry's position in the recipe's list (or in the defaults). Raises ValueError for an
+    architecture whose defaults llm-compressor builds from its config."""
+    plan = getattr(mod, "transform", None)
+    if not isinstance(plan, SmoothingPlan):
+        return []
+    mappings = plan.mappings if plan.mappings is not None else default_mappings(
+        "awq" if plan.algorithm == "awq" else "smoothquant", architecture)
+    return unresolved_mappings(names, mappings)
 
 
 def _awq_mapping(info: dict[str, ModuleInfo], smooth: str, balance: tuple[str, ...], plan: SmoothingPlan,
