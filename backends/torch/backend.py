@@ -19,6 +19,7 @@ CAPABILITIES = frozenset({
     "masks", "scores:magnitude", "scores:mfac", "scores:obs", "gradients", "lr", "weight_decay",
     "trainable", "layers", "quantization", "loss", "teacher", "acdc", "scores:movement",
     "oneshot", "scores:sparsegpt", "scores:wanda", "checkpoint:huggingface",
+    "transform:smoothquant", "transform:awq",
 })
 
 

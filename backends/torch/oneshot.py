@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 from recipe_spec.atomic import replacing, write_text
-from recipe_spec.one_shot.host import ModuleInfo, Observer, StopForward, feed_until
+from recipe_spec.one_shot.host import CallRecorder, ModuleInfo, Observer, StopForward, feed_until
 
 from .masks import TORCH_OPS
 
@@ -148,7 +148,8 @@ class TorchCalibrationHost:
             handle.remove()
         return calls
 
-    def _hooks(self, observers: Mapping[str, Observer]) -> list[Any]:
+    def _hooks(self, observers: Mapping[str, Observer], outputs: Mapping[str, Observer] | None = None,
+               calls: Mapping[str, CallRecorder] | None = None, offload_calls: bool = False) -> list[Any]:
         def hook_for(observe: Observer) -> Any:
             def hook(module: Any, inputs: tuple[Any, ...], output: Any) -> None:
                 x = inputs[0]
@@ -156,12 +157,31 @@ class TorchCalibrationHost:
                 observe(x.reshape(-1, x.shape[-1]).float(), sequences)
             return hook
 
-        return [self._named[name].register_forward_hook(hook_for(obs)) for name, obs in observers.items()]
+        def output_hook_for(observe: Observer) -> Any:
+            def hook(module: Any, inputs: tuple[Any, ...], output: Any) -> None:
+                y = output[0] if isinstance(output, (tuple, list)) else output
+                sequences = int(y.shape[0]) if y.dim() > 2 else 1
+                observe(y.reshape(-1, y.shape[-1]).float(), sequences)
+            return hook
+
+        def call_hook_for(record: CallRecorder, where: Any) -> Any:
+            def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+                record(_move((args, kwargs), where) if where is not None else (args, kwargs))
+            return hook
+
+        handles = [self._named[name].register_forward_hook(hook_for(obs)) for name, obs in observers.items()]
+        handles += [self._named[name].register_forward_hook(output_hook_for(obs))
+                    for name, obs in (outputs or {}).items()]
+        where = torch.device("cpu") if offload_calls else None
+        handles += [self._named[name].register_forward_pre_hook(call_hook_for(rec, where), with_kwargs=True)
+                    for name, rec in (calls or {}).items()]
+        return handles
 
     def run_block(self, block: str, inputs: Sequence[Any], observers: Mapping[str, Observer],
-                  propagate: bool) -> list[Any]:
+                  propagate: bool, outputs: Mapping[str, Observer] | None = None,
+                  calls: Mapping[str, CallRecorder] | None = None, offload_calls: bool = False) -> list[Any]:
         module = self._named[block]
-        handles = self._hooks(observers)
+        handles = self._hooks(observers, outputs, calls, offload_calls)
         out: list[Any] = []
         try:
             for call in inputs:
@@ -184,14 +204,26 @@ class TorchCalibrationHost:
                 h.remove()
         return out
 
-    def run_model(self, batches: Sequence[Any], observers: Mapping[str, Observer]) -> None:
-        handles = self._hooks(observers)
+    def run_model(self, batches: Sequence[Any], observers: Mapping[str, Observer],
+                  outputs: Mapping[str, Observer] | None = None,
+                  calls: Mapping[str, CallRecorder] | None = None, offload_calls: bool = False) -> None:
+        handles = self._hooks(observers, outputs, calls, offload_calls)
         try:
             for batch in batches:
                 self._forward(batch)
         finally:
             for h in handles:
                 h.remove()
+
+    def run_module(self, name: str, calls: Sequence[Any]) -> list[torch.Tensor]:
+        module = self._named[name]
+        out = []
+        for args, kwargs in calls:
+            args, kwargs = _move((args, kwargs), self.device)
+            result = module(*args, **kwargs)
+            y = result[0] if isinstance(result, (tuple, list)) else result
+            out.append(y.float())
+        return out
 
     # -- weights and saving --------------------------------------------------------------------
     def weight(self, name: str) -> torch.Tensor:
@@ -200,6 +232,14 @@ class TorchCalibrationHost:
     def set_weight(self, name: str, value: torch.Tensor) -> None:
         w = self._named[name].weight
         w.data.copy_(value.reshape(w.shape).to(w.dtype))
+
+    def bias(self, name: str) -> torch.Tensor | None:
+        b = getattr(self._named[name], "bias", None)
+        return b.detach().float().clone() if isinstance(b, torch.Tensor) else None
+
+    def set_bias(self, name: str, value: torch.Tensor) -> None:
+        b = self._named[name].bias
+        b.data.copy_(value.reshape(b.shape).to(b.dtype))
 
     def save(self, output_dir: str, recipe_text: str) -> list[str]:
         os.makedirs(output_dir, exist_ok=True)

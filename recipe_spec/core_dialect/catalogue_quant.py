@@ -123,6 +123,7 @@ SMOOTHQUANT = declare(
     "quantization", {"sparseml": "", "llmcompressor": ""}, _SMOOTH_ARGS,
     required={"mappings": {"sparseml": ""}}, renamed=_SMOOTH_RENAMES,
     example={"smoothing_strength": 0.8},
+    oneshot_needs=frozenset({"oneshot", "transform:smoothquant"}),
 )
 
 LOG_EQUALIZATION = declare(
@@ -131,6 +132,7 @@ LOG_EQUALIZATION = declare(
     required={"mappings": {"sparseml": ""}}, renamed=_SMOOTH_RENAMES,
     example={"mappings": [[["re:.*q_proj", "re:.*k_proj", "re:.*v_proj"],
                            "re:.*input_layernorm"]]},
+    oneshot_needs=frozenset({"oneshot", "transform:smoothquant"}),
 )
 
 _AWQ_GONE = ("AWQModifier is a transform since llm-compressor 0.11: put it on the "
@@ -154,6 +156,7 @@ AWQ = declare(
     instead={n: _AWQ_GONE for n in ("config_groups", "targets", "ignore", "scheme",
                                     "kv_cache_scheme", "weight_observer", "input_observer",
                                     "output_observer", "observer", "bypass_divisibility_checks")},
+    oneshot_needs=frozenset({"oneshot", "transform:awq"}),
 )
 
 AUTOROUND = declare(

@@ -216,6 +216,10 @@ class NumpyOps(InPlaceOps):
     def round_fp8_e4m3(self, x: np.ndarray) -> np.ndarray:
         return round_fp8_e4m3(x)
 
+    # -- smoothing (recipe_spec.quantization.smoothquant.SmoothingOps) ------------------------------
+    def log2(self, x: np.ndarray) -> np.ndarray:
+        return np.log2(x)
+
 
 def round_fp8_e4m3(x: np.ndarray) -> np.ndarray:
     """Each entry rounded to the nearest ``float8_e4m3fn`` value, ties to even, in ``x``'s

@@ -33,6 +33,11 @@ Capabilities (the words a backend declares; each is a promise about what it real
                      observe layer inputs, cache and re-run one block at a time, write weights
 ``scores:sparsegpt`` SparseGPT: prune and update weights from each layer's input Hessian
 ``scores:wanda``     Wanda: prune by ``|w|`` times each input column's activation norm
+``transform:smoothquant``
+                     SmoothQuant: observe a layer's output range per channel and move it into
+                     the next layers' weights (:mod:`recipe_spec.one_shot.smoothing`)
+``transform:awq``    AWQ: record a module's calls and run it again with trial weights to search
+                     the scales of the layers it holds
 ``checkpoint:huggingface``
                      load a Hugging Face checkpoint folder as a model (``load_checkpoint``;
                      ``recipe-spec oneshot --model DIR``)
@@ -56,6 +61,7 @@ CAPABILITIES = frozenset({
     "masks", "scores:magnitude", "scores:mfac", "scores:obs", "scores:movement", "gradients",
     "lr", "weight_decay", "trainable", "layers", "quantization", "loss", "teacher", "acdc",
     "oneshot", "scores:sparsegpt", "scores:wanda", "checkpoint:huggingface",
+    "transform:smoothquant", "transform:awq",
 })
 
 #: Every event target a schedule track may emit; a runtime handles target ``t`` in ``_on_t``.

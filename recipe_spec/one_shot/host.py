@@ -17,11 +17,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["ModuleInfo", "Observer", "CalibrationHost", "StopForward", "feed_until"]
+__all__ = ["ModuleInfo", "Observer", "CallRecorder", "CalibrationHost", "StopForward", "feed_until"]
 
 #: Called with a module's input as a 2-D float32 array ``[tokens, in_features]`` and the
 #: number of sequences (batch rows) those tokens came from.
 Observer = Callable[[Any, int], None]
+#: Called with one call of a module (its arguments, opaque to the core), to run it again later
+#: with :meth:`CalibrationHost.run_module` (AWQ).
+CallRecorder = Callable[[Any], None]
 
 
 @dataclass(frozen=True)
@@ -68,19 +71,40 @@ class CalibrationHost(Protocol):
         inputs (positional and keyword arguments). ``offload``: keep them in host memory."""
 
     def run_block(self, block: str, inputs: Sequence[Any], observers: Mapping[str, Observer],
-                  propagate: bool) -> list[Any]:
+                  propagate: bool, outputs: Mapping[str, Observer] | None = None,
+                  calls: Mapping[str, CallRecorder] | None = None, offload_calls: bool = False) -> list[Any]:
         """Run ``block`` on each cached input with ``observers`` on the named modules; with
         ``propagate``, return the inputs of the next block (its outputs in place of the
-        hidden states), else []."""
+        hidden states), else [].
 
-    def run_model(self, batches: Sequence[Any], observers: Mapping[str, Observer]) -> None:
-        """Run the whole model on each batch with ``observers`` on the named modules."""
+        For the smoothing transforms (capabilities ``transform:*``): ``outputs`` observe the
+        named modules' outputs (the first element of a tuple) as ``[tokens, channels]``
+        float32; ``calls`` record each call of the named modules (kept in host memory with
+        ``offload_calls``)."""
+
+    def run_model(self, batches: Sequence[Any], observers: Mapping[str, Observer],
+                  outputs: Mapping[str, Observer] | None = None,
+                  calls: Mapping[str, CallRecorder] | None = None, offload_calls: bool = False) -> None:
+        """Run the whole model on each batch with ``observers`` on the named modules
+        (``outputs``, ``calls``: as :meth:`run_block`)."""
+
+    def run_module(self, name: str, calls: Sequence[Any]) -> list[Any]:
+        """Run module ``name`` on each recorded call (``calls`` of :meth:`run_block`) with its
+        current weights; each call's output (the first element of a tuple) as float32, in
+        the module's output shape (capabilities ``transform:awq``)."""
 
     def weight(self, name: str) -> Any:
         """The weight of module ``name`` as a float32 ``(out, in)`` array (a copy)."""
 
     def set_weight(self, name: str, value: Any) -> None:
         """Write ``value`` (``(out, in)``) into module ``name``'s weight, in its own dtype."""
+
+    def bias(self, name: str) -> Any | None:
+        """The bias of module ``name`` as a float32 vector (a copy), None when it has none
+        (capabilities ``transform:*``; a norm's weight is read with :meth:`weight`)."""
+
+    def set_bias(self, name: str, value: Any) -> None:
+        """Write ``value`` into module ``name``'s bias, in its own dtype."""
 
     def save(self, output_dir: str, recipe_text: str) -> list[str]:
         """Save the model (``save_pretrained`` when it has one) and ``recipe.yaml`` under

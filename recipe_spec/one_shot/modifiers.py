@@ -35,12 +35,14 @@ from ..diagnostics.base import Diagnostic, RecipeError
 from ..recipe.model import Modifier, Recipe
 from .host import ModuleInfo
 from .owl import read_sparsity
+from .smoothing_args import READ as _SMOOTHING_READ
+from .smoothing_args import SMOOTHING_KINDS, smoothing_plan
 
 __all__ = ["OneShotModifier", "resolve", "runnable", "select_modules", "matches"]
 
 #: The one-shot kind of each modifier ``oneshot()`` runs.
 KINDS = {"SparseGPTModifier": "sparsegpt", "WandaPruningModifier": "wanda",
-         "MagnitudePruningModifier": "magnitude", "ConstantPruningModifier": "constant"}
+         "MagnitudePruningModifier": "magnitude", "ConstantPruningModifier": "constant", **SMOOTHING_KINDS}
 #: The per-layer sparsity arguments (:mod:`.owl`).
 _PER_LAYER = ("sparsity_profile", "owl_m", "owl_lmbda")
 #: Arguments read by the pipeline or without effect on its result, per kind.
@@ -51,6 +53,7 @@ _READ = {
     "magnitude": {"targets", "init_sparsity", "final_sparsity", "mask_structure", "leave_enabled",
                   "update_scheduler", "scheduler_args"},
     "constant": {"targets"},
+    **_SMOOTHING_READ,
 }
 #: Base-class arguments that do nothing in a single pass.
 _BASE = {"index", "group", "start", "end", "update", "requires_calibration_data"}
@@ -85,11 +88,13 @@ class OneShotModifier:
     sparsities: tuple[float, ...] = ()
     owl: tuple[int, float] | None = None
     levels: Mapping[str, float] = field(default_factory=dict)
+    #: A smoothing modifier's plan (:class:`~.smoothing_args.SmoothingPlan`); None otherwise.
+    transform: Any = None
 
     @property
     def needs_data(self) -> bool:
-        """Whether it needs calibration data (SparseGPT, Wanda; GPTQ in the lint estimate)."""
-        return self.kind in ("sparsegpt", "wanda", "gptq")
+        """Whether it needs calibration data (SparseGPT, Wanda, GPTQ, SmoothQuant and AWQ)."""
+        return self.kind in ("sparsegpt", "wanda", "gptq", "smoothquant", "awq")
 
     @property
     def pipeline(self) -> str:
@@ -118,6 +123,9 @@ def _one(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnostic]) -> On
     for key in sorted(set(args) - _READ[kind] - _BASE):
         errors.append(_b001(recipe, m, f"{m.type} argument `{key}` is not run by recipe_spec.oneshot",
                             f"Remove `{key}`, or run this recipe with llm-compressor.", key))
+    if kind in ("smoothquant", "awq"):
+        plan = smoothing_plan(recipe, m, kind, errors)
+        return None if plan is None else OneShotModifier(m.type, kind, m, (), transform=plan)
     if kind in ("sparsegpt", "wanda"):
         read = read_sparsity(args)
         if read is None:

@@ -34,6 +34,7 @@ from .compress import LayerReport, compress_module, new_statistics
 from .host import CalibrationHost, ModuleInfo
 from .modifiers import OneShotModifier, matches, select_modules
 from .owl import layer_sparsities
+from .smoothing import run_smoothing_pass
 
 __all__ = ["PIPELINES", "OneShotReport", "Progress", "run_pipeline"]
 
@@ -54,6 +55,8 @@ class OneShotReport:
     order: list[int] | None = None
     pipelines: list[tuple[str, str]] = field(default_factory=list)
     layers: list[LayerReport] = field(default_factory=list)
+    #: One :class:`~.smoothing.SmoothingReport` per mapping a smoothing modifier applied.
+    smoothing: list[Any] = field(default_factory=list)
 
     def sparsity(self) -> dict[str, float]:
         """Zero fraction per module after its last compression."""
@@ -112,6 +115,10 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
          calibration: Calibration | None, pipeline: str, sequential_targets: Sequence[str] | None,
          offload: bool, report: OneShotReport, progress: Progress | None = None) -> None:
     report.pipelines += [(m.type, pipeline) for m in mods]
+    if any(m.transform is not None for m in mods):
+        report.smoothing += run_smoothing_pass(host, modules, mods, calibration, pipeline, sequential_targets,
+                                               offload, progress)
+        return
     label = f"{', '.join(dict.fromkeys(m.type for m in mods))} ({pipeline})"
     targets = [select_modules(modules, m) for m in mods]
     for mod, names in zip(mods, targets, strict=True):
