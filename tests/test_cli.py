@@ -44,8 +44,9 @@ def test_json_output_is_one_document(tree: Path, capsys: pytest.CaptureFixture[s
     assert doc["version"] == 1
     assert [f["path"] for f in doc["files"]] == [str(tree / "good.yaml"), str(tree / "sub" / "bad.yml")]
     (diag,) = doc["files"][1]["diagnostics"]
-    assert set(diag) == {"code", "severity", "message", "hint", "line", "column", "end_line", "end_column"}
+    assert set(diag) == {"code", "severity", "message", "hint", "line", "column", "end_line", "end_column", "url"}
     assert (diag["code"], diag["line"], diag["column"]) == ("Y002", 4, 5)
+    assert diag["url"] == "https://recipe-spec.readthedocs.io/en/latest/rules/Y002/"
     assert doc["summary"]["errors"] == 1 and doc["summary"]["files"] == 2
 
 
@@ -117,6 +118,7 @@ SARIF_SUBSET = {
                                             "required": ["id"],
                                             "properties": {
                                                 "id": {"type": "string"},
+                                                "helpUri": {"type": "string", "format": "uri"},
                                                 "shortDescription": {"type": "object", "required": ["text"]},
                                                 "fullDescription": {"type": "object", "required": ["text"]},
                                                 "defaultConfiguration": {
@@ -184,6 +186,11 @@ def test_sarif_output_is_valid_sarif_2_1_0(tree: Path, capsys: pytest.CaptureFix
     assert result["ruleId"] == "Y002" and run["tool"]["driver"]["rules"][result["ruleIndex"]]["id"] == "Y002"
     region = result["locations"][0]["physicalLocation"]["region"]
     assert (region["startLine"], region["startColumn"]) == (4, 5)
+    # absolute addresses on the documentation site ([project.urls] Documentation), which a
+    # code-scanning dashboard can open; the site builds rules/Y002.md to rules/Y002/
+    (rule,) = run["tool"]["driver"]["rules"]
+    assert rule["helpUri"] == "https://recipe-spec.readthedocs.io/en/latest/rules/Y002/"
+    assert run["tool"]["driver"]["informationUri"] == "https://recipe-spec.readthedocs.io/en/latest/"
 
 
 def test_select_and_ignore(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
