@@ -141,11 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     pa = sub.add_parser(
         "params",
-        help="write a model's parameter manifest (names, shapes, layer types, prunable flags)",
-        description="Write params.json so that CI can lint recipes without a framework installed.",
+        help="print a model's parameter manifest (names, shapes, layer types, prunable flags)",
+        description="Print a model's parameter manifest as JSON (or write it with -o), so that CI "
+        "can lint recipes without a framework installed (lint --params FILE).",
     )
     pa.add_argument("--model", metavar="SPEC", required=True, help="as for lint --model")
-    pa.add_argument("-o", "--output", metavar="FILE", default="params.json")
+    pa.add_argument("-o", "--output", metavar="FILE", default=None,
+                    help="write the manifest to FILE (default: standard output)")
     pa.set_defaults(run=params_command, params=None)
 
     _add_oneshot(sub)

@@ -190,15 +190,20 @@ def lint_command(args: argparse.Namespace) -> int:
 
 
 def params_command(args: argparse.Namespace) -> int:
-    from .params.manifest import write_manifest
+    """The manifest on standard output, or in ``-o FILE`` (then one summary line)."""
+    from .params.manifest import manifest_text, write_manifest
 
     framework, records = _model_records(args)
+    prunable = sum(1 for r in records if r.prunable)
+    summary = f"{len(records)} parameters of a {framework} model ({prunable} prunable)"
+    if args.output in (None, "-"):
+        sys.stdout.write(manifest_text(records, framework, source=args.model))
+        return 0
     try:
         write_manifest(args.output, records, framework, source=args.model)
     except OSError as exc:
         raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from None
-    prunable = sum(1 for r in records if r.prunable)
-    print(f"wrote {args.output}: {len(records)} parameters of a {framework} model ({prunable} prunable)")
+    print(f"wrote {args.output}: {summary}")
     return 0
 
 

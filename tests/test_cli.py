@@ -218,3 +218,36 @@ def test_schema_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert "EpochRangeModifier" in capsys.readouterr().out.split()
     assert main(["schema", "GMPrunningModifier"]) == 2
     assert "GMPruningModifier" in capsys.readouterr().err
+
+
+def _safetensors(path: Path, shapes: dict[str, list[int]]) -> None:
+    """A safetensors file by its published layout: an 8-byte little-endian header length, the
+    JSON header (dtype, shape, byte offsets per tensor), then the zero-filled data."""
+    import math
+    import struct
+
+    header, offset = {}, 0
+    for name, shape in shapes.items():
+        size = 4 * math.prod(shape)
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(offset))
+
+
+def test_params_prints_the_manifest_unless_told_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = tmp_path / "model.safetensors"
+    _safetensors(model, {"fc.weight": [4, 8], "fc.bias": [4]})
+    monkeypatch.chdir(tmp_path)
+    assert main(["params", "--model", str(model)]) == 0
+    out = capsys.readouterr()
+    doc = json.loads(out.out)  # standard output holds the manifest and nothing else
+    assert sorted(p["name"] for p in doc["params"]) == ["fc.bias", "fc.weight"]
+    assert not (tmp_path / "params.json").exists(), "no file is written unless -o names one"
+    assert main(["params", "--model", str(model), "-o", "-"]) == 0
+    assert capsys.readouterr().out == out.out
+    assert main(["params", "--model", str(model), "-o", "m.json"]) == 0
+    assert capsys.readouterr().out.startswith("wrote m.json: 2 parameters")
+    assert (tmp_path / "m.json").read_text() == out.out
