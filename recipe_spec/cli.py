@@ -31,7 +31,19 @@ __all__ = ["main", "build_parser"]
 
 
 def _add_report_options(parser: argparse.ArgumentParser) -> None:
-    """The options validate and lint share: output format, variables, code selection, exit."""
+    """The options validate and lint share: which files, output format, variables, code
+    selection, exit."""
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--recipes-only", action="store_true",
+        help="check only files whose text holds a recipe (a modifiers key, a !Modifier tag, a "
+        "<name>_stage), also among the files named: the pre-commit hook's mode",
+    )
+    which.add_argument(
+        "--all-files-are-recipes", action="store_true",
+        help="check every .yaml .yml .json .md file found in a directory as a recipe (default: "
+        "only those whose text holds one; a file named on the command line is always checked)",
+    )
     parser.add_argument("--format", choices=["text", "json", "github", "sarif"], default="text")
     parser.add_argument("--var", action="append", metavar="NAME=VALUE", help="override a recipe variable")
     parser.add_argument("--select", metavar="CODES", help="report only these codes or prefixes (E,M001)")

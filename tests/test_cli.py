@@ -251,3 +251,31 @@ def test_params_prints_the_manifest_unless_told_a_file(
     assert main(["params", "--model", str(model), "-o", "m.json"]) == 0
     assert capsys.readouterr().out.startswith("wrote m.json: 2 parameters")
     assert (tmp_path / "m.json").read_text() == out.out
+
+
+def test_directories_pass_over_files_that_are_not_recipes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "r.yaml").write_text("modifiers:\n  - !EpochRangeModifier {start_epoch: 0, end_epoch: 5}\n")
+    (tmp_path / "stage.yaml").write_text("quant_stage:\n  quant_modifiers:\n    QuantizationModifier: {}\n")
+    (tmp_path / "card.md").write_text("<!-- licence -->\n---\nmodifiers:\n  - !EpochRangeModifier {start_epoch: 0, end_epoch: 5}\n---\n# Card\n")
+    (tmp_path / "ci.yml").write_text("on: [push]\njobs: {}\n")
+    (tmp_path / "README.md").write_text("# Recipes\n\n```yaml\nmodifiers: []\n```\n")
+    (tmp_path / "package.json").write_text('{"name": "x"}\n')
+    assert main(["validate", str(tmp_path), "--format", "json"]) == 0
+    checked = [Path(f["path"]).name for f in json.loads(capsys.readouterr().out)["files"]]
+    assert checked == ["card.md", "r.yaml", "stage.yaml"]
+    # named on the command line, a file is checked whatever it holds
+    assert main(["validate", str(tmp_path / "ci.yml")]) == 1
+    assert "S001" in capsys.readouterr().out
+    # ... unless --recipes-only (the pre-commit hook): then nothing to check is no error
+    assert main(["validate", "--recipes-only", str(tmp_path / "ci.yml")]) == 0
+    assert "0 file(s) checked" in capsys.readouterr().out
+    assert main(["validate", "--all-files-are-recipes", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "6 file(s) checked" in out and "ci.yml:1:1: S001" in out
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "ci.yml").write_text("on: [push]\n")
+    assert main(["validate", str(empty)]) == 2
+    assert "--all-files-are-recipes" in capsys.readouterr().err
