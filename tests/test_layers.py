@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("core_dialect",),
     ("loader",),
     ("validation",),
-    ("lint", "parallel"),
+    ("lint", "lint_scheme", "parallel"),
     ("runtime",),
     ("one_shot",),
     ("manager",),

@@ -359,4 +359,4 @@ C006 = _code(
 
 # --- P: parameter patterns (recipe-spec lint, and P005 in validate), registered last from a
 # module of their own (this one would pass 450 lines) --------------------------------------
-from .codes_params import *  # noqa: E402, F403 - P001 ... P011 (codes_params.__all__)
+from .codes_params import *  # noqa: E402, F403 - P001 ... P012 (codes_params.__all__)
