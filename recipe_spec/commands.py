@@ -87,6 +87,7 @@ def _codes(text: str | None, option: str = "--select") -> list[str]:
     """The codes or code prefixes of ``--select``/``--ignore``; one that names no code is a
     usage error (a typo would switch the check off without a word)."""
     from .diagnostics.codes import CODES
+    from .diagnostics.links import page_url
 
     found = [c.strip().upper() for c in text.split(",") if c.strip()] if text else []
     for prefix in found:
@@ -94,7 +95,7 @@ def _codes(text: str | None, option: str = "--select") -> list[str]:
             close = difflib.get_close_matches(prefix, list(CODES), n=1, cutoff=0.5)
             raise UsageError(f"{option} {prefix}: no diagnostic code is or starts with {prefix}"
                              + (f"; did you mean {close[0]}?" if close else "")
-                             + " (the codes are listed in docs/rules/)")
+                             + f" (the codes are listed at {page_url('rules/index.md')})")
     return found
 
 

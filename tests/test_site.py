@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -31,8 +30,13 @@ def _mkdocs_config() -> dict:
 
 
 def _project_docs_url() -> str:
-    data = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
-    return data["project"]["urls"]["Documentation"]
+    """``[project.urls] Documentation`` of pyproject.toml (tomllib is Python 3.11+)."""
+    text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    section = re.search(r"^\[project\.urls\]\n(.*?)(?=^\[)", text, re.S | re.M)
+    assert section, "pyproject.toml has no [project.urls]"
+    found = re.search(r'^Documentation\s*=\s*"([^"]+)"', section.group(1), re.M)
+    assert found, "[project.urls] has no Documentation"
+    return found.group(1)
 
 
 def test_the_site_address_is_written_once() -> None:

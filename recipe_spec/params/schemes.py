@@ -304,7 +304,7 @@ def scheme_label(names: Iterable[str]) -> str:
         shape = Counter(_shape(n) for n in names if n.startswith(root + ".")).most_common(1)[0][0]
         return f"names under {shape}" if shape.endswith(".") else f"names like {shape}"
     weights = sorted({n for n in names if n.endswith(".weight")}) or sorted(set(names))
-    firsts = {}
+    firsts: dict[str, str] = {}
     for n in weights:
         firsts.setdefault(n.split(".")[0].rstrip("0123456789"), n)
     return "names like " + ", ".join(list(firsts.values())[:2])
