@@ -24,6 +24,7 @@ from .commands import (
     schema_command,
     validate_command,
 )
+from .commands_fix import add_fix_parser
 from .commands_oneshot import lint_command as oneshot_lint_command
 from .commands_oneshot import oneshot_command
 
@@ -78,13 +79,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_report_options(v)
     v.set_defaults(run=validate_command)
+    add_fix_parser(sub)
     sc = sub.add_parser(
         "schema",
         help="print the JSON Schema of a modifier, or the combined schema for editors",
-        description="Without MODIFIER: the combined schema of a whole recipe (for "
-        "yaml-language-server). 'list' lists the modifiers.",
+        description="Without MODIFIER: the combined schema of a whole recipe of the chosen "
+        "dialect (for yaml-language-server). 'list' lists the modifiers. --dialect modifier: "
+        "SparseML's !Modifier lists (the default); --dialect stage (or core): the stage/group "
+        "recipes of SparseML 1.6+ and llm-compressor. A MODIFIER that only the stage/group "
+        "dialect has needs no --dialect.",
     )
     sc.add_argument("modifier", nargs="?", metavar="MODIFIER")
+    sc.add_argument("--dialect", choices=["modifier", "stage", "core"], default=None,
+                    help="modifier (!Modifier lists, default) or stage (stage/group; core is "
+                    "another name for it)")
     sc.set_defaults(run=schema_command)
     sd = sub.add_parser(
         "schedule",

@@ -227,26 +227,42 @@ def params_command(args: argparse.Namespace) -> int:
 
 
 def schema_command(args: argparse.Namespace) -> int:
+    """``recipe-spec schema [MODIFIER|list] [--dialect modifier|stage]``."""
     from .checks.schemas import combined_schema, modifier_names, modifier_schema
+    from .core_dialect.schema import stage_modifier_schema, stage_names, stage_recipe_schema
 
+    dialect = {"core": "stage"}.get(args.dialect or "", args.dialect)
     if args.modifier is None:
-        doc: Any = combined_schema()
+        doc: Any = stage_recipe_schema() if dialect == "stage" else combined_schema()
     elif args.modifier == "list":
-        print("\n".join(modifier_names()))
+        print("\n".join(stage_names() if dialect == "stage" else modifier_names()))
         return 0
+    elif dialect == "stage" or (dialect is None and args.modifier not in modifier_names()
+                                and args.modifier in stage_names()):
+        try:
+            doc = stage_modifier_schema(args.modifier)
+        except KeyError:
+            raise UsageError(_unknown_modifier(args.modifier, stage_names(), "--dialect stage")) from None
     else:
+        if dialect is None and args.modifier in stage_names():
+            print(f"recipe-spec: {args.modifier} of the !Modifier dialect; the stage/group "
+                  "dialect's: --dialect stage", file=sys.stderr)
         try:
             doc = modifier_schema(args.modifier)
         except KeyError:
-            from .text.variables import did_you_mean
-
-            hint = did_you_mean(args.modifier, modifier_names())
-            raise UsageError(
-                f"unknown modifier {args.modifier!r}. {hint} `recipe-spec schema list` lists them."
-            ) from None
+            every = sorted({*modifier_names(), *stage_names()})
+            raise UsageError(_unknown_modifier(args.modifier, every, "")) from None
     json.dump(doc, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
+
+
+def _unknown_modifier(name: str, names: list[str], option: str) -> str:
+    from .text.variables import did_you_mean
+
+    hint = did_you_mean(name, names)
+    listing = f"`recipe-spec schema list{' ' + option if option else ''}`"
+    return f"unknown modifier {name!r}. {hint} {listing} lists them.".replace(".  ", ". ")
 
 
 def positive_int(text: str) -> int:

@@ -37,6 +37,8 @@ def test_wheel_ships_schemas_backends_and_entry_points(wheel: Path) -> None:
     assert source_packages <= shipped, source_packages - shipped
     assert "recipe_spec_torch/backend.py" in names and "recipe_spec_keras/backend.py" in names
     assert "recipe_spec/schemas/modifiers/GMPruningModifier.schema.json" in names
+    assert "recipe_spec/schemas/stage/GPTQModifier.schema.json" in names
+    assert "recipe_spec/schemas/recipe-stage.schema.json" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "recipe-spec = recipe_spec.cli:main" in text

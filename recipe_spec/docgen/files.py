@@ -25,14 +25,24 @@ GENERATED_DIRS = ("docs/modifiers", "docs/modifiers/core", "docs/rules")
 #: The folder (relative to the repository root) that holds nothing but generated schema files.
 SCHEMA_DIR = "schemas/modifiers"
 
+#: The same for the stage/group dialect's modifiers.
+STAGE_SCHEMA_DIR = "schemas/stage"
+
 
 def schema_files() -> dict[str, str]:
-    """The schema file of every modifier declaration: ``{path: JSON text}``.
+    """The schema file of every modifier declaration of both dialects and the whole-recipe
+    schema of each dialect: ``{path: JSON text}``.
 
     >>> schema_files()["schemas/modifiers/EpochRangeModifier.schema.json"][:1]
     '{'
     """
-    return {schema_path(spec): schema_text(spec) for spec in all_specs().values()}
+    from ..checks.schemas import combined_schema
+    from ..core_dialect.schema import stage_schema_files
+
+    files = {schema_path(spec): schema_text(spec) for spec in all_specs().values()}
+    files["schemas/recipe-modifier.schema.json"] = json.dumps(combined_schema(), indent=2) + "\n"
+    files.update(stage_schema_files())
+    return files
 
 
 def backends_file() -> str:
@@ -82,7 +92,8 @@ def generate() -> dict[str, str]:
 def _extra(root: Path, pages: Mapping[str, str]) -> list[str]:
     """Files in the generated-only folders under ``root`` that ``pages`` does not hold."""
     found = []
-    patterns = [(folder, "*.md") for folder in GENERATED_DIRS] + [(SCHEMA_DIR, "*.schema.json")]
+    patterns = [(folder, "*.md") for folder in GENERATED_DIRS] + [
+        (SCHEMA_DIR, "*.schema.json"), (STAGE_SCHEMA_DIR, "*.schema.json")]
     for folder, pattern in patterns:
         for path in sorted((root / folder).glob(pattern)):
             rel = path.relative_to(root).as_posix()

@@ -31,11 +31,23 @@ def editors_page() -> str:
         "",
         GENERATED_NOTE.format(source="the modifier schemas"),
         "",
-        "recipe-spec ships one JSON Schema for a whole recipe file. Editors built on "
-        "[yaml-language-server](https://github.com/redhat-developer/yaml-language-server) "
+        "recipe-spec ships one JSON Schema for a whole recipe file of each dialect. Editors "
+        "built on [yaml-language-server](https://github.com/redhat-developer/yaml-language-server) "
         "(the VS Code YAML extension by Red Hat, Neovim and Helix with `yamlls`, and others) use "
         "it to complete modifier arguments, show their documentation on hover, and underline "
         "unknown keys and wrong types while you type.",
+        "",
+        "| dialect | whole-recipe schema | one modifier |",
+        "|---|---|---|",
+        "| SparseML's `!Modifier` lists | `recipe-spec schema` (`--dialect modifier`) | "
+        "`recipe-spec schema GMPruningModifier` |",
+        "| stage/group (SparseML 1.6+, llm-compressor; [the dialect](core-dialect.md)) | "
+        "`recipe-spec schema --dialect stage` (`core` is another name for it) | "
+        "`recipe-spec schema GPTQModifier` |",
+        "",
+        "The same files are in the repository under `schemas/` (`recipe-modifier.schema.json`, "
+        "`recipe-stage.schema.json`, `modifiers/` and `stage/`), and in the installed package "
+        "(`recipe_spec.schemas`).",
         "",
         "## 1. Write the schema to a file",
         "",
@@ -94,8 +106,51 @@ def editors_page() -> str:
         "- Markdown recipe cards (`.md` with YAML front matter) are not checked by the editor.",
         "",
         "Each modifier's fields are documented in [docs/modifiers/](modifiers/index.md).",
+        "",
+        *_stage_section(),
     ]
     return page(lines)
+
+
+def _stage_section() -> list[str]:
+    """The stage/group part of ``docs/editors.md``."""
+    from ..core_dialect import core_variants
+    from .core_pages import example_text
+
+    example = example_text(core_variants("GPTQModifier")[-1]).rstrip("\n")
+    settings = {"yaml.schemas": {
+        "./recipe.schema.json": ["recipes/training/**/*.yaml"],
+        "./stage-recipe.schema.json": ["recipes/llm/**/*.yaml"],
+    }}
+    return [
+        "## Stage/group recipes (llm-compressor)",
+        "",
+        "The stage/group dialect has no tags, so steps 1 and 2 are all it takes:",
+        "",
+        "```sh",
+        "recipe-spec schema --dialect stage > stage-recipe.schema.json",
+        "```",
+        "",
+        "```yaml",
+        "# yaml-language-server: $schema=./stage-recipe.schema.json",
+        example,
+        "```",
+        "",
+        "With recipes of both dialects in one workspace, map each schema to its own files:",
+        "",
+        "```json",
+        json.dumps(settings, indent=2),
+        "```",
+        "",
+        "The schema holds every release of SparseML 1.6-1.9 and llm-compressor at once: an "
+        "argument that some release takes is accepted, and its hover text says which "
+        "releases take it, require it or deprecate it (`Releases: SparseML ≥1.8, llm-compressor "
+        "≤0.7.`). An argument no release takes, a misspelt modifier name, a renamed argument "
+        "(`percdamp`) and a value of the wrong type are underlined; an `eval(...)` string is "
+        "accepted wherever a value goes. What one release alone rejects is "
+        "`recipe-spec validate --compat llmcompressor==0.8`'s job (see "
+        "[the dialect](core-dialect.md)).",
+    ]
 
 
 def create_page() -> str:

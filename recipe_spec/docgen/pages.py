@@ -9,6 +9,7 @@ from typing import Any
 
 from ..checks.schemas import backend_support, modifier_names, modifier_schema
 from ..diagnostics.codes import CODES, Code
+from ..diagnostics.fixes import fix_availability, fix_text_of
 from ..modifiers import all_specs, declared_in
 from ..recipe.serialize import dump_value
 from .markdown import (
@@ -229,6 +230,7 @@ def rule_page(code_id: str) -> str:
         f"- **Code:** {code(c.id)}",
         f"- **Family:** {letter} ({family})",
         f"- **Default severity:** {c.severity.value}",
+        f"- **Automatic fix:** {fix_availability(c.id)}",
         "",
         "## What it does",
         "",
@@ -242,6 +244,9 @@ def rule_page(code_id: str) -> str:
         lines += ["", "## Example", "", f"```{_example_language(c)}", c.example, "```"]
     if c.fix:
         lines += ["", "## How to fix", "", c.fix]
+    if fix_availability(c.id) != "none":
+        lines += ["", "## Automatic fix", "",
+                  f"{fix_text_of(c.id)} See [the fix command](../fix.md)."]
     lines += [
         "",
         "## Silencing it",
