@@ -32,7 +32,19 @@ __all__ = ["main", "build_parser"]
 
 
 def _add_report_options(parser: argparse.ArgumentParser) -> None:
-    """The options validate and lint share: output format, variables, code selection, exit."""
+    """The options validate and lint share: which files, output format, variables, code
+    selection, exit."""
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--recipes-only", action="store_true",
+        help="check only files whose text holds a recipe (a modifiers key, a !Modifier tag, a "
+        "<name>_stage), also among the files named: the pre-commit hook's mode",
+    )
+    which.add_argument(
+        "--all-files-are-recipes", action="store_true",
+        help="check every .yaml .yml .json .md file found in a directory as a recipe (default: "
+        "only those whose text holds one; a file named on the command line is always checked)",
+    )
     parser.add_argument("--format", choices=["text", "json", "github", "sarif"], default="text")
     parser.add_argument("--var", action="append", metavar="NAME=VALUE", help="override a recipe variable")
     parser.add_argument("--select", metavar="CODES", help="report only these codes or prefixes (E,M001)")
@@ -149,11 +161,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     pa = sub.add_parser(
         "params",
-        help="write a model's parameter manifest (names, shapes, layer types, prunable flags)",
-        description="Write params.json so that CI can lint recipes without a framework installed.",
+        help="print a model's parameter manifest (names, shapes, layer types, prunable flags)",
+        description="Print a model's parameter manifest as JSON (or write it with -o), so that CI "
+        "can lint recipes without a framework installed (lint --params FILE).",
     )
     pa.add_argument("--model", metavar="SPEC", required=True, help="as for lint --model")
-    pa.add_argument("-o", "--output", metavar="FILE", default="params.json")
+    pa.add_argument("-o", "--output", metavar="FILE", default=None,
+                    help="write the manifest to FILE (default: standard output)")
     pa.set_defaults(run=params_command, params=None)
 
     _add_oneshot(sub)

@@ -52,27 +52,42 @@ def parse_var(text: str) -> tuple[str, Any]:
     return name, value
 
 
-def collect_files(paths: Sequence[str]) -> list[str]:
-    """The recipe files under ``paths`` (directories are searched recursively), sorted."""
+def collect_files(paths: Sequence[str], recipes_only: bool = False, all_files: bool = False) -> list[str]:
+    """The recipe files under ``paths``, in order (directories are searched recursively).
+
+    In a directory, a file with a recipe suffix counts when its text holds a recipe
+    (:func:`recipe_spec.text.recognise.is_recipe_file`), or always with ``all_files``. A file
+    named in ``paths`` always counts, unless ``recipes_only`` (the pre-commit hook, which is
+    given every staged file) applies the content test to it too."""
+    return _collect(paths, recipes_only, all_files)[0]
+
+
+def _collect(paths: Sequence[str], recipes_only: bool, all_files: bool) -> tuple[list[str], list[str]]:
+    """(the recipe files under ``paths``, the files passed over as not recipes)."""
+    from .text.recognise import is_recipe_file
+
     found: list[str] = []
+    passed_over: list[str] = []
     for p in paths:
         if os.path.isdir(p):
             for root, dirs, files in os.walk(p):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 for f in sorted(files):
                     if f.lower().endswith(RECIPE_SUFFIXES):
-                        found.append(os.path.join(root, f))
+                        path = os.path.join(root, f)
+                        (found if all_files or is_recipe_file(path) else passed_over).append(path)
         elif os.path.exists(p):
-            found.append(p)
+            (passed_over if recipes_only and not is_recipe_file(p) else found).append(p)
         else:
             raise UsageError(f"no such file or directory: {p}")
-    return found
+    return found, passed_over
 
 
 def _codes(text: str | None, option: str = "--select") -> list[str]:
     """The codes or code prefixes of ``--select``/``--ignore``; one that names no code is a
     usage error (a typo would switch the check off without a word)."""
     from .diagnostics.codes import CODES
+    from .diagnostics.links import page_url
 
     found = [c.strip().upper() for c in text.split(",") if c.strip()] if text else []
     for prefix in found:
@@ -80,7 +95,7 @@ def _codes(text: str | None, option: str = "--select") -> list[str]:
             close = difflib.get_close_matches(prefix, list(CODES), n=1, cutoff=0.5)
             raise UsageError(f"{option} {prefix}: no diagnostic code is or starts with {prefix}"
                              + (f"; did you mean {close[0]}?" if close else "")
-                             + " (the codes are listed in docs/rules/)")
+                             + f" (the codes are listed at {page_url('rules/index.md')})")
     return found
 
 
@@ -101,9 +116,13 @@ def _check_files(
     ``args.format`` and return the exit code (shared by validate and lint)."""
     variables = dict(parse_var(v) for v in args.var or [])
     select, ignore = _codes(args.select, "--select"), _codes(args.ignore, "--ignore")
-    files = collect_files(paths)
-    if not files:
-        raise UsageError("no recipe files (.yaml .yml .json .md) found in " + " ".join(paths))
+    recipes_only = getattr(args, "recipes_only", False)
+    files, passed_over = _collect(paths, recipes_only, getattr(args, "all_files_are_recipes", False))
+    if not files and not recipes_only:
+        why = (f" ({len(passed_over)} file(s) with those suffixes hold no recipe: no modifiers key, "
+               "!Modifier tag or <name>_stage; --all-files-are-recipes checks them anyway)"
+               if passed_over else "")
+        raise UsageError("no recipe files (.yaml .yml .json .md) found in " + " ".join(paths) + why)
     if check_all is not None:
         found = check_all(files, variables or None)
     else:
@@ -190,15 +209,20 @@ def lint_command(args: argparse.Namespace) -> int:
 
 
 def params_command(args: argparse.Namespace) -> int:
-    from .params.manifest import write_manifest
+    """The manifest on standard output, or in ``-o FILE`` (then one summary line)."""
+    from .params.manifest import manifest_text, write_manifest
 
     framework, records = _model_records(args)
+    prunable = sum(1 for r in records if r.prunable)
+    summary = f"{len(records)} parameters of a {framework} model ({prunable} prunable)"
+    if args.output in (None, "-"):
+        sys.stdout.write(manifest_text(records, framework, source=args.model))
+        return 0
     try:
         write_manifest(args.output, records, framework, source=args.model)
     except OSError as exc:
         raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from None
-    prunable = sum(1 for r in records if r.prunable)
-    print(f"wrote {args.output}: {len(records)} parameters of a {framework} model ({prunable} prunable)")
+    print(f"wrote {args.output}: {summary}")
     return 0
 
 

@@ -11,7 +11,9 @@ Linting runs every validation rule too, then the parameter rules (family ``P``):
 - P005 a ``re:`` pattern that does not compile, or that could take exponential time;
 - P006 a layer named in QuantizationModifier ``submodules`` / ``ignore`` or LayerPruningModifier
   ``layers`` that does not exist;
-- P011 a modifier that freezes every parameter of the model (training cannot go on).
+- P011 a modifier that freezes every parameter of the model (training cannot go on);
+- P013 most names miss: the recipe was written for another naming scheme (one finding with
+  the closest mapping, :mod:`recipe_spec.lint_scheme`, instead of one P001 per name).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .core_dialect.lint_model import lint_core_model
 from .core_dialect.versions import Compat
 from .diagnostics import codes
 from .diagnostics.base import Diagnostic, Severity
+from .lint_scheme import naming_scheme_findings
 from .loader import RecipeInput, check
 from .masks.types import nm_of
 from .modifiers import spec
@@ -288,7 +291,7 @@ def lint_recipe(
 ) -> list[Diagnostic]:
     """Validation diagnostics plus the parameter rules for ``recipe`` against ``records``."""
     out = validate_recipe(recipe, backend)
-    for f in _param_findings(recipe, records, framework):
+    for f in naming_scheme_findings(list(_param_findings(recipe, records, framework)), recipe, records):
         span = f.modifier.value_span(*f.keys) if f.keys else f.modifier.span
         out.append(f.code(f.message, f.hint, span, f.severity).in_file(recipe.path))
     seen: set[tuple[Any, ...]] = set()

@@ -44,8 +44,9 @@ def test_json_output_is_one_document(tree: Path, capsys: pytest.CaptureFixture[s
     assert doc["version"] == 1
     assert [f["path"] for f in doc["files"]] == [str(tree / "good.yaml"), str(tree / "sub" / "bad.yml")]
     (diag,) = doc["files"][1]["diagnostics"]
-    assert set(diag) == {"code", "severity", "message", "hint", "line", "column", "end_line", "end_column"}
+    assert set(diag) == {"code", "severity", "message", "hint", "line", "column", "end_line", "end_column", "url"}
     assert (diag["code"], diag["line"], diag["column"]) == ("Y002", 4, 5)
+    assert diag["url"] == "https://recipe-spec.readthedocs.io/en/latest/rules/Y002/"
     assert doc["summary"]["errors"] == 1 and doc["summary"]["files"] == 2
 
 
@@ -117,6 +118,7 @@ SARIF_SUBSET = {
                                             "required": ["id"],
                                             "properties": {
                                                 "id": {"type": "string"},
+                                                "helpUri": {"type": "string", "format": "uri"},
                                                 "shortDescription": {"type": "object", "required": ["text"]},
                                                 "fullDescription": {"type": "object", "required": ["text"]},
                                                 "defaultConfiguration": {
@@ -184,6 +186,11 @@ def test_sarif_output_is_valid_sarif_2_1_0(tree: Path, capsys: pytest.CaptureFix
     assert result["ruleId"] == "Y002" and run["tool"]["driver"]["rules"][result["ruleIndex"]]["id"] == "Y002"
     region = result["locations"][0]["physicalLocation"]["region"]
     assert (region["startLine"], region["startColumn"]) == (4, 5)
+    # absolute addresses on the documentation site ([project.urls] Documentation), which a
+    # code-scanning dashboard can open; the site builds rules/Y002.md to rules/Y002/
+    (rule,) = run["tool"]["driver"]["rules"]
+    assert rule["helpUri"] == "https://recipe-spec.readthedocs.io/en/latest/rules/Y002/"
+    assert run["tool"]["driver"]["informationUri"] == "https://recipe-spec.readthedocs.io/en/latest/"
 
 
 def test_select_and_ignore(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -211,3 +218,64 @@ def test_schema_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert "EpochRangeModifier" in capsys.readouterr().out.split()
     assert main(["schema", "GMPrunningModifier"]) == 2
     assert "GMPruningModifier" in capsys.readouterr().err
+
+
+def _safetensors(path: Path, shapes: dict[str, list[int]]) -> None:
+    """A safetensors file by its published layout: an 8-byte little-endian header length, the
+    JSON header (dtype, shape, byte offsets per tensor), then the zero-filled data."""
+    import math
+    import struct
+
+    header, offset = {}, 0
+    for name, shape in shapes.items():
+        size = 4 * math.prod(shape)
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(offset))
+
+
+def test_params_prints_the_manifest_unless_told_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = tmp_path / "model.safetensors"
+    _safetensors(model, {"fc.weight": [4, 8], "fc.bias": [4]})
+    monkeypatch.chdir(tmp_path)
+    assert main(["params", "--model", str(model)]) == 0
+    out = capsys.readouterr()
+    doc = json.loads(out.out)  # standard output holds the manifest and nothing else
+    assert sorted(p["name"] for p in doc["params"]) == ["fc.bias", "fc.weight"]
+    assert not (tmp_path / "params.json").exists(), "no file is written unless -o names one"
+    assert main(["params", "--model", str(model), "-o", "-"]) == 0
+    assert capsys.readouterr().out == out.out
+    assert main(["params", "--model", str(model), "-o", "m.json"]) == 0
+    assert capsys.readouterr().out.startswith("wrote m.json: 2 parameters")
+    assert (tmp_path / "m.json").read_text() == out.out
+
+
+def test_directories_pass_over_files_that_are_not_recipes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "r.yaml").write_text("modifiers:\n  - !EpochRangeModifier {start_epoch: 0, end_epoch: 5}\n")
+    (tmp_path / "stage.yaml").write_text("quant_stage:\n  quant_modifiers:\n    QuantizationModifier: {}\n")
+    (tmp_path / "card.md").write_text("<!-- licence -->\n---\nmodifiers:\n  - !EpochRangeModifier {start_epoch: 0, end_epoch: 5}\n---\n# Card\n")
+    (tmp_path / "ci.yml").write_text("on: [push]\njobs: {}\n")
+    (tmp_path / "README.md").write_text("# Recipes\n\n```yaml\nmodifiers: []\n```\n")
+    (tmp_path / "package.json").write_text('{"name": "x"}\n')
+    assert main(["validate", str(tmp_path), "--format", "json"]) == 0
+    checked = [Path(f["path"]).name for f in json.loads(capsys.readouterr().out)["files"]]
+    assert checked == ["card.md", "r.yaml", "stage.yaml"]
+    # named on the command line, a file is checked whatever it holds
+    assert main(["validate", str(tmp_path / "ci.yml")]) == 1
+    assert "S001" in capsys.readouterr().out
+    # ... unless --recipes-only (the pre-commit hook): then nothing to check is no error
+    assert main(["validate", "--recipes-only", str(tmp_path / "ci.yml")]) == 0
+    assert "0 file(s) checked" in capsys.readouterr().out
+    assert main(["validate", "--all-files-are-recipes", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "6 file(s) checked" in out and "ci.yml:1:1: S001" in out
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "ci.yml").write_text("on: [push]\n")
+    assert main(["validate", str(empty)]) == 2
+    assert "--all-files-are-recipes" in capsys.readouterr().err

@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("core_dialect",),
     ("loader",),
     ("validation",),
-    ("lint", "parallel", "fix"),
+    ("lint", "lint_scheme", "parallel", "fix"),
     ("runtime",),
     ("one_shot",),
     ("manager",),

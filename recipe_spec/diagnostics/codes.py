@@ -373,4 +373,4 @@ C007 = _code(
 
 # --- P: parameter patterns (recipe-spec lint, and P005 in validate), registered last from a
 # module of their own (this one would pass 450 lines) --------------------------------------
-from .codes_params import *  # noqa: E402, F403 - P001 ... P012 (codes_params.__all__)
+from .codes_params import *  # noqa: E402, F403 - P001 ... P013 (codes_params.__all__)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .code_table import register as _code
 
-__all__ = ["P001", "P002", "P003", "P004", "P005", "P006", "P007", "P008", "P009", "P010", "P011", "P012"]
+__all__ = ["P001", "P002", "P003", "P004", "P005", "P006", "P007", "P008", "P009", "P010", "P011", "P012", "P013"]
 
 P001 = _code(
     "P001", "error", "pattern matches no parameter",
@@ -117,4 +117,15 @@ P012 = _code(
     "      ignore: [lm_head]",
     "Use a group size that divides every target's in_features (the hint gives the largest), "
     "or leave the layers out with `ignore`.",
+)
+P013 = _code(
+    "P013", "error", "recipe written for another naming scheme",
+    "When most of a recipe's parameter names match nothing in the model, the recipe was written "
+    "for a model that names its parameters otherwise (SparseML's model-zoo ResNet-50 has "
+    "`sections.0.0.conv1.weight` where torchvision's has `layer1.0.conv1.weight`). `lint` "
+    "reports this once, naming both layouts and the closest renaming that carries the "
+    "recipe's names onto the model's, instead of one P001 per name.",
+    "params: ['sections.0.0.conv1.weight', 'sections.0.0.conv2.weight', ...]   # on torchvision's resnet50",
+    "Rename the parameters as the mapping in the hint says (e.g. `sections.N.M -> layer(N+1).M`), "
+    "or lint against the model the recipe was written for.",
 )

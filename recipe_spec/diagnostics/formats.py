@@ -10,6 +10,7 @@ from typing import Any
 
 from .base import Diagnostic, Severity
 from .codes import CODES
+from .links import docs_url, rule_url
 
 __all__ = ["JSON_FORMAT_VERSION", "FORMATS", "emit_text", "emit_json", "emit_github", "emit_sarif"]
 
@@ -42,7 +43,7 @@ def emit_json(results: Results, out: Any, version: str = "") -> None:
     for path, diags in results:
         for d in diags:
             summary[d.severity.value] += 1
-        files.append({"path": path, "diagnostics": [d.to_json() for d in diags]})
+        files.append({"path": path, "diagnostics": [{**d.to_json(), "url": rule_url(d.code)} for d in diags]})
     doc = {
         "version": JSON_FORMAT_VERSION,
         "tool": {"name": "recipe-spec", "version": version},
@@ -92,7 +93,7 @@ def emit_sarif(results: Results, out: Any, version: str = "") -> None:
             "name": CODES[c].title.replace(" ", "-") if c in CODES else c,
             "shortDescription": {"text": CODES[c].title if c in CODES else c},
             "fullDescription": {"text": CODES[c].why if c in CODES else c},
-            "helpUri": f"docs/rules/{c}.md",
+            "helpUri": rule_url(c),
             "defaultConfiguration": {"level": level[CODES[c].severity] if c in CODES else "error"},
         }
         for c in used
@@ -131,7 +132,7 @@ def emit_sarif(results: Results, out: Any, version: str = "") -> None:
                     "driver": {
                         "name": "recipe-spec",
                         "version": version,
-                        "informationUri": "https://pypi.org/project/recipe-spec/",
+                        "informationUri": docs_url(),
                         "rules": rules,
                     }
                 },

@@ -165,15 +165,20 @@ def parse(text: str, where: str) -> tuple[dict[str, Any], list[Any]]:
     return doc, entries
 
 
-def write_manifest(path: str | os.PathLike[str], records: Sequence[ParamRecord], framework: str, source: str = "") -> None:
-    """Write a parameter manifest (``params.json``): enough to lint without a framework."""
+def manifest_text(records: Sequence[ParamRecord], framework: str, source: str = "") -> str:
+    """The text of a parameter manifest (``params.json``): enough to lint without a framework."""
     doc = {
         "version": MANIFEST_VERSION,
         "framework": framework,
         "source": source,
         "params": [r.to_json() for r in records],
     }
-    write_text(path, json.dumps(doc, indent=1) + "\n")
+    return json.dumps(doc, indent=1) + "\n"
+
+
+def write_manifest(path: str | os.PathLike[str], records: Sequence[ParamRecord], framework: str, source: str = "") -> None:
+    """Write a parameter manifest (:func:`manifest_text`) to ``path``."""
+    write_text(path, manifest_text(records, framework, source))
 
 
 def read_manifest(path: str | os.PathLike[str]) -> tuple[str, list[ParamRecord]]:

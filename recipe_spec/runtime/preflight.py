@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 #: Lint codes that stop ``modify()``: the recipe cannot run on this model as written.
-BLOCKING_CODES = ("P001", "P004", "P005", "P006", "P011")
+BLOCKING_CODES = ("P001", "P004", "P005", "P006", "P011", "P013")
 
 
 #: Recipes :func:`refuse_invalid` passed, and under which ``compat`` (a Recipe is immutable and
