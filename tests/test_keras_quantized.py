@@ -274,7 +274,8 @@ def _samples(name: str) -> list[dict]:
     return [{"input_ids": ids, "attention_mask": [1] * len(ids)} for ids in _case(name)["calibration"]["token_ids"]]
 
 
-def _gptq(host: object, name: str, args: QuantArgs, block_size: int, dampening: float) -> None:
+def _gptq(host: object, name: str, args: QuantArgs, block_size: int, dampening: float,
+          actorder: str | None = None) -> None:
     """The sequential pipeline by hand: each decoder block's Hessians from the host's observers,
     GPTQ per layer, the block run again on the quantized weights for the next one."""
     calibration = prepare(host, _samples(name), num_calibration_samples=16, shuffle=False, batch_size=1)
@@ -287,7 +288,7 @@ def _gptq(host: object, name: str, args: QuantArgs, block_size: int, dampening: 
             host.run_block(block, inputs, {n: stats[n].add for n in names}, propagate=False)
             for n in names:
                 r = gptq_quantize(NUMPY_OPS, host.weight(n), stats[n].hessian, args=args, block_size=block_size,
-                                  dampening_frac=dampening)
+                                  dampening_frac=dampening, actorder=actorder)
                 host.set_quantized(n, r.weight, r.scale, r.zero_point, args, r.g_idx)
             if k + 1 < len(blocks):
                 inputs = host.run_block(block, inputs, {}, propagate=True)
@@ -335,22 +336,26 @@ def test_gptq_int8_channel_on_a_keras_hub_llama_lands_on_llm_compressors_grid_po
 @needs_hub
 def test_keras_hub_presets_drop_a_weight_only_int8_config(tmp_path: pathlib.Path) -> None:
     """Why the host refuses to save weight-only int8 in a keras-hub model: reloaded, the layer
-    quantizes its inputs (keras-hub's Backbone.get_config keeps dtype policies only)."""
+    quantizes its inputs (keras-hub's Backbone.get_config keeps dtype policies only); and
+    keras-hub 0.32's preset loader does not rebuild quantized layers at all, hence model.keras."""
     model = keras_hub.models.LlamaCausalLM.from_preset(str(_folder(tmp_path, "06_gptq_int8_channel_explicit")),
                                                        preprocessor=None)
     layer = model.backbone.transformer_layers[0]._feedforward_gate_dense
     layer.quantize("int8", config=keras.quantizers.Int8QuantizationConfig(activation_quantizer=None))
     assert layer.inputs_quantizer is None
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    assert loaded.backbone.transformer_layers[0]._feedforward_gate_dense.inputs_quantizer is not None
     model.backbone.save_to_preset(str(tmp_path / "preset"))
-    loaded = keras_hub.models.Backbone.from_preset(str(tmp_path / "preset"))
-    assert loaded.transformer_layers[0]._feedforward_gate_dense.inputs_quantizer is not None
+    with pytest.raises(ValueError, match="feedforward_gate_dense"):
+        keras_hub.models.Backbone.from_preset(str(tmp_path / "preset"))
 
 
 @needs_hub
 def test_sparse_gptq_w4a16_on_a_keras_hub_llama_lands_on_llm_compressors_grid_points(
         tmp_path: pathlib.Path) -> None:
     """Case 10: SparseGPT 2:4 through ``recipe_spec.oneshot``, then GPTQ W4A16 (int4 group
-    128, Keras int4 sub-channel); the saved preset reloads and computes the same logits."""
+    128, actorder static as llm-compressor resolves it; Keras int4 sub-channel); the saved model reloads and computes the same hidden states."""
     name = "10_staged_sparse24_gptq_w4a16"
     model = keras_hub.models.LlamaCausalLM.from_preset(str(_folder(tmp_path, name)), preprocessor=None)
     sparsity = _case(name)["recipe_yaml"].split("quantization_stage:")[0]
@@ -358,7 +363,7 @@ def test_sparse_gptq_w4a16_on_a_keras_hub_llama_lands_on_llm_compressors_grid_po
                         shuffle_calibration_samples=False, batch_size=1)
     host = _host(model)
     args = preset_weights("W4A16")
-    _gptq(host, name, args, block_size=128, dampening=0.01)
+    _gptq(host, name, args, block_size=128, dampening=0.01, actorder="static")  # the resolved recipe's
     rows = host.finish()
     assert len(rows) == 14 and {r.mode for r in rows} == {"int4/128"} and {r.scheme for r in rows} == {"W4A16"}
     agreement = _same_grid_points(host, name, args)
@@ -367,6 +372,6 @@ def test_sparse_gptq_w4a16_on_a_keras_hub_llama_lands_on_llm_compressors_grid_po
     ids = {"token_ids": np.asarray([_samples(name)[0]["input_ids"][:20]], "int32"), "padding_mask": np.ones((1, 20), "int32")}
     before = _np(model.backbone(ids))
     host.save(str(tmp_path / "out"), "")
-    loaded = keras_hub.models.Backbone.from_preset(str(tmp_path / "out"))
+    loaded = keras.saving.load_model(tmp_path / "out" / "model.keras").backbone
     assert loaded.transformer_layers[0]._self_attention_layer._query_dense.quantization_mode == "int4"
     np.testing.assert_array_equal(_np(loaded(ids)), before)

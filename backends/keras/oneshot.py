@@ -32,7 +32,9 @@ whose inputs are named ``token_ids``/``padding_mask`` (keras-hub) gets them unde
 names, in each input's dtype.
 
 **Quantized weights**: ``set_quantized`` / ``finish`` (:mod:`.quantized_host`); ``save``
-first turns the recorded layers into Keras's own quantized layers.
+first turns the recorded layers into Keras's own quantized layers, and then writes
+``model.keras`` (``keras.saving.load_model`` restores them) even for a keras-hub model, whose
+preset loader (keras-hub 0.32) rebuilds quantized layers as float ones.
 """
 
 from __future__ import annotations
@@ -352,7 +354,7 @@ class KerasCalibrationHost(QuantizedWeights):
         os.makedirs(output_dir, exist_ok=True)
         before = set(os.listdir(output_dir))
         save = getattr(self.model, "save_to_preset", None)
-        if callable(save):
+        if callable(save) and not self.quantized:  # keras-hub 0.32's from_preset drops quantized layers' policies
             save(output_dir)
         else:
             self.model.save(os.path.join(output_dir, "model.keras"))

@@ -43,9 +43,10 @@ static or asymmetric integer activations; layers other than a plain ``Dense``/``
 first (Keras's int4 reshapes such a kernel wrongly).
 
 **keras-hub.** A keras-hub backbone saves its layers' dtype policies (``DTypePolicyMap``) and
-not their quantization configs, so a weight-only ``int8`` layer comes back from a preset or
-``.keras`` file with Keras's default per-token activation quantizer: the host refuses to save
-such a model (:func:`saved_config_is_lost`).
+not their quantization configs, so a weight-only ``int8`` layer comes back from a ``.keras``
+file with Keras's default per-token activation quantizer: the host refuses to save such a model
+(:func:`saved_config_is_lost`). keras-hub 0.32's ``from_preset`` rebuilds quantized layers as
+float ones (even after Keras's own ``model.quantize``), so the host saves ``model.keras``.
 """
 
 from __future__ import annotations

@@ -29,11 +29,12 @@ class QuantizedWeights:
     model: Any
     _linear: dict[str, Any]
 
+    quantized: list[QuantizedLayer]
+
     def _quantized_state(self) -> dict[str, dict[str, Any]]:
         if not hasattr(self, "_pending"):
             self._pending: dict[str, dict[str, Any]] = {}
-            #: One line per layer turned into Keras's quantized layer by :meth:`finish`.
-            self.quantized: list[QuantizedLayer] = []
+            self.quantized = []  # one line per layer turned into Keras's quantized layer
         return self._pending
 
     def set_quantized(self, name: str, weight: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None,
