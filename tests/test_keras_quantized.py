@@ -27,7 +27,11 @@ from recipe_spec.one_shot.calibration import prepare  # noqa: E402
 from recipe_spec.pruning.second_order.gptq import gptq_quantize  # noqa: E402
 from recipe_spec.pruning.second_order.hessian import GPTQHessianStats  # noqa: E402
 from recipe_spec.quantization import QuantArgs, minmax_qparams  # noqa: E402
-from recipe_spec.quantization.activations import PRESET_ACTIVATIONS, ActivationArgs, preset_activations  # noqa: E402
+from recipe_spec.quantization.activations import (  # noqa: E402
+    PRESET_ACTIVATIONS,
+    ActivationArgs,
+    preset_activations,
+)
 from recipe_spec.quantization.args import preset_weights  # noqa: E402
 from recipe_spec.quantization.grid import dequantize, quantize  # noqa: E402
 
@@ -246,7 +250,7 @@ def test_the_host_calibrates_on_dequantized_weights_and_converts_at_finish(tmp_p
     args = QuantArgs(4, "int", True, "group", 16)
     w = host.weight("up")
     scale, zero, q, deq = _grid(w, args)
-    host.set_quantized("up", w, scale, zero, args)
+    host.record_quantized("up", w, scale, zero, args)
     assert model.get_layer("up").quantization_mode is None  # calibration runs in float ...
     np.testing.assert_array_equal(host.weight("up"), deq)  # ... on the weight's grid
     rows = host.finish()
@@ -255,6 +259,38 @@ def test_the_host_calibrates_on_dequantized_weights_and_converts_at_finish(tmp_p
     assert model.get_layer("up").quantization_mode == "int4"
     written = host.save(str(tmp_path / "out"), "recipe: {}\n")
     assert any(p.endswith("model.keras") for p in written)
+
+
+def test_the_protocols_attach_and_set_quantized_take_a_resolved_compressed_tensors_config() -> None:
+    """The mapping a QuantizationModifier resolves to (compressed-tensors' field names);
+    round to nearest hands a weight of None: the float weight stays until finish()."""
+    from recipe_spec_keras.quantized import QuantizationRefused
+
+    w4a16 = {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "symmetric": True, "group_size": 16,
+                                                "strategy": "group", "dynamic": False, "actorder": None},
+             "input_activations": None, "output_activations": None}
+    model = _model()
+    host = _host(model)
+    host.attach_quantization({"config_groups": {"group_0": w4a16}, "ignore": ["q"]})
+    assert sorted(host._schemes) == ["down", "o", "up"]
+    w = host.weight("down")
+    args = QuantArgs(4, "int", True, "group", 16)
+    scale, zero, q, deq = _grid(w, args)
+    host.set_quantized("down", None, {"weight_scale": scale, "weight_zero_point": zero})
+    np.testing.assert_array_equal(host.weight("down"), w)  # round to nearest: float until the end
+    (row,) = host.finish()
+    assert row.name == "down" and row.mode == "int4/16" and row.scheme == "int4 group 16 symmetric weights, float activations"
+    np.testing.assert_array_equal(_unpack_nibbles(_np(model.get_layer("down")._kernel), 32), q.T)
+    with pytest.raises(ValueError, match="no quantization scheme"):
+        host.set_quantized("q", None, {"weight_scale": scale, "weight_zero_point": zero})
+    fp8_dynamic = {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+                   "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True}}
+    other = _model()
+    before = [_np(v).copy() for v in other.weights]
+    with pytest.raises(NotImplementedError, match="q: Keras .* FP8_DYNAMIC"):
+        _host(other).attach_quantization({"config_groups": {"group_0": fp8_dynamic}})
+    assert all(np.array_equal(_np(v), b) for v, b in zip(other.weights, before, strict=True))
+    assert issubclass(QuantizationRefused, ValueError)
 
 
 # -- GPTQ on a keras-hub Llama: llm-compressor's grid points -------------------------------------
@@ -289,7 +325,7 @@ def _gptq(host: object, name: str, args: QuantArgs, block_size: int, dampening: 
             for n in names:
                 r = gptq_quantize(NUMPY_OPS, host.weight(n), stats[n].hessian, args=args, block_size=block_size,
                                   dampening_frac=dampening, actorder=actorder)
-                host.set_quantized(n, r.weight, r.scale, r.zero_point, args, r.g_idx)
+                host.record_quantized(n, r.weight, r.scale, r.zero_point, args, r.g_idx)
             if k + 1 < len(blocks):
                 inputs = host.run_block(block, inputs, {}, propagate=True)
 
@@ -297,9 +333,8 @@ def _gptq(host: object, name: str, args: QuantArgs, block_size: int, dampening: 
 def _same_grid_points(host: object, name: str, args: QuantArgs) -> dict[str, float]:
     """Per layer, the fraction of weights whose integer (read from the Keras layer) is
     llm-compressor's (its final weight over its scale)."""
-    from safetensors.numpy import load_file
-
     from recipe_spec_keras.quantized import keras_weight
+    from safetensors.numpy import load_file
 
     final = load_file(str(CASES / name / "final.safetensors"))
     out = {}

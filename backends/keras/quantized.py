@@ -70,8 +70,9 @@ __all__ = ["KerasMode", "QuantizationRefused", "QuantizedLayer", "keras_mode", "
            "check_quantizable", "on_grid", "group_index"]
 
 
-class QuantizationRefused(ValueError):
-    """A scheme Keras has no faithful quantized layer for, or a layer it cannot quantize."""
+class QuantizationRefused(NotImplementedError, ValueError):
+    """A scheme Keras has no faithful quantized layer for, or a layer it cannot quantize (what
+    the calibration-host protocol's ``attach_quantization`` raises: ``NotImplementedError``)."""
 
 
 @dataclass(frozen=True)
