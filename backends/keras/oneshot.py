@@ -30,6 +30,11 @@ a block's output takes the hidden states' place for the next block.
 **Inputs.** Samples carry ``input_ids`` and ``attention_mask`` (llm-compressor's); a model
 whose inputs are named ``token_ids``/``padding_mask`` (keras-hub) gets them under those
 names, in each input's dtype.
+
+**Quantized weights**: ``set_quantized`` / ``finish`` (:mod:`.quantized_host`); ``save``
+first turns the recorded layers into Keras's own quantized layers, and then writes
+``model.keras`` (``keras.saving.load_model`` restores them) even for a keras-hub model, whose
+preset loader (keras-hub 0.32) rebuilds quantized layers as float ones.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from .hub import hf_names
 from .layout import LinearAxes, linear_axes
 from .params import numpy_value
 from .quantization import layer_paths
+from .quantized_host import QuantizedWeights
 
 __all__ = ["KerasCalibrationHost"]
 
@@ -146,7 +152,7 @@ def _wrapped(layer: Any, make: Any) -> Iterator[None]:
             object.__setattr__(layer, "call", previous)
 
 
-class KerasCalibrationHost:
+class KerasCalibrationHost(QuantizedWeights):
     """A Keras 3 model held for one-shot compression (see the module docstring)."""
 
     ops = NUMPY_OPS
@@ -343,10 +349,12 @@ class KerasCalibrationHost:
         self._linear[name].set_weight(value)
 
     def save(self, output_dir: str, recipe_text: str) -> list[str]:
+        self.finish()
+        self.check_saveable()
         os.makedirs(output_dir, exist_ok=True)
         before = set(os.listdir(output_dir))
         save = getattr(self.model, "save_to_preset", None)
-        if callable(save):
+        if callable(save) and not self.quantized:  # keras-hub 0.32's from_preset drops quantized layers' policies
             save(output_dir)
         else:
             self.model.save(os.path.join(output_dir, "model.keras"))

@@ -1,0 +1,152 @@
+"""The Keras calibration host's quantized weights (:class:`QuantizedWeights`, a base of
+:class:`~.oneshot.KerasCalibrationHost`): what a one-shot quantization modifier records during
+calibration, and Keras's own quantized layers made from it at the end (:mod:`.quantized`).
+
+The calibration-host protocol's part (:mod:`recipe_spec.one_shot.host`):
+:meth:`~QuantizedWeights.attach_quantization` reads a resolved compressed-tensors
+``QuantizationConfig`` mapping (``config_groups`` with ``targets``, ``weights``,
+``input_activations``; ``ignore``), gives each targeted layer its scheme and refuses, before any
+weight changes, a scheme Keras has no layer for (:class:`~.quantized.QuantizationRefused`);
+:meth:`~QuantizedWeights.set_quantized` takes a weight and its qparams under compressed-tensors'
+names (``weight_scale``, ``weight_zero_point``, ``weight_g_idx``, ``input_scale``).
+
+Calibration must see each quantized weight as the float values it stands for, with the layer's
+inputs in float: a later block is calibrated on the outputs of the quantized earlier ones, as
+llm-compressor does. So a GPTQ weight (on its grid) is written into the float kernel, a weight
+of None (round to nearest: llm-compressor keeps the float weight until it saves) leaves it, and
+:meth:`~QuantizedWeights.finish` (called before saving) turns each layer into Keras's quantized
+layer holding the integers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from recipe_spec.quantization.activations import ActivationArgs
+from recipe_spec.quantization.args import QuantArgs
+
+from .quantized import (
+    QuantizationRefused,
+    QuantizedLayer,
+    check_quantizable,
+    on_grid,
+    quantize_layer,
+    saved_config_is_lost,
+)
+
+__all__ = ["QuantizedWeights"]
+
+
+class QuantizedWeights:
+    """Quantized weights recorded on a calibration host with ``model`` and ``_linear``
+    (module name -> its ``(out, in)`` view)."""
+
+    model: Any
+    _linear: dict[str, Any]
+
+    quantized: list[QuantizedLayer]
+
+    def _quantized_state(self) -> dict[str, dict[str, Any]]:
+        if not hasattr(self, "_pending"):
+            self._pending: dict[str, dict[str, Any]] = {}
+            self._schemes: dict[str, tuple[QuantArgs, ActivationArgs | None]] = {}
+            self.quantized = []  # one line per layer turned into Keras's quantized layer
+        return self._pending
+
+    def attach_quantization(self, config: Mapping[str, Any]) -> None:
+        """Give every Linear layer a group of ``config`` targets (and ``ignore`` does not name)
+        its scheme; :class:`~.quantized.QuantizationRefused` naming the first layer whose
+        scheme Keras cannot hold, before any weight changes."""
+        from recipe_spec.one_shot.modifiers import matches
+
+        self._quantized_state()
+        ignore = list(config.get("ignore") or [])
+        for info in self.modules():  # type: ignore[attr-defined]
+            if not info.prunable or any(matches(t, info.name, info.classes) for t in ignore):
+                continue
+            for group in (config.get("config_groups") or {}).values():
+                if any(matches(t, info.name, info.classes) for t in group.get("targets") or []):
+                    weights = group.get("weights")
+                    if weights is None:
+                        break
+                    args = QuantArgs.from_config({k: v for k, v in weights.items() if v is not None})
+                    acts = ActivationArgs.from_config(group.get("input_activations"))
+                    self._refuse_reverse(info.name)
+                    check_quantizable(self._linear[info.name].layer, args, acts, name=info.name,
+                                      need_input_scale=False)
+                    self._schemes[info.name] = (args, acts)
+                    break
+
+    def set_quantized(self, name: str, weight: Any, qparams: Mapping[str, Any]) -> None:
+        """Record module ``name`` as quantized (the protocol's form): ``weight`` ``(out, in)`` on
+        its grid, or None to keep the float weight; ``qparams`` under compressed-tensors' names
+        and shapes. The scheme is the one :meth:`attach_quantization` gave the layer."""
+        if name not in self._quantized_state() and name not in self._schemes:
+            raise ValueError(f"{name} has no quantization scheme: attach_quantization() did not select it")
+        args, acts = self._schemes[name]
+        scale = np.asarray(qparams["weight_scale"], dtype=np.float32)
+        zero = qparams.get("weight_zero_point")
+        g_idx = qparams.get("weight_g_idx")
+        input_scale = qparams.get("input_scale")
+        self.record_quantized(name, self.weight(name) if weight is None else weight,  # type: ignore[attr-defined]
+                              scale, None if zero is None else np.asarray(zero, dtype=np.float32), args,
+                              None if g_idx is None else [int(g) for g in np.asarray(g_idx).reshape(-1)],
+                              activations=acts, write=weight is not None,
+                              input_scale=None if input_scale is None else float(np.asarray(input_scale).reshape(-1)[0]))
+
+    def _refuse_reverse(self, name: str) -> None:
+        if self._linear[name].reverse:
+            raise QuantizationRefused(f"{name}: the reverse embeddings of a ReversibleEmbedding have no quantized "
+                                      "Keras layer of their own (Keras would quantize the embedding table too); "
+                                      "leave it out of the targets (ignore: [lm_head])")
+
+    def record_quantized(self, name: str, weight: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None,
+                         args: Any, g_idx: Sequence[int] | None = None, *, activations: Any = None,
+                         input_scale: float | None = None, write: bool = True) -> None:
+        """Record module ``name``'s weight on the grid of ``scale`` / ``zero_point`` (``args``:
+        :class:`~recipe_spec.quantization.QuantArgs`; ``g_idx``: each input column's group;
+        ``activations``: the scheme's
+        :class:`~recipe_spec.quantization.activations.ActivationArgs`, None for weight-only;
+        ``input_scale``: a static FP8 input scale) and, with ``write``, write it dequantized, so
+        that calibration sees float weights; :meth:`finish` makes the Keras layer. A scheme
+        Keras cannot hold is refused here (:class:`~.quantized.QuantizationRefused`), before
+        anything changes."""
+        pending = self._quantized_state()
+        lin = self._linear[name]
+        self._refuse_reverse(name)
+        check_quantizable(lin.layer, args, activations, name=name, need_input_scale=False)
+        first = pending.get(name, {}).get("reference")
+        pending[name] = dict(weight=on_grid(weight, scale, zero_point, args, g_idx), scale=scale,
+                             zero_point=zero_point, args=args, g_idx=g_idx, activations=activations,
+                             input_scale=input_scale, reference=first if first is not None else lin.weight())
+        if write:
+            lin.set_weight(pending[name]["weight"])
+
+    def finish(self) -> list[QuantizedLayer]:
+        """Turn every layer recorded by :meth:`set_quantized` into Keras's quantized layer
+        (:func:`~.quantized.quantize_layer`); the report lines so far, also kept in
+        ``quantized``. Calling it again converts only what was recorded since."""
+        pending = self._quantized_state()
+        for name, p in list(pending.items()):
+            self.quantized.append(quantize_layer(self._linear[name].layer, p["weight"], p["scale"], p["zero_point"],
+                                                 p["args"], activations=p["activations"],
+                                                 input_scale=p["input_scale"], g_idx=p["g_idx"], name=name,
+                                                 reference=p["reference"]))
+            del pending[name]
+        for attr in ("train_function", "test_function", "predict_function"):
+            if getattr(self.model, attr, None) is not None:
+                setattr(self.model, attr, None)  # traced with the float layers
+        return list(self.quantized)
+
+    def check_saveable(self) -> None:
+        """Refuse to save a keras-hub model holding weight-only int8 layers
+        (:func:`~.quantized.saved_config_is_lost`)."""
+        lost = saved_config_is_lost(self.model)
+        if lost:
+            raise QuantizationRefused(f"{', '.join(lost)}: weight-only int8 layers of a keras-hub model come back "
+                                      "from a saved preset or .keras file quantizing their inputs (keras-hub saves "
+                                      "their dtype policy, not their quantization config); save with W8A8 or an "
+                                      "int4 scheme, or use the model in memory")
