@@ -24,6 +24,7 @@ from .commands import (
     schema_command,
     validate_command,
 )
+from .commands_convert import add_convert_parser
 from .commands_fix import add_fix_parser
 from .commands_oneshot import lint_command as oneshot_lint_command
 from .commands_oneshot import oneshot_command
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report_options(v)
     v.set_defaults(run=validate_command)
     add_fix_parser(sub)
+    add_convert_parser(sub)
     sc = sub.add_parser(
         "schema",
         help="print the JSON Schema of a modifier, or the combined schema for editors",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,10 +96,12 @@ def _fixes(text: str, path: str, compat: Any) -> list[Fix]:
     return stage_fixes(t, recipe, compat) if recipe.dialect == "core" else tagged_fixes(t, recipe)
 
 
-def fix_text(text: str, path: str = "<string>", compat: Any = None, unsafe: bool = False) -> FileFix:
+def fix_text(text: str, path: str = "<string>", compat: Any = None,
+             unsafe: bool | Callable[[Fix], bool] = False) -> FileFix:
     """Fix ``text`` (the contents of ``path``, ``\\n`` line ends). ``compat``: the
     :class:`~recipe_spec.core_dialect.Compat` whose rules apply (stage/group recipes; None:
-    every release); ``unsafe``: also make the unsafe fixes.
+    every release); ``unsafe``: also make the unsafe fixes (all of them, or those for which
+    it answers True).
 
     >>> r = fix_text("s_stage:\\n  m_modifiers:\\n    GPTQModifier:\\n      scheme: W4A16\\n"
     ...              "      percdamp: 0.01  # as in the paper\\n", "r.yaml")
@@ -118,9 +120,10 @@ def fix_text(text: str, path: str = "<string>", compat: Any = None, unsafe: bool
     current = text
     for _ in range(MAX_PASSES):
         found = _fixes(current, path, compat)
-        result.unsafe = [f for f in found if not f.safe and not unsafe]
+        take = [f for f in found if f.safe or (unsafe(f) if callable(unsafe) else unsafe)]
+        result.unsafe = [f for f in found if f not in take]
         t = Text(current)
-        wanted = t.without_overlaps([f for f in found if f.safe or unsafe])
+        wanted = t.without_overlaps(take)
         accepted, after = _checked(t, wanted, path, compat, baseline)
         result.withheld = [f for f in wanted if f not in accepted]
         if not accepted:

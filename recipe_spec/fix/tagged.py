@@ -21,16 +21,23 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..modifiers import all_specs
-from ..modifiers.spec import ModifierSpec
+from ..modifiers.spec import Arg, ModifierSpec
 from ..recipe.model import Modifier, Recipe
 from ..text.nodes import Document
 from .edits import Edit, Fix, FixNotPossible, Text, delete_entry, entry_lines, rename_key
 from .names import choose
 
-__all__ = ["tagged_fixes", "OLD_NAMES"]
+__all__ = ["tagged_fixes", "OLD_NAMES", "has_no_effect"]
 
 #: Deprecated argument -> the name it was renamed to (same meaning).
 OLD_NAMES = {"available_gpus": "available_devices"}
+
+
+def has_no_effect(arg: Arg, value: Any) -> bool:
+    """Whether deleting a deprecated argument is exact: SparseML ignored it (``log_types``) or
+    it holds the only value still accepted, its default (``phased: false``)."""
+    return arg.deprecated and (arg.description.startswith("Ignored.") or (
+        "default" in arg.schema and type(value) is type(arg.default) and value == arg.default))
 
 
 def _fix(m: Modifier, key: str, code: str, title: str, safe: bool, *edits: Edit) -> Fix:
@@ -63,8 +70,7 @@ def _deprecated_fix(t: Text, m: Modifier, spec: ModifierSpec, key: str) -> Itera
     elif key == "mfac_options":
         yield _fix(m, key, "M007", "write mfac_options as the flat arguments it groups", True,
                    _flatten(t, doc, m, path))
-    elif arg.description.startswith("Ignored.") or (
-            "default" in arg.schema and type(value) is type(arg.default) and value == arg.default):
+    elif has_no_effect(arg, value):
         yield _fix(m, key, "M007", f"delete {key} (it has no effect)", True,
                    delete_entry(t, doc, path))
 
