@@ -31,6 +31,7 @@ from ..fix.engine import finding_key, fix_text
 from ..fix.stage import DROP_UNSAFE
 from ..loader import check
 from ..recipe.model import Modifier, Recipe
+from ..text.frozen import thaw
 from ..text.source import Source, from_text
 from ..validation import validate
 from .result import Note, Refusal
@@ -59,9 +60,9 @@ def _moved(recipe: Recipe, compat: Compat) -> list[Note]:
         declared = variant_in(m.type, compat.pair)
         for key in m.raw_args:
             if (m.type, key) in DROP_UNSAFE and (declared is None or key not in declared.args_in(compat.pair)):
-                value = m.args[key]
-                notes.append(Note(m.key_span(key).line, f"{m.type}'s {key} is not part of a "
-                                  f"{compat.label} recipe: pass {key}={value!r} to oneshot()"))
+                value = thaw(m.args[key])
+                notes.append(Note(m.key_span(key).line, f"{m.type}'s {key} moved out of the "
+                                  f"recipe in {compat.label}: pass {key}={value!r} to oneshot()"))
     return notes
 
 
@@ -142,8 +143,7 @@ def across_releases(text: str, path: str, compat: Compat) -> tuple[str, list[Not
         return text, [], [Refusal(1, 1, "the recipe does not load", "Run recipe-spec validate.")]
     notes = _moved(recipe, compat)
     fixed = fix_text(text, path, compat, unsafe=lambda f: f.title in MOVES)
-    notes += [Note(f.line, f"{f.title} ({compat.label})") for f in fixed.applied
-              if f.title not in MOVES]
+    notes += [Note(f.line, f.title) for f in fixed.applied if f.title not in MOVES]
     out, split_notes, refused = _split_awq(fixed.fixed, path, compat)
     notes += split_notes
     if refused:

@@ -147,11 +147,27 @@ def replace_value(t: Text, doc: Document, path: Path, text: str) -> Edit:
     return Edit((s.line, s.column), (s.end_line, s.end_column), text)
 
 
+#: The last document indexed by :func:`_subtree`: (its locations, path -> paths under it).
+_INDEX: list[Any] = [None, {}]
+
+
+def _subtree(doc: Document, path: Path) -> list[Path]:
+    """Every recorded path at or under ``path`` (an index of the document's paths is built
+    once per document, so that finding an entry's end does not scan the whole file)."""
+    if _INDEX[0] is not doc.locs:
+        index: dict[Path, list[Path]] = {}
+        for p in list(doc.locs):
+            for i in range(len(p) + 1):
+                index.setdefault(p[:i], []).append(p)
+        _INDEX[0], _INDEX[1] = doc.locs, index
+    return _INDEX[1].get(tuple(path), [])
+
+
 def _last_content(t: Text, doc: Document, path: Path) -> tuple[int, int]:
     """Where the entry at ``path`` ends: the end of its last scalar or flow collection (a
     block collection's own end is where the next token starts, past comments)."""
     path = tuple(path)
-    under = [(p, loc) for p, loc in doc.locs.items() if p[:len(path)] == path]
+    under = [(p, doc.locs[p]) for p in _subtree(doc, path)]
     ends = []
     for p, loc in under:
         s = loc.span
