@@ -6,15 +6,14 @@
   modifier``), read as ``source`` (``--from``, None: as the backends read it) says;
 - a stage/group recipe to another release (:mod:`.releases`; ``--to llmcompressor==0.13``).
 
-A dialect conversion is written twice if need be: first *as written* (variables,
-``eval(...)``, anchors and every value's text kept), then, when the target release does not
-read that the same way (llm-compressor passes ``eval(...)`` through as text) or it does not
-load back exactly, *evaluated* (every value as computed). The text kept is the one the
-validator finds least to say about. Before anything is returned it is loaded again and
-checked: the same modifiers with the same evaluated arguments as planned, every one run by
-the backends as the same ``!Modifier`` twin as the source (the twins compared argument by
-argument), and no error from ``recipe-spec validate`` for the target. A conversion that
-fails this is refused, never emitted.
+A dialect conversion is written in the first of three ways (:data:`.text.MODES`) that the
+validator finds least to say about: *written* (variables, ``eval(...)``, anchors and the text
+of every value kept), *values* (expressions replaced by their values: llm-compressor passes
+``eval(...)`` through as text), *dumped* (every value written anew). Before anything is
+returned it is loaded again and checked: the same modifiers with the same evaluated
+arguments as planned, every one run by the backends as the same ``!Modifier`` twin as the
+source (the twins compared argument by argument), and no error from ``recipe-spec validate``
+for the target. A conversion that fails this is refused, never emitted.
 """
 
 from __future__ import annotations
@@ -32,8 +31,8 @@ from ..text.frozen import freeze
 from ..text.source import from_text
 from ..validation import validate, validate_recipe
 from .releases import across_releases, source_of
-from .result import Conversion, Refusal, Target
-from .text import Lines, Text
+from .result import Conversion, Note, Refusal, Target
+from .text import MODES, Lines, Text
 from .to_modifier import ModifierPlan, plan_modifiers, write_modifiers
 from .to_stage import StagePlan, plan_stage, write_stage
 from .twins import same_args
@@ -92,9 +91,9 @@ def _dialect(result: Conversion, recipe: Recipe, text: str,
     t = Text(text)
     best: tuple[int, bool, Lines, list[Diagnostic]] | None = None
     failures: list[Refusal] = []
-    for evaluated in (False, True):
-        lines = (write_stage(recipe, t, plan, evaluated) if isinstance(plan, StagePlan)
-                 else write_modifiers(recipe, t, plan, evaluated))
+    for mode in MODES:
+        lines = (write_stage(recipe, t, plan, mode) if isinstance(plan, StagePlan)
+                 else write_modifiers(recipe, t, plan, mode))
         out = lines.text()
         refused = _checked(out, result.path, plan, compat if to_stage else source, lines)
         if refused:
@@ -108,7 +107,7 @@ def _dialect(result: Conversion, recipe: Recipe, text: str,
                         for d in errors]
             continue
         if best is None or len(findings) < best[0]:
-            best = (len(findings), evaluated, lines, findings)
+            best = (len(findings), mode != "written", lines, findings)
         if not findings:
             break
     if best is None:
@@ -116,6 +115,10 @@ def _dialect(result: Conversion, recipe: Recipe, text: str,
         return
     _, result.evaluated, lines, result.findings = best
     result.text = lines.text()
+    if result.evaluated and recipe.raw_variables:
+        names = ", ".join(map(str, recipe.raw_variables))
+        result.notes.append(Note(1, f"variables written as their values ({names}): "
+                                    f"{result.target.label} would not read them the same way"))
 
 
 def _yaml_name(path: str) -> str:

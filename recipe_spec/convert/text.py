@@ -25,16 +25,17 @@ misread.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..fix.edits import FixNotPossible, Text, entry_lines
 from ..recipe.model import Recipe
 from ..recipe.serialize import dump_value
-from ..text.frozen import thaw
+from ..text.frozen import freeze, thaw
 from ..text.nodes import Document
 
 __all__ = ["Lines", "entry_lines_of", "comments_above", "trailing_comment", "value_lines",
-           "copy_variables", "Text"]
+           "copy_variables", "header_lines", "argument_lines", "MODES", "Text"]
 
 Path = tuple[Any, ...]
 
@@ -130,8 +131,24 @@ def value_lines(key: str, value: Any, indent: int, comment: str = "") -> list[st
     return [" " * indent + f"{key}: {text}{comment}"]
 
 
-def copy_variables(recipe: Recipe, t: Text, out: Lines) -> None:
-    """The top-level variables as written, with the comments above them."""
+def header_lines(t: Text, doc: Document | None) -> tuple[list[str], int]:
+    """The comment lines at the top of the YAML, before its first key (blank lines between
+    them kept), and the line before that first key."""
+    if doc is None or () not in doc.locs:
+        return [], 0
+    first = doc.locs[()].span.line
+    lines = [t.line(n).rstrip() for n in range(doc.line_offset + 1, first)]
+    lines = [line if _is_comment(line) else "" for line in lines]
+    while lines and not lines[0]:
+        lines.pop(0)
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines, first - 1
+
+
+def copy_variables(recipe: Recipe, t: Text, out: Lines, header_end: int) -> None:
+    """The top-level variables as written, with the comments above them (below the
+    header, which ends at line ``header_end``)."""
     doc = recipe.document
     if doc is None or not recipe.raw_variables:
         return
@@ -141,5 +158,35 @@ def copy_variables(recipe: Recipe, t: Text, out: Lines) -> None:
         if loc is None or loc.key_span is None or copied is None:
             out.extend(value_lines(str(key), thaw(recipe.raw_variables[key]), 0))
             continue
-        out.extend(comments_above(t, loc.key_span.line, 0))
+        out.extend(comments_above(t, loc.key_span.line, 0, header_end))
         out.extend(copied)
+    out.add("")
+
+
+#: How a converted recipe writes values: ``written`` (the text of every value kept, with
+#: variables and expressions), ``values`` (the text of literal values kept, expressions
+#: replaced by their values, no variables), ``dumped`` (every value written anew).
+MODES = ("written", "values", "dumped")
+
+_ALIAS = re.compile(r"(?:^|[\s,\[{:])[*&][\w-]")
+
+
+def argument_lines(t: Text, doc: Document | None, path: Path, key: str, indent: int, *,
+                   raw: Any, value: Any, mode: str) -> list[str]:
+    """The argument at ``path`` as ``key: ...`` at ``indent``, with the comments above it:
+    its text where ``mode`` keeps it (``raw`` is what it says, ``value`` what it means),
+    else ``raw`` (``written``) or ``value`` written anew."""
+    loc = doc.locs.get(tuple(path)) if doc is not None else None
+    above = comments_above(t, loc.key_span.line, indent) if loc is not None and loc.key_span else []
+    copied = None
+    if doc is not None and mode != "dumped":
+        copied = entry_lines_of(t, doc, path, key, indent)
+        if copied is not None and mode == "values" and (
+                freeze(raw) != freeze(value) or any(_ALIAS.search(line.split("#")[0]) for line in copied)):
+            copied = None
+    if copied is None:
+        comment = ""
+        if loc is not None and loc.span.line == loc.span.end_line:
+            comment = trailing_comment(t, loc.span.line, loc.span.end_column)
+        copied = value_lines(key, thaw(raw if mode == "written" else value), indent, comment)
+    return above + copied

@@ -24,8 +24,8 @@ from ..modifiers import spec as modifier_spec
 from ..recipe.model import Modifier, Recipe
 from ..text.frozen import freeze, thaw
 from .result import Refusal
-from .text import (Lines, Text, comments_above, copy_variables, entry_lines_of, trailing_comment,
-                   value_lines)
+from .text import (Lines, Text, argument_lines, comments_above, copy_variables, header_lines,
+                   trailing_comment, value_lines)
 from .twins import CORE_KEYS, same_args
 
 __all__ = ["ModifierPlan", "plan_modifiers", "write_modifiers"]
@@ -64,11 +64,14 @@ def _same(twin: str, key: str, a: Any, b: Any) -> bool:
     return not same_args(declared, {key: a}, {key: b})
 
 
-def write_modifiers(recipe: Recipe, t: Text, plan: ModifierPlan, evaluated: bool) -> Lines:
-    """The ``!Modifier`` text of ``plan``, as written or ``evaluated``."""
+def write_modifiers(recipe: Recipe, t: Text, plan: ModifierPlan, mode: str) -> Lines:
+    """The ``!Modifier`` text of ``plan``, its values written as ``mode`` says
+    (:data:`.text.MODES`)."""
     out = Lines()
-    if not evaluated:
-        copy_variables(recipe, t, out)
+    header, header_end = header_lines(t, recipe.document)
+    out.extend(header)
+    if mode == "written":
+        copy_variables(recipe, t, out, header_end)
     group = None
     for m, tr in plan.pairs:
         at = (m.span.line, m.span.column)
@@ -76,16 +79,15 @@ def write_modifiers(recipe: Recipe, t: Text, plan: ModifierPlan, evaluated: bool
             group = m.group
             loc = m.document.locs.get(m.path[:-1]) if m.document is not None else None
             if loc is not None and loc.key_span is not None:
-                out.extend(comments_above(t, loc.key_span.line, 0), at)
+                out.extend(comments_above(t, loc.key_span.line, 0, header_end), at)
             out.add(f"{group}:", at)
-        out.extend(comments_above(t, m.span.line, 2), at)
+        out.extend(comments_above(t, m.span.line, 2, header_end), at)
         out.add(f"  - !{tr.twin}" + trailing_comment(t, m.span.line, m.span.end_column + 1), at)
-        _arguments(t, m, tr, out, evaluated)
+        _arguments(t, m, tr, out, mode)
     return out
 
 
-def _arguments(t: Text, m: Modifier, tr: Translation, out: Lines, evaluated: bool) -> None:
-    doc = m.document
+def _arguments(t: Text, m: Modifier, tr: Translation, out: Lines, mode: str) -> None:
     written: set[str] = set()
     for key in m.raw_args:
         twin_key = CORE_KEYS.get(key, key)
@@ -93,21 +95,11 @@ def _arguments(t: Text, m: Modifier, tr: Translation, out: Lines, evaluated: boo
             continue  # index, group, and what the translation reads into other arguments
         written.add(twin_key)
         span = m.key_span(key)
-        at = (span.line, span.column)
-        loc = doc.locs.get((*m.args_path, key)) if doc is not None else None
-        if loc is not None and loc.key_span is not None:
-            out.extend(comments_above(t, loc.key_span.line, 4), at)
-        kept = _same(tr.twin, twin_key, tr.args[twin_key], m.args[key])
-        copied = None
-        if kept and not evaluated and doc is not None:
-            copied = entry_lines_of(t, doc, (*m.args_path, key), twin_key, 4)
-        if copied is None:
-            value = m.raw_args[key] if kept and not evaluated else tr.args[twin_key]
-            comment = ""
-            if loc is not None and loc.span.line == loc.span.end_line:
-                comment = trailing_comment(t, loc.span.line, loc.span.end_column)
-            copied = value_lines(twin_key, thaw(value), 4, comment)
-        out.extend(copied, at)
+        value = tr.args[twin_key]
+        kept = _same(tr.twin, twin_key, value, m.args[key])
+        out.extend(argument_lines(t, m.document, (*m.args_path, key), twin_key, 4,
+                                  raw=m.raw_args[key] if kept else value, value=value,
+                                  mode=mode if kept else "dumped"), (span.line, span.column))
     declared = modifier_spec(tr.twin)
     for twin_key, value in tr.args.items():
         if twin_key in written:

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core_dialect import Compat, core_variants
-from ..recipe.model import Modifier, Recipe
+from ..recipe.model import Recipe
 from ..text.frozen import thaw
 from .result import Note, Refusal
-from .text import (Lines, Text, comments_above, copy_variables, entry_lines_of, trailing_comment,
-                   value_lines)
+from .text import (Lines, Text, argument_lines, comments_above, copy_variables, header_lines,
+                   trailing_comment, value_lines)
 from .twins import NoTwin, StageTwin, stage_twin
 
 __all__ = ["StagePlan", "plan_stage", "write_stage", "STAGE_NAME"]
@@ -120,12 +120,14 @@ def _groups(twins: list[StageTwin]) -> list[str]:
     return out
 
 
-def write_stage(recipe: Recipe, t: Text, plan: StagePlan, evaluated: bool) -> Lines:
-    """The stage/group text of ``plan``: as written (variables, expressions and value text
-    kept) or ``evaluated`` (every value as computed, no variables)."""
+def write_stage(recipe: Recipe, t: Text, plan: StagePlan, mode: str) -> Lines:
+    """The stage/group text of ``plan``, its values written as ``mode`` says
+    (:data:`.text.MODES`)."""
     out = Lines()
-    if not evaluated:
-        copy_variables(recipe, t, out)
+    header, header_end = header_lines(t, recipe.document)
+    out.extend(header)
+    if mode == "written":
+        copy_variables(recipe, t, out, header_end)
     out.add(f"{STAGE_NAME}:")
     group, seen_groups = None, set()
     for tw, name in zip(plan.twins, plan.groups, strict=True):
@@ -137,33 +139,16 @@ def write_stage(recipe: Recipe, t: Text, plan: StagePlan, evaluated: bool) -> Li
                 seen_groups.add(source_group)
                 loc = m.document.locs.get(m.path[:-1])
                 if loc is not None and loc.key_span is not None:
-                    out.extend(comments_above(t, loc.key_span.line, 2))
+                    out.extend(comments_above(t, loc.key_span.line, 2, header_end))
             out.add(f"  {name}:")
         at = (m.span.line, m.span.column)
-        out.extend(comments_above(t, m.span.line, 4), at)
+        out.extend(comments_above(t, m.span.line, 4, header_end), at)
         out.add(f"    {tw.core_type}:" + trailing_comment(t, m.span.line, m.span.column + len(m.type) + 1), at)
-        _arguments(t, m, tw, out, evaluated)
+        for key, core_key in tw.renames.items():
+            span = m.key_span(key)
+            out.extend(argument_lines(t, m.document, (*m.args_path, key), core_key, 6,
+                                      raw=m.raw_args[key], value=m.args[key], mode=mode),
+                       (span.line, span.column))
+        for core_key, value in tw.added.items():
+            out.extend(value_lines(core_key, thaw(value), 6), at)
     return out
-
-
-def _arguments(t: Text, m: Modifier, tw: StageTwin, out: Lines, evaluated: bool) -> None:
-    doc = m.document
-    for key, core_key in tw.renames.items():
-        path = (*m.args_path, key)
-        loc = doc.locs.get(path) if doc is not None else None
-        span = m.key_span(key)
-        at = (span.line, span.column)
-        if loc is not None and loc.key_span is not None:
-            out.extend(comments_above(t, loc.key_span.line, 6), at)
-        copied = None
-        if not evaluated and doc is not None:
-            copied = entry_lines_of(t, doc, path, core_key, 6)
-        if copied is None:
-            value = m.args[key] if evaluated else m.raw_args[key]
-            comment = ""
-            if loc is not None and loc.span.line == loc.span.end_line:
-                comment = trailing_comment(t, loc.span.line, loc.span.end_column)
-            copied = value_lines(core_key, thaw(value), 6, comment)
-        out.extend(copied, at)
-    for core_key, value in tw.added.items():
-        out.extend(value_lines(core_key, thaw(value), 6), (m.span.line, m.span.column))
