@@ -94,7 +94,7 @@ def _on_tiny(text: str) -> tuple[str, int]:
         if "." in name and name not in names:
             names[name] = f"layers.{len(names)}"
         new = names.get(name, "LayerNorm")
-        text = re.sub(rf"(?m)^(\s*-\s*){re.escape(name)}\s*$", lambda m: m.group(1) + new, text)
+        text = re.sub(rf"(?m)^(\s*-\s*){re.escape(name)}\s*$", lambda m, new=new: m.group(1) + new, text)
     return text, len(names) + 2  # two layers no name selects
 
 

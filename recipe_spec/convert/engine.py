@@ -85,7 +85,7 @@ def _dialect(result: Conversion, recipe: Recipe, text: str,
         result.refusals = plan
         return
     to_stage = isinstance(plan, StagePlan)
-    if to_stage:
+    if isinstance(plan, StagePlan):
         result.notes = list(plan.notes)
     compat = result.target.compat
     t = Text(text)

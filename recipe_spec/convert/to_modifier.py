@@ -24,8 +24,16 @@ from ..modifiers import spec as modifier_spec
 from ..recipe.model import Modifier, Recipe
 from ..text.frozen import freeze, thaw
 from .result import Refusal
-from .text import (Lines, Text, argument_lines, comments_above, copy_variables, header_lines,
-                   trailing_comment, value_lines)
+from .text import (
+    Lines,
+    Text,
+    argument_lines,
+    comments_above,
+    copy_variables,
+    header_lines,
+    trailing_comment,
+    value_lines,
+)
 from .twins import CORE_KEYS, same_args
 
 __all__ = ["ModifierPlan", "plan_modifiers", "write_modifiers"]

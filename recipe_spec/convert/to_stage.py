@@ -23,8 +23,16 @@ from ..core_dialect import Compat, core_variants
 from ..recipe.model import Recipe
 from ..text.frozen import thaw
 from .result import Note, Refusal
-from .text import (Lines, Text, argument_lines, comments_above, copy_variables, header_lines,
-                   trailing_comment, value_lines)
+from .text import (
+    Lines,
+    Text,
+    argument_lines,
+    comments_above,
+    copy_variables,
+    header_lines,
+    trailing_comment,
+    value_lines,
+)
 from .twins import NoTwin, StageTwin, stage_twin
 
 __all__ = ["StagePlan", "plan_stage", "write_stage", "STAGE_NAME"]
@@ -103,7 +111,8 @@ def _groups(twins: list[StageTwin]) -> list[str]:
     else the category's; a new group where the current one has the modifier already."""
     out: list[str] = []
     used: set[str] = set()
-    current, stem, names = "", "", set()
+    current, stem = "", ""
+    names: set[str] = set()
     for tw in twins:
         source = tw.source.group
         want = source[:-len("_modifiers")] if source.endswith("_modifiers") else _category(tw.core_type)
