@@ -24,8 +24,7 @@ from .commands import (
     schema_command,
     validate_command,
 )
-from .commands_convert import add_convert_parser
-from .commands_fix import add_fix_parser
+from .commands_fix import add_convert_parser, add_fix_parser
 from .commands_oneshot import lint_command as oneshot_lint_command
 from .commands_oneshot import oneshot_command
 

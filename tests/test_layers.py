@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("one_shot",),
     ("manager",),
     ("create", "integrations", "docgen"),
-    ("cli", "commands", "commands_oneshot", "commands_fix", "commands_convert", "__init__", "__main__"),
+    ("cli", "commands", "commands_oneshot", "commands_fix", "__init__", "__main__"),
 )
 
 #: The one documented exception (docs/design.md): ``Recipe.plan/compile/to_yaml`` delegate to
