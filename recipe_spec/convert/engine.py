@@ -35,7 +35,7 @@ from .result import Conversion, Note, Refusal, Target
 from .text import MODES, Lines, Text
 from .to_modifier import ModifierPlan, plan_modifiers, write_modifiers
 from .to_stage import StagePlan, plan_stage, write_stage
-from .twins import same_args
+from .twins import differing_args
 
 __all__ = ["convert_text", "convert_file"]
 
@@ -63,10 +63,10 @@ def convert_text(text: str, path: str, target: Target, *, source: Compat | None 
                                        "Give --to stage or a release (--to sparseml==1.8).")]
             return result
         plan = plan_stage(recipe, target.compat, drop_epoch_range)
-        _dialect(result, recipe, text, plan)
+        _dialect(result, recipe, text, plan, overridden=bool(variables))
     elif target.dialect == "modifier":
         mplan = plan_modifiers(recipe, source)
-        _dialect(result, recipe, text, mplan, source)
+        _dialect(result, recipe, text, mplan, source, bool(variables))
     elif target.compat is None:
         result.refusals = [Refusal(1, 1, "the recipe is in the stage/group dialect already",
                                    "Give --to modifier, or a release (--to llmcompressor==0.13).")]
@@ -79,7 +79,8 @@ def convert_text(text: str, path: str, target: Target, *, source: Compat | None 
 
 
 def _dialect(result: Conversion, recipe: Recipe, text: str,
-             plan: StagePlan | ModifierPlan | list[Refusal], source: Compat | None = None) -> None:
+             plan: StagePlan | ModifierPlan | list[Refusal], source: Compat | None = None,
+             overridden: bool = False) -> None:
     """Write ``plan`` (as written, else evaluated), check it, fill ``result``."""
     if isinstance(plan, list):
         result.refusals = plan
@@ -117,8 +118,9 @@ def _dialect(result: Conversion, recipe: Recipe, text: str,
     result.text = lines.text()
     if result.evaluated and recipe.raw_variables:
         names = ", ".join(map(str, recipe.raw_variables))
-        result.notes.append(Note(1, f"variables written as their values ({names}): "
-                                    f"{result.target.label} would not read them the same way"))
+        why = ("--var changed them" if overridden else
+               f"{result.target.label} would not read them the same way")
+        result.notes.append(Note(1, f"variables written as their values ({names}): {why}"))
 
 
 def _yaml_name(path: str) -> str:
@@ -153,7 +155,7 @@ def _checked(out: str, path: str, plan: StagePlan | ModifierPlan, compat: Compat
         forward = declared.translate(m.args, compat)
         twin_spec = modifier_spec(forward.twin)
         source = {k: v for k, v in tw.source.args.items() if k not in tw.dropped}
-        if twin_spec is None or same_args(twin_spec, dict(forward.args), source):
+        if twin_spec is None or differing_args(twin_spec, dict(forward.args), source):
             return [Refusal(tw.source.span.line, tw.source.span.column,
                             f"{m.type} would not run as {tw.source.type} as written",
                             "Report this.")]
@@ -169,7 +171,7 @@ def _as_planned(converted: Recipe, plan: StagePlan | ModifierPlan) -> bool:
         if m.type != name:
             return False
         declared = modifier_spec(name) if isinstance(plan, ModifierPlan) else None
-        if declared is not None and same_args(declared, dict(m.args), args):
+        if declared is not None and differing_args(declared, dict(m.args), args):
             return False
         if declared is None and freeze(dict(m.args)) != freeze(args):
             return False

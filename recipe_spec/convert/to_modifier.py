@@ -34,7 +34,7 @@ from .text import (
     trailing_comment,
     value_lines,
 )
-from .twins import CORE_KEYS, same_args
+from .twins import CORE_KEYS, differing_args
 
 __all__ = ["ModifierPlan", "plan_modifiers", "write_modifiers"]
 
@@ -69,7 +69,7 @@ def _same(twin: str, key: str, a: Any, b: Any) -> bool:
     declared = modifier_spec(twin)
     if declared is None:
         return freeze(a) == freeze(b)
-    return not same_args(declared, {key: a}, {key: b})
+    return not differing_args(declared, {key: a}, {key: b})
 
 
 def write_modifiers(recipe: Recipe, t: Text, plan: ModifierPlan, mode: str) -> Lines:

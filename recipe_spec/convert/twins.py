@@ -42,7 +42,7 @@ from ..modifiers.spec import ModifierSpec
 from ..recipe.model import Modifier
 from ..text.frozen import freeze
 
-__all__ = ["StageTwin", "NoTwin", "stage_twin", "same_args", "SAME_AS", "twin_names",
+__all__ = ["StageTwin", "NoTwin", "stage_twin", "differing_args", "SAME_AS", "twin_names",
            "CORE_KEYS"]
 
 #: ``!Modifier`` name -> the modifier it is, once its arguments without effect are left out.
@@ -88,7 +88,7 @@ def twin_names(compat: Compat | None) -> dict[str, list[CoreSpec]]:
     """``!Modifier`` name -> the stage/group declarations translating to it (in ``compat``'s
     release, or in any), newest first."""
     out: dict[str, list[CoreSpec]] = {}
-    for s in reversed(core_specs()):
+    for s in core_specs():
         if s.twin is None or s.translate is None:
             continue
         if compat is not None and not s.exists_in(compat.pair):
@@ -100,17 +100,12 @@ def twin_names(compat: Compat | None) -> dict[str, list[CoreSpec]]:
     return out
 
 
-def _norm(value: Any) -> Any:
-    """A value as compared: frozen, a selector string the same as a one-item list."""
-    return freeze(value)
-
-
 def _default(spec: ModifierSpec, key: str) -> Any:
     arg = spec.arg(key)
     return arg.default if arg is not None else None
 
 
-def same_args(spec: ModifierSpec, a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+def differing_args(spec: ModifierSpec, a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     """The arguments of ``spec`` on which ``a`` and ``b`` differ, defaults filled in (a
     selector string and the one-item list holding it are the same)."""
     out = []
@@ -119,7 +114,7 @@ def same_args(spec: ModifierSpec, a: Mapping[str, Any], b: Mapping[str, Any]) ->
         if key == "params":
             x = (x,) if isinstance(x, str) else x
             y = (y,) if isinstance(y, str) else y
-        if _norm(x) != _norm(y):
+        if freeze(x) != freeze(y):
             out.append(key)
     return out
 
@@ -218,7 +213,7 @@ def _inverse(m: Modifier, core: CoreSpec, kept: dict[str, Any], dropped: list[st
         forward = core.translate(args, compat)
         if not forward.ok:
             return "; ".join(forward.refused)
-        differ = same_args(target, dict(forward.args), kept)
+        differ = differing_args(target, dict(forward.args), kept)
         if not differ:
             return StageTwin(m, core.name, renames, tuple(dropped), added, args)
         fill = {k: kept.get(k, _default(target, k)) for k in differ if k not in kept}
@@ -228,5 +223,5 @@ def _inverse(m: Modifier, core: CoreSpec, kept: dict[str, Any], dropped: list[st
         for k, v in fill.items():
             added[TWIN_KEYS.get(k, k)] = v
             args[TWIN_KEYS.get(k, k)] = v
-    bad = same_args(target, dict(core.translate(args, compat).args), kept)
+    bad = differing_args(target, dict(core.translate(args, compat).args), kept)
     return f"{', '.join(bad)} would not run the same as {core.name}"
