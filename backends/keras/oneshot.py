@@ -342,6 +342,13 @@ class KerasCalibrationHost:
     def set_weight(self, name: str, value: np.ndarray) -> None:
         self._linear[name].set_weight(value)
 
+    def attach_quantization(self, config: Mapping[str, Any]) -> None:
+        raise NotImplementedError("quantization in recipe_spec.oneshot is not available on the keras backend "
+                                  "yet (it does not declare 'oneshot:quantize')")
+
+    def set_quantized(self, name: str, weight: Any, qparams: Mapping[str, Any]) -> None:
+        raise NotImplementedError("quantization in recipe_spec.oneshot is not available on the keras backend yet")
+
     def save(self, output_dir: str, recipe_text: str) -> list[str]:
         os.makedirs(output_dir, exist_ok=True)
         before = set(os.listdir(output_dir))

@@ -55,6 +55,7 @@ class TorchCalibrationHost:
         self._named = dict(model.named_modules())
         self._state: tuple[bool, Any] | None = None
         self._no_grad: Any = None
+        self._quantizing = False
         self.device = next((p.device for p in model.parameters()), torch.device("cpu"))
         try:
             params = inspect.signature(model.forward).parameters
@@ -76,6 +77,10 @@ class TorchCalibrationHost:
 
     def __exit__(self, *exc: Any) -> None:
         self._no_grad.__exit__(*exc)
+        if self._quantizing:
+            from .compressed import finish
+
+            finish(self.model)
         training, use_cache = self._state or (False, None)
         self.model.train(training)
         config = getattr(self.model, "config", None)
@@ -201,12 +206,29 @@ class TorchCalibrationHost:
         w = self._named[name].weight
         w.data.copy_(value.reshape(w.shape).to(w.dtype))
 
+    def attach_quantization(self, config: Mapping[str, Any]) -> None:
+        from .compressed import attach
+
+        attach(self.model, config)
+        self._quantizing = True
+
+    def set_quantized(self, name: str, weight: torch.Tensor | None, qparams: Mapping[str, Any]) -> None:
+        from .compressed import record
+
+        record(self._named[name], name, weight, qparams)
+
     def save(self, output_dir: str, recipe_text: str) -> list[str]:
         os.makedirs(output_dir, exist_ok=True)
         written = []
         save = getattr(self.model, "save_pretrained", None)
+        if self._quantizing and not callable(save):
+            raise ValueError("a quantized model is saved by compressed-tensors for a Hugging Face model "
+                             "(one with save_pretrained); save this one yourself")
         if callable(save):
-            save(output_dir)
+            from .compressed import save as save_compressed
+
+            if not (self._quantizing and save_compressed(self.model, output_dir)):
+                save(output_dir)
             written += sorted(os.path.join(output_dir, f) for f in os.listdir(output_dir))
         else:
             path = os.path.join(output_dir, "pytorch_model.bin")

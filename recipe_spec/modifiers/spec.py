@@ -33,6 +33,9 @@ Capabilities (the words a backend declares; each is a promise about what it real
                      observe layer inputs, cache and re-run one block at a time, write weights
 ``scores:sparsegpt`` SparseGPT: prune and update weights from each layer's input Hessian
 ``scores:wanda``     Wanda: prune by ``|w|`` times each input column's activation norm
+``scores:gptq``      GPTQ: quantize weights with error feedback from each layer's input Hessian
+``oneshot:quantize`` record quantized weights and activation qparams on the model's layers
+                     (compressed-tensors' names) and save them in the compressed-tensors format
 ``checkpoint:huggingface``
                      load a Hugging Face checkpoint folder as a model (``load_checkpoint``;
                      ``recipe-spec oneshot --model DIR``)
@@ -55,7 +58,8 @@ __all__ = ["Arg", "Look", "ModifierSpec", "CAPABILITIES", "EVENT_TARGETS"]
 CAPABILITIES = frozenset({
     "masks", "scores:magnitude", "scores:mfac", "scores:obs", "scores:movement", "gradients",
     "lr", "weight_decay", "trainable", "layers", "quantization", "loss", "teacher", "acdc",
-    "oneshot", "scores:sparsegpt", "scores:wanda", "checkpoint:huggingface",
+    "oneshot", "scores:sparsegpt", "scores:wanda", "checkpoint:huggingface", "scores:gptq",
+    "oneshot:quantize",
 })
 
 #: Every event target a schedule track may emit; a runtime handles target ``t`` in ``_on_t``.
