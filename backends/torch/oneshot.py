@@ -56,6 +56,7 @@ class TorchCalibrationHost:
         self._state: tuple[bool, Any] | None = None
         self._no_grad: Any = None
         self._quantizing = False
+        self._attention: Any = None
         self.device = next((p.device for p in model.parameters()), torch.device("cpu"))
         try:
             params = inspect.signature(model.forward).parameters
@@ -70,6 +71,11 @@ class TorchCalibrationHost:
         self._state = (self.model.training, getattr(config, "use_cache", None))
         if config is not None and hasattr(config, "use_cache"):
             config.use_cache = False
+        # llm-compressor calibrates with eager attention (calibration_forward_context); sdpa
+        # gives other float32 sums, which GPTQ's rounding decisions can amplify
+        self._attention = getattr(config, "_attn_implementation", None)
+        if self._attention is not None:
+            config._attn_implementation = "eager"
         self.model.eval()
         self._no_grad = torch.no_grad()
         self._no_grad.__enter__()
@@ -86,6 +92,8 @@ class TorchCalibrationHost:
         config = getattr(self.model, "config", None)
         if config is not None and use_cache is not None:
             config.use_cache = use_cache
+        if self._attention is not None:
+            config._attn_implementation = self._attention
 
     # -- the model -------------------------------------------------------------------------------
     def modules(self) -> list[ModuleInfo]:
