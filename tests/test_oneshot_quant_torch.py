@@ -227,3 +227,20 @@ def test_what_does_not_run_is_refused_with_b001(args: str, what: str) -> None:
     with pytest.raises(RecipeError) as err:
         recipe_spec.oneshot(model=_model("08_rtn_fp8_dynamic"), recipe=recipe)
     assert [d.code for d in err.value.diagnostics] == ["B001"] and what in str(err.value)
+
+
+@pytest.mark.parametrize("run", ["fp8", "w8a8s"])
+def test_static_input_qparams_are_llm_compressors(run: str) -> None:
+    """FP8 (static_minmax, round to nearest) and GPTQ with asymmetric static int8 inputs
+    (minmax: the running average), against the values llm-compressor 0.14 left on the model
+    (tests/fixtures/llmcompressor_static_inputs.json, written by running it)."""
+    fixture = pathlib.Path(__file__).parent / "fixtures" / "llmcompressor_static_inputs.json"
+    want = json.loads(fixture.read_text())["runs"][run]
+    name = "08_rtn_fp8_dynamic"
+    model = _model(name)
+    recipe_spec.oneshot(model=model, recipe=want["recipe"], dataset=_samples(name), num_calibration_samples=16,
+                        shuffle_calibration_samples=False)
+    for layer, scale in want["input_scale"].items():
+        module = model.get_submodule(layer)
+        assert abs(float(module.input_scale) - scale) <= 1e-6 * scale, layer
+        assert float(module.input_zero_point.float()) == want["input_zero_point"][layer], layer

@@ -4,7 +4,9 @@ layer's input to the core, the cache of a block's inputs, one block run on cache
 weights read and written. The pipeline itself lives in :mod:`recipe_spec.one_shot`.
 
 Held as a context manager: the model runs in eval mode, under ``torch.no_grad()``, without a
-KV cache (``use_cache=False``); its mode and config are restored on exit.
+KV cache (``use_cache=False``) and with eager attention (a Hugging Face model), as
+llm-compressor calibrates; its mode and config are restored on exit. Quantized results are
+recorded and saved through compressed-tensors (:mod:`.compressed`).
 
 >>> import torch
 >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))

@@ -32,8 +32,8 @@ from ..registry import backend_for
 from ..runtime.preflight import refuse_invalid
 from .calibration import prepare
 from .modifiers import resolve
-from .quant_modifiers import QUANT_KINDS, check_quant_shapes
 from .pipeline import PIPELINES, OneShotReport, Progress, run_pipeline
+from .quant_modifiers import QUANT_KINDS, check_quant_shapes
 
 __all__ = ["oneshot", "apply_oneshot", "last_report"]
 
@@ -176,6 +176,7 @@ def apply_oneshot(
             if shape_errors:
                 raise RecipeError(shape_errors)
             for m in quantizers:  # as llm-compressor initialises them: every one before any runs
+                assert m.quant is not None
                 host.attach_quantization(m.quant.config)
         calibration = prepare(host, dataset, num_calibration_samples=num_calibration_samples,
                               shuffle=shuffle_calibration_samples, batch_size=batch_size,

@@ -3,7 +3,8 @@ modules of a model each one compresses.
 
 ``oneshot()`` runs SparseGPTModifier, WandaPruningModifier and the one-shot reading of
 MagnitudePruningModifier (prune each target to ``final_sparsity`` by ``|w|`` now) and
-ConstantPruningModifier (keep the zeros there are: nothing to do in one pass). Every other
+ConstantPruningModifier (keep the zeros there are: nothing to do in one pass), and
+QuantizationModifier / GPTQModifier (resolved by :mod:`.quant_modifiers`). Every other
 modifier, an argument this pipeline does not honour, a backend without the modifier's
 ``oneshot_needs`` and a ``!Modifier`` recipe are refused with located errors (B001) before
 any weight changes.
