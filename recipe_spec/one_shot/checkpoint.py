@@ -244,8 +244,8 @@ class Estimate:
             mod = c.modifier
             out.append(f"  {mod.type} ({mod.where}): {c.targets} target layers, {c.pipeline} pipeline")
             if c.largest[1]:
-                what = "Hessian" if mod.kind == "sparsegpt" else "row scalars"
-                rule = "in_features^2 x 4 B" if mod.kind == "sparsegpt" else "in_features x 4 B"
+                what = "Hessian" if mod.kind in ("sparsegpt", "gptq") else "row scalars"
+                rule = "in_features^2 x 4 B" if mod.kind in ("sparsegpt", "gptq") else "in_features x 4 B"
                 out.append(f"    {what} per target ({rule}): largest {_bytes(c.largest[1])} "
                            f"({c.largest[0]}); one block at a time: {_bytes(c.block_bytes)}")
             if mod.needs_data:
@@ -292,7 +292,7 @@ def _cost(mod: OneShotModifier, model: CheckpointModel, tokens: int) -> Modifier
 
     def per_target(n: str) -> int:
         columns = shapes[n][-1]
-        return columns * columns * 4 if mod.kind == "sparsegpt" else columns * 4 if mod.kind == "wanda" else 0
+        return columns * columns * 4 if mod.kind in ("sparsegpt", "gptq") else columns * 4 if mod.kind == "wanda" else 0
 
     largest = max(names, key=per_target)
     by_block: dict[str, list[str]] = {}
@@ -309,7 +309,7 @@ def _cost(mod: OneShotModifier, model: CheckpointModel, tokens: int) -> Modifier
         forward = 2 * 2.0 * block_params * tokens
     for n in heaviest:
         rows, columns = shapes[n]
-        if mod.kind == "sparsegpt":
+        if mod.kind in ("sparsegpt", "gptq"):
             statistics += 2.0 * tokens * columns * columns
             solve += 5 / 3 * columns ** 3 + 1.0 * rows * columns * columns
         elif mod.kind == "wanda":
