@@ -1,4 +1,4 @@
-"""One-shot pruning quality against llm-compressor 0.14 on its own quality anchor.
+"""One-shot pruning and quantization quality against llm-compressor 0.14 on its own quality anchor.
 
 The anchor (``shared/conformance/llmcompressor/quality/``, see its README) is a small trained
 Llama (5.5M parameters, 4 decoder layers), 256 calibration windows of 512 tokens, 403 public
@@ -20,7 +20,10 @@ and the ratio is left out). ``--check`` exits non-zero when
 a setting's perplexity is more than 2% above llm-compressor's, or SparseGPT is not better than
 Wanda at the same sparsity (full evaluation only).
 
-Quantization settings (GPTQ, RTN) are not run: ``recipe_spec.oneshot`` refuses them.
+The quantization settings (``gptq_w4a16_g128``, ``rtn_w4a16_g128``, ``rtn_w8a8``) score the
+model as llm-compressor leaves it in memory: quantization on, so each forward pass
+fake-quantizes the weights (round to nearest keeps float weights) and W8A8's activations per
+token. ``--check`` also asks GPTQ W4A16 to beat round-to-nearest W4A16.
 The magnitude recipe is llm-compressor's ``MagnitudePruningModifier`` form; llm-compressor
 0.14 prunes nothing with it in oneshot, so its row compares with the anchor's own per-layer
 magnitude prune (``results.json``'s magnitude entry).
@@ -45,8 +48,12 @@ REPO = Path(__file__).resolve().parent.parent
 ANCHOR = REPO.parent / "shared" / "conformance" / "llmcompressor" / "quality"
 SETTINGS = ("dense", "sparsegpt_unstructured_0.5", "sparsegpt_2of4", "wanda_unstructured_0.5",
             "wanda_2of4", "magnitude_unstructured_0.5")
-#: SparseGPT must beat Wanda at the same sparsity pattern.
-PAIRS = (("sparsegpt_unstructured_0.5", "wanda_unstructured_0.5"), ("sparsegpt_2of4", "wanda_2of4"))
+#: The quantization settings (PyTorch only for now).
+QUANT_SETTINGS = ("gptq_w4a16_g128", "rtn_w4a16_g128", "rtn_w8a8")
+ALL_SETTINGS = SETTINGS + QUANT_SETTINGS
+#: SparseGPT must beat Wanda at the same sparsity pattern, GPTQ round to nearest at W4A16.
+PAIRS = (("sparsegpt_unstructured_0.5", "wanda_unstructured_0.5"), ("sparsegpt_2of4", "wanda_2of4"),
+         ("gptq_w4a16_g128", "rtn_w4a16_g128"))
 TOLERANCE = 1.02
 
 
@@ -124,7 +131,7 @@ def table(results: dict[str, list[dict[str, Any]]], reference: dict[str, Any], f
 
 def failures(results: dict[str, list[dict[str, Any]]], reference: dict[str, Any]) -> list[str]:
     """What misses the acceptance: a perplexity over 2% above llm-compressor's, SparseGPT not
-    better than Wanda."""
+    better than Wanda, GPTQ not better than round to nearest."""
     out = []
     for setting, runs in results.items():
         theirs = reference.get(setting, {}).get("ppl_public")
@@ -139,7 +146,7 @@ def failures(results: dict[str, list[dict[str, Any]]], reference: dict[str, Any]
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated settings")
+    p.add_argument("--settings", default=",".join(ALL_SETTINGS), help="comma-separated settings")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--runs", type=int, default=1, help="oneshot runs per setting (each in a fresh process)")
     p.add_argument("--limit-windows", type=int, default=None, help="score the first N eval windows only")
@@ -156,9 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_setting(a.one, anchor, a.limit_windows, a.samples)))
         return 0
     settings = [s.strip() for s in a.settings.split(",") if s.strip()]
-    unknown = [s for s in settings if s not in SETTINGS]
+    unknown = [s for s in settings if s not in ALL_SETTINGS]
     if unknown:
-        p.error(f"unknown setting(s) {', '.join(unknown)}; choose from {', '.join(SETTINGS)}")
+        p.error(f"unknown setting(s) {', '.join(unknown)}; choose from {', '.join(ALL_SETTINGS)}")
     reference = json.loads((anchor / "results.json").read_text())["settings"]
     results: dict[str, list[dict[str, Any]]] = {}
     for _ in range(a.runs):

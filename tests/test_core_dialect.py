@@ -121,7 +121,7 @@ def test_cli_compat(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("backend", ["torch"])
 def test_one_shot_modifiers_are_refused_by_backends(backend: str) -> None:
-    text = STAGE + "    GPTQModifier: {scheme: W4A16}\n"
+    text = STAGE + "    AutoRoundModifier: {scheme: W4A16, iters: 10}\n"
     found = [d for d in validate(text, backend=backend) if d.code == "B001"]
     assert [(d.line, d.column) for d in found] == [(3, 5)]
     assert "llm-compressor" in found[0].hint and "one-shot" in found[0].message

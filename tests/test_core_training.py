@@ -145,7 +145,7 @@ def test_keras_core_training_stage_matches_its_modifier_twins() -> None:
 # -- what stays refused, and validate --backend agrees with modify() ---------------------------
 
 STAGE = "train_stage:\n  pruning_modifiers:\n"
-ONE_SHOT = "oneshot_stage:\n  quant_modifiers:\n    GPTQModifier: {scheme: W4A16}\n"
+ONE_SHOT = "oneshot_stage:\n  quant_modifiers:\n    AutoRoundModifier: {scheme: W4A16, iters: 10}\n"
 GLOBAL = STAGE + ("    MagnitudePruningModifier:\n      targets: ['re:fc1.weight']\n"
                   "      init_sparsity: 0.05\n      final_sparsity: 0.5\n      start: 0\n"
                   "      end: 2\n      update: 1\n      apply_globally: true\n")

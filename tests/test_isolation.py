@@ -8,7 +8,7 @@ import sys
 
 from conftest import REPO, corpus_rows
 
-FRAMEWORKS = ("torch", "tensorflow", "keras")
+FRAMEWORKS = ("torch", "tensorflow", "keras", "compressed_tensors")
 
 
 def _run(code: str) -> str:

@@ -18,8 +18,8 @@ __all__ = ["backend", "PyTorchBackend", "CAPABILITIES"]
 CAPABILITIES = frozenset({
     "masks", "scores:magnitude", "scores:mfac", "scores:obs", "gradients", "lr", "weight_decay",
     "trainable", "layers", "quantization", "loss", "teacher", "acdc", "scores:movement",
-    "oneshot", "scores:sparsegpt", "scores:wanda", "checkpoint:huggingface",
-    "transform:smoothquant", "transform:awq",
+    "oneshot", "scores:sparsegpt", "scores:wanda", "checkpoint:huggingface", "scores:gptq",
+    "oneshot:quantize", "transform:smoothquant", "transform:awq",
 })
 
 

@@ -4,7 +4,9 @@ layer's input to the core, the cache of a block's inputs, one block run on cache
 weights read and written. The pipeline itself lives in :mod:`recipe_spec.one_shot`.
 
 Held as a context manager: the model runs in eval mode, under ``torch.no_grad()``, without a
-KV cache (``use_cache=False``); its mode and config are restored on exit.
+KV cache (``use_cache=False``) and with eager attention (a Hugging Face model), as
+llm-compressor calibrates; its mode and config are restored on exit. Quantized results are
+recorded and saved through compressed-tensors (:mod:`.compressed`).
 
 >>> import torch
 >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
@@ -55,6 +57,8 @@ class TorchCalibrationHost:
         self._named = dict(model.named_modules())
         self._state: tuple[bool, Any] | None = None
         self._no_grad: Any = None
+        self._quantizing = False
+        self._attention: Any = None
         self.device = next((p.device for p in model.parameters()), torch.device("cpu"))
         try:
             params = inspect.signature(model.forward).parameters
@@ -69,6 +73,11 @@ class TorchCalibrationHost:
         self._state = (self.model.training, getattr(config, "use_cache", None))
         if config is not None and hasattr(config, "use_cache"):
             config.use_cache = False
+        # llm-compressor calibrates with eager attention (calibration_forward_context); sdpa
+        # gives other float32 sums, which GPTQ's rounding decisions can amplify
+        self._attention = getattr(config, "_attn_implementation", None)
+        if self._attention is not None:
+            config._attn_implementation = "eager"
         self.model.eval()
         self._no_grad = torch.no_grad()
         self._no_grad.__enter__()
@@ -76,11 +85,17 @@ class TorchCalibrationHost:
 
     def __exit__(self, *exc: Any) -> None:
         self._no_grad.__exit__(*exc)
+        if self._quantizing:
+            from .compressed import finish
+
+            finish(self.model)
         training, use_cache = self._state or (False, None)
         self.model.train(training)
         config = getattr(self.model, "config", None)
         if config is not None and use_cache is not None:
             config.use_cache = use_cache
+        if self._attention is not None:
+            config._attn_implementation = self._attention
 
     # -- the model -------------------------------------------------------------------------------
     def modules(self) -> list[ModuleInfo]:
@@ -241,12 +256,29 @@ class TorchCalibrationHost:
         b = self._named[name].bias
         b.data.copy_(value.reshape(b.shape).to(b.dtype))
 
+    def attach_quantization(self, config: Mapping[str, Any]) -> None:
+        from .compressed import attach
+
+        attach(self.model, config)
+        self._quantizing = True
+
+    def set_quantized(self, name: str, weight: torch.Tensor | None, qparams: Mapping[str, Any]) -> None:
+        from .compressed import record
+
+        record(self._named[name], name, weight, qparams)
+
     def save(self, output_dir: str, recipe_text: str) -> list[str]:
         os.makedirs(output_dir, exist_ok=True)
         written = []
         save = getattr(self.model, "save_pretrained", None)
+        if self._quantizing and not callable(save):
+            raise ValueError("a quantized model is saved by compressed-tensors for a Hugging Face model "
+                             "(one with save_pretrained); save this one yourself")
         if callable(save):
-            save(output_dir)
+            from .compressed import save as save_compressed
+
+            if not (self._quantizing and save_compressed(self.model, output_dir)):
+                save(output_dir)
             written += sorted(os.path.join(output_dir, f) for f in os.listdir(output_dir))
         else:
             path = os.path.join(output_dir, "pytorch_model.bin")

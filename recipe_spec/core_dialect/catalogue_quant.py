@@ -65,6 +65,7 @@ QUANTIZATION = declare(
     required={"config_groups": {"sparseml": ">=1.8"}}, quant=_QUANT,
     example={"targets": ["Linear"], "scheme": "W8A8", "ignore": ["lm_head"]},
     notes="SparseML 1.6/1.7's QuantizationModifier is the QAT one (catalogue_train).",
+    oneshot_needs=frozenset({"oneshot", "oneshot:quantize"}),
 )
 
 VLLM_QUANTIZATION = declare(
@@ -100,6 +101,7 @@ GPTQ = declare(
         "sequential_update": "delete it: layers are always updated one after another",
         "quantize": "delete it: GPTQModifier always quantizes (its scheme/config_groups)",
     },
+    oneshot_needs=frozenset({"oneshot", "oneshot:quantize", "scores:gptq"}),
 )
 
 _SMOOTH_ARGS = (

@@ -33,6 +33,9 @@ Capabilities (the words a backend declares; each is a promise about what it real
                      observe layer inputs, cache and re-run one block at a time, write weights
 ``scores:sparsegpt`` SparseGPT: prune and update weights from each layer's input Hessian
 ``scores:wanda``     Wanda: prune by ``|w|`` times each input column's activation norm
+``scores:gptq``      GPTQ: quantize weights with error feedback from each layer's input Hessian
+``oneshot:quantize`` record quantized weights and activation qparams on the model's layers
+                     (compressed-tensors' names) and save them in the compressed-tensors format
 ``transform:smoothquant``
                      SmoothQuant: observe a layer's output range per channel and move it into
                      the next layers' weights (:mod:`recipe_spec.one_shot.smoothing`)
@@ -60,8 +63,8 @@ __all__ = ["Arg", "Look", "ModifierSpec", "CAPABILITIES", "EVENT_TARGETS"]
 CAPABILITIES = frozenset({
     "masks", "scores:magnitude", "scores:mfac", "scores:obs", "scores:movement", "gradients",
     "lr", "weight_decay", "trainable", "layers", "quantization", "loss", "teacher", "acdc",
-    "oneshot", "scores:sparsegpt", "scores:wanda", "checkpoint:huggingface",
-    "transform:smoothquant", "transform:awq",
+    "oneshot", "scores:sparsegpt", "scores:wanda", "checkpoint:huggingface", "scores:gptq",
+    "oneshot:quantize", "transform:smoothquant", "transform:awq",
 })
 
 #: Every event target a schedule track may emit; a runtime handles target ``t`` in ``_on_t``.

@@ -20,6 +20,7 @@ prunes; a recipe without a ``*_stage`` level is refused (not read as empty); a s
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -32,6 +33,7 @@ from ..runtime.preflight import refuse_invalid
 from .calibration import prepare
 from .modifiers import resolve
 from .pipeline import PIPELINES, OneShotReport, Progress, run_pipeline
+from .quant_modifiers import QUANT_KINDS, check_quant_shapes
 
 __all__ = ["oneshot", "apply_oneshot", "last_report"]
 
@@ -75,6 +77,7 @@ def oneshot(
     recipe_args: Any = None,
     seed: int = 42,
     progress: Progress | None = None,
+    preserve_masks: bool = False,
 ) -> Any:
     """Compress ``model`` in one pass with the stage/group ``recipe``; returns the model.
 
@@ -91,9 +94,18 @@ def oneshot(
     ``sequential_offload_device="cpu"`` keeps the cached block inputs in host memory (default
     None: where the model runs; llm-compressor defaults to "cpu"). ``output_dir``: save the
     model (``save_pretrained`` for a Hugging Face model) and ``recipe.yaml`` there; sparse
-    models are saved dense (``save_compressed`` has nothing to compress). ``progress``
+    models are saved dense, quantized ones compressed (``save_compressed=False`` is refused for
+    them: saving fake-quantized dense weights is not implemented). ``progress``
     (recipe-spec's own): ``progress(what, done, total)``, told when each pass starts and after
-    each block (:data:`~recipe_spec.one_shot.pipeline.Progress`).
+    each block (:data:`~recipe_spec.one_shot.pipeline.Progress`). ``preserve_masks``
+    (recipe-spec's own, default False as llm-compressor): GPTQ keeps the zeros of the weights
+    it quantizes, so a 2:4 pattern an earlier SparseGPT stage left survives (llm-compressor's
+    GPTQ error feedback fills them in).
+
+    Quantization (QuantizationModifier, GPTQModifier) leaves compressed-tensors' quantization
+    parameters on each quantized module (``weight_scale``, ``weight_zero_point``, static
+    ``input_scale`` / ``input_zero_point``) and saves the model with compressed-tensors
+    (``config.json`` ``quantization_config``, packed weights; see docs/oneshot.md).
 
     Raises :class:`~recipe_spec.RecipeError` (every problem located in the recipe) before any
     weight changes when the recipe is invalid or holds a modifier or argument this backend does
@@ -110,7 +122,7 @@ def oneshot(
         ''', num_calibration_samples=16, shuffle_calibration_samples=False)
         print(recipe_spec.one_shot.last_report().sparsity())
     """
-    del tokenizer, processor, save_compressed  # tokenised data only; sparse weights are saved dense
+    del tokenizer, processor  # tokenised data only
     if model is None or recipe is None:
         raise TypeError("oneshot() needs model= and recipe=")
     if data_collator != "truncation":
@@ -118,12 +130,15 @@ def oneshot(
     if pipeline not in PIPELINES:
         raise ValueError(f"pipeline {pipeline!r} is not one of {', '.join(PIPELINES)}")
     loaded = _recipe(recipe, recipe_args)
+    if not save_compressed and output_dir is not None and any(m.type in QUANT_KINDS for m in loaded.modifiers):
+        raise ValueError("save_compressed=False: recipe_spec.oneshot saves quantized models compressed only "
+                         "(compressed-tensors' formats); leave save_compressed at True")
     report = apply_oneshot(
         model, loaded, dataset, num_calibration_samples=num_calibration_samples,
         shuffle_calibration_samples=shuffle_calibration_samples, batch_size=batch_size,
         pipeline=pipeline, sequential_targets=sequential_targets,
         offload=sequential_offload_device is not None and str(sequential_offload_device).startswith("cpu"),
-        output_dir=output_dir, seed=seed, progress=progress,
+        output_dir=output_dir, seed=seed, progress=progress, preserve_masks=preserve_masks,
     )
     del report
     return model
@@ -134,7 +149,7 @@ def apply_oneshot(
     shuffle_calibration_samples: bool = True, batch_size: int = 1, pipeline: str = "independent",
     sequential_targets: Sequence[str] | str | None = None, offload: bool = False,
     output_dir: str | os.PathLike[str] | None = None, seed: int = 42,
-    progress: Progress | None = None,
+    progress: Progress | None = None, preserve_masks: bool = False,
 ) -> OneShotReport:
     """:func:`oneshot` for a loaded recipe (``ScheduledModifierManager.apply(model,
     calibration=...)`` calls it); returns the run's :class:`~.pipeline.OneShotReport`."""
@@ -143,6 +158,8 @@ def apply_oneshot(
     refuse_invalid(recipe, compat="llmcompressor", quiet=_OTHER_TOOL)
     backend = backend_for(model)
     mods = resolve(recipe, frozenset(backend.capabilities), backend.name)
+    if preserve_masks:
+        mods = [dataclasses.replace(m, preserve_mask=True) if m.kind == "gptq" else m for m in mods]
     make_host = getattr(backend, "calibration_host", None)
     if make_host is None:  # capabilities say "oneshot" without a host: a backend defect
         raise NotImplementedError(f"the {backend.name} backend declares 'oneshot' but has no calibration_host()")
@@ -153,6 +170,14 @@ def apply_oneshot(
         first = needs_data[0]
         raise RecipeError([_need_data(recipe, first)])
     with make_host(model) as host:
+        quantizers = [m for m in mods if m.quant is not None]
+        if quantizers:
+            shape_errors = check_quant_shapes(recipe, quantizers, host.modules())
+            if shape_errors:
+                raise RecipeError(shape_errors)
+            for m in quantizers:  # as llm-compressor initialises them: every one before any runs
+                assert m.quant is not None
+                host.attach_quantization(m.quant.config)
         calibration = prepare(host, dataset, num_calibration_samples=num_calibration_samples,
                               shuffle=shuffle_calibration_samples, batch_size=batch_size,
                               seed=seed) if needs_data else None

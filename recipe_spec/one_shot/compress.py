@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ from ..pruning.second_order.blockwise import SolverError, sparsegpt_prune
 from ..pruning.second_order.hessian import HessianStats, WandaStats
 from ..pruning.second_order.wanda import wanda_prune
 from .modifiers import OneShotModifier
+from .quantize import new_quant_statistics, quantize_module
 
 __all__ = ["LayerReport", "new_statistics", "compress_module"]
 
@@ -44,9 +46,14 @@ class LayerReport:
     note: str = ""
 
 
-def new_statistics(ops: Any, mod: OneShotModifier, columns: int, like: Any) -> Any:
+def new_statistics(ops: Any, mod: OneShotModifier, columns: int, like: Any, classes: Sequence[str] = (),
+                   name: str = "") -> Any:
     """A fresh accumulator for ``mod`` on a module with ``columns`` inputs (None: it needs no
-    data). ``like``: an array of the dtype and device to accumulate in (float32)."""
+    data). ``like``: an array of the dtype and device to accumulate in (float32); ``classes``:
+    and ``name``: the module's class names and name (which config group of a quantization
+    modifier it falls in)."""
+    if mod.quant is not None:
+        return new_quant_statistics(ops, mod, _group(mod, name, classes), columns, like)
     if mod.kind == "sparsegpt":
         return HessianStats(ops, columns, like)
     if mod.kind == "wanda":
@@ -61,10 +68,26 @@ def _zero_fraction(ops: Any, weight: Any) -> float:
     return 1.0 - ops.count_nonzero(weight) / total if total else 0.0
 
 
-def compress_module(host: Any, mod: OneShotModifier, name: str, stats: Any) -> LayerReport:
+def _group(mod: OneShotModifier, name: str, classes: Sequence[str]) -> Any:
+    return mod.quant.group_of(name, classes) if mod.quant is not None else None
+
+
+def compress_module(host: Any, mod: OneShotModifier, name: str, stats: Any, classes: Sequence[str] = ()) -> LayerReport:
     """Compress module ``name`` of ``host`` by ``mod`` (``stats`` from :func:`new_statistics`)
-    and write the weight back."""
+    and write the weight back (a quantization modifier: record it, :mod:`.quantize`)."""
     ops = host.ops
+    if mod.quant is not None:
+        group = _group(mod, name, classes)
+        if group is None:
+            raise ValueError(f"{mod.type} ({mod.where}): no config group quantizes {name}")
+        samples = int(getattr(stats, "samples", 0) or 0)
+        new, loss, note = quantize_module(host, mod, name, group, stats)
+        report = LayerReport(name, mod.type, _zero_fraction(ops, new), loss, samples, note)
+        _LOG.info("%s: %s quantized %s%s%s", mod.where, mod.type, name, f" using {samples} samples" if samples
+                  else "", f", loss {loss:.4g}" if loss is not None else "")
+        if note:
+            warnings.warn(f"{mod.type} ({mod.where}) on {name}: {note}", UserWarning, stacklevel=2)
+        return report
     if mod.kind == "constant":
         weight = host.weight(name)
         return LayerReport(name, mod.type, _zero_fraction(ops, weight))

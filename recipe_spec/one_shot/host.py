@@ -5,7 +5,7 @@ order, which samples are run through which block, when statistics are gathered a
 A backend supplies the model operations behind this protocol (PyTorch:
 ``recipe_spec_torch.oneshot.TorchCalibrationHost``): listing modules, finding the repeated
 block, running the model or one block with observers on some modules, reading and writing a
-weight, and the array operations of :class:`recipe_spec.pruning.second_order.ops.FisherOps`.
+weight, recording a quantized one, and the array operations of :class:`recipe_spec.pruning.second_order.ops.FisherOps`.
 
 Arrays, batches and cached block inputs are opaque to the core: it hands back what the host
 gave it.
@@ -106,9 +106,27 @@ class CalibrationHost(Protocol):
     def set_bias(self, name: str, value: Any) -> None:
         """Write ``value`` into module ``name``'s bias, in its own dtype."""
 
+    def attach_quantization(self, config: Mapping[str, Any]) -> None:
+        """Mark the modules a resolved compressed-tensors ``QuantizationConfig`` (``config``, as
+        :func:`recipe_spec.quantization.scheme.resolve_config` gives it) quantizes, as
+        compressed-tensors' ``apply_quantization_config`` does: each gets its scheme and its
+        (not yet filled) quantization parameters. Called for every quantization modifier before
+        any weight changes; quantization stays off while the pipeline runs (activations are
+        never fake-quantized during calibration). A host that cannot quantize raises
+        ``NotImplementedError`` saying so."""
+
+    def set_quantized(self, name: str, weight: Any, qparams: Mapping[str, Any]) -> None:
+        """Record module ``name`` as quantized: ``weight`` (``(out, in)``, the dequantized
+        values on the grid; None keeps the float weight, as round-to-nearest does) and its
+        quantization parameters under compressed-tensors' names (``weight_scale``,
+        ``weight_zero_point``, ``input_scale``, ``input_zero_point``; ``weight_g_idx`` where
+        given), in compressed-tensors' shapes, as float arrays; the host stores each in the
+        parameter's own dtype (int8 or FP8 zero points)."""
+
     def save(self, output_dir: str, recipe_text: str) -> list[str]:
-        """Save the model (``save_pretrained`` when it has one) and ``recipe.yaml`` under
-        ``output_dir``; the paths written."""
+        """Save the model (``save_pretrained`` when it has one; a quantized model compressed
+        by compressed-tensors, its ``quantization_config`` in ``config.json``) and
+        ``recipe.yaml`` under ``output_dir``; the paths written."""
 
 
 class StopForward(Exception):

@@ -3,7 +3,8 @@ modules of a model each one compresses.
 
 ``oneshot()`` runs SparseGPTModifier, WandaPruningModifier and the one-shot reading of
 MagnitudePruningModifier (prune each target to ``final_sparsity`` by ``|w|`` now) and
-ConstantPruningModifier (keep the zeros there are: nothing to do in one pass). SparseGPT and
+ConstantPruningModifier (keep the zeros there are: nothing to do in one pass), and
+QuantizationModifier / GPTQModifier (resolved by :mod:`.quant_modifiers`). SparseGPT and
 Wanda also take a ``sparsity`` list and the OWL profile (:mod:`.owl`). Every other
 modifier, an argument this pipeline does not honour, a backend without the modifier's
 ``oneshot_needs`` and a ``!Modifier`` recipe are refused with located errors (B001) before
@@ -34,7 +35,9 @@ from ..diagnostics import codes
 from ..diagnostics.base import Diagnostic, RecipeError
 from ..recipe.model import Modifier, Recipe
 from .host import ModuleInfo
+from .matching import matches
 from .owl import read_sparsity
+from .quant_modifiers import QUANT_KINDS, QuantPlan, resolve_quant
 from .smoothing_args import READ as _SMOOTHING_READ
 from .smoothing_args import SMOOTHING_KINDS, smoothing_plan
 
@@ -42,7 +45,8 @@ __all__ = ["OneShotModifier", "resolve", "runnable", "select_modules", "matches"
 
 #: The one-shot kind of each modifier ``oneshot()`` runs.
 KINDS = {"SparseGPTModifier": "sparsegpt", "WandaPruningModifier": "wanda",
-         "MagnitudePruningModifier": "magnitude", "ConstantPruningModifier": "constant", **SMOOTHING_KINDS}
+         "MagnitudePruningModifier": "magnitude", "ConstantPruningModifier": "constant", **SMOOTHING_KINDS,
+         **QUANT_KINDS}
 #: The per-layer sparsity arguments (:mod:`.owl`).
 _PER_LAYER = ("sparsity_profile", "owl_m", "owl_lmbda")
 #: Arguments read by the pipeline or without effect on its result, per kind.
@@ -90,11 +94,14 @@ class OneShotModifier:
     levels: Mapping[str, float] = field(default_factory=dict)
     #: A smoothing modifier's plan (:class:`~.smoothing_args.SmoothingPlan`); None otherwise.
     transform: Any = None
+    quant: QuantPlan | None = None
 
     @property
     def needs_data(self) -> bool:
-        """Whether it needs calibration data (SparseGPT, Wanda, GPTQ, SmoothQuant and AWQ)."""
-        return self.kind in ("sparsegpt", "wanda", "gptq", "smoothquant", "awq")
+        """Whether it needs calibration data (SparseGPT, Wanda, GPTQ, SmoothQuant, AWQ, and a
+        QuantizationModifier with static input activations)."""
+        return (self.kind in ("sparsegpt", "wanda", "gptq", "smoothquant", "awq")
+                or bool(self.quant and self.quant.static_inputs))
 
     @property
     def pipeline(self) -> str:
@@ -120,6 +127,15 @@ def _b001(recipe: Recipe, m: Modifier, message: str, hint: str, key: str | None 
 
 def _one(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnostic]) -> OneShotModifier | None:
     args = m.args
+    if kind in QUANT_KINDS.values():
+        resolved = resolve_quant(recipe, m, kind, errors)
+        if resolved is None:
+            return None
+        plan, gptq = resolved
+        targets = tuple(dict.fromkeys(t for g in plan.groups for t in g.targets))
+        return OneShotModifier(m.type, kind, m, targets, plan.ignore, quant=plan,
+                               block_size=int(gptq.get("block_size", 128)),
+                               dampening_frac=float(gptq.get("dampening_frac", 0.01)))
     for key in sorted(set(args) - _READ[kind] - _BASE):
         errors.append(_b001(recipe, m, f"{m.type} argument `{key}` is not run by recipe_spec.oneshot",
                             f"Remove `{key}`, or run this recipe with llm-compressor.", key))
@@ -215,18 +231,6 @@ def runnable(recipe: Recipe) -> list[OneShotModifier]:
     return out
 
 
-def matches(target: str, name: str, classes: Sequence[str]) -> bool:
-    """Whether ``target`` names module ``name`` (compressed-tensors: ``re:`` with
-    ``re.match``, else the exact name or a class name).
-
-    >>> matches("re:.*lm_head", "lm_head", ()), matches("lm_head", "lm_head", ()), matches("Linear", "x", ("Linear",))
-    (True, True, True)
-    """
-    if target.startswith("re:"):
-        return re.match(target[3:], name) is not None
-    return target == name or target in classes
-
-
 def _param_match(target: str, name: str) -> bool:
     """A parameter selector (``re:.*weight``, ``x.weight``) that names ``name``'s weight."""
     weight = f"{name}.weight"
@@ -239,7 +243,9 @@ def select_modules(modules: Sequence[ModuleInfo], mod: OneShotModifier) -> list[
     """The prunable modules ``mod`` compresses, in ``named_modules`` order: every prunable
     layer inside a module its targets match (magnitude and constant also take parameter
     selectors and ``__ALL_PRUNABLE__``), none that an ``ignore`` entry matches (itself or a
-    module containing it)."""
+    module containing it); a quantization modifier's: :meth:`~.quant_modifiers.QuantPlan.select`."""
+    if mod.quant is not None:
+        return mod.quant.select(modules)
     matched = [i.name for i in modules if any(matches(t, i.name, i.classes) for t in mod.targets)]
     tokens = mod.kind in ("magnitude", "constant")
     ignored = [i.name for i in modules if any(matches(t, i.name, i.classes) for t in mod.ignore)]

@@ -121,6 +121,7 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
         return
     label = f"{', '.join(dict.fromkeys(m.type for m in mods))} ({pipeline})"
     targets = [select_modules(modules, m) for m in mods]
+    infos = {i.name: i for i in modules}
     for mod, names in zip(mods, targets, strict=True):
         if not names:
             _LOG.warning("%s: %s selects no prunable layer of this model", mod.where, mod.type)
@@ -134,13 +135,12 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
         count = 0
         for mod, names in zip(mods, targets, strict=True):
             for n in names:
-                report.layers.append(compress_module(host, mod, n, None))
+                report.layers.append(compress_module(host, mod, n, None, infos[n].classes))
                 count += 1
                 _tell(progress, n, count, total)
         return
     if calibration is None or not calibration.batches:
         raise ValueError(f"{data[0].type} ({data[0].where}) needs calibration data: pass dataset=")
-    shapes = {i.name: i.weight_shape for i in modules}
     blocks = _outermost(host.repeated_blocks(sequential_targets))
     outside = [n for names in targets for n in names if not any(_inside(n, b) for b in blocks)]
     total = len(blocks) + (1 if outside else 0)
@@ -150,10 +150,10 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
         inputs = host.capture(blocks[0], calibration.batches, offload)
         for k, block in enumerate(blocks):
             part = [[n for n in names if _inside(n, block)] for names in targets]
-            stats = _observe(host, mods, part, shapes)
+            stats = _observe(host, mods, part, infos)
             if stats:
                 host.run_block(block, inputs, _observers(stats), propagate=False)
-            _compress(host, mods, part, stats, report)
+            _compress(host, mods, part, stats, report, infos)
             done.update(n for names in part for n in names)
             del stats
             if k + 1 < len(blocks):
@@ -162,10 +162,10 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
         del inputs
     rest = [[n for n in names if n not in done] for names in targets]
     if any(rest):
-        stats = _observe(host, mods, rest, shapes)
+        stats = _observe(host, mods, rest, infos)
         if stats:
             host.run_model(calibration.batches, _observers(stats))
-        _compress(host, mods, rest, stats, report)
+        _compress(host, mods, rest, stats, report, infos)
         _tell(progress, ", ".join(dict.fromkeys(n for names in rest for n in names)), total, total)
 
 
@@ -179,7 +179,7 @@ def _outermost(blocks: Sequence[str]) -> list[str]:
 
 
 def _observe(host: CalibrationHost, mods: list[OneShotModifier], part: list[list[str]],
-             shapes: dict[str, tuple[int, ...]]) -> dict[tuple[int, str], Any]:
+             infos: dict[str, ModuleInfo]) -> dict[tuple[int, str], Any]:
     """A fresh accumulator per (modifier, module) that needs data: ``{(i, name): stats}``."""
     out: dict[tuple[int, str], Any] = {}
     for i, (mod, names) in enumerate(zip(mods, part, strict=True)):
@@ -187,7 +187,10 @@ def _observe(host: CalibrationHost, mods: list[OneShotModifier], part: list[list
             continue
         for name in names:
             like = host.weight(name)
-            out[(i, name)] = new_statistics(host.ops, mod, int(shapes[name][-1]), like)
+            stats = new_statistics(host.ops, mod, int(infos[name].weight_shape[-1]), like,
+                                   infos[name].classes, name)
+            if stats is not None:
+                out[(i, name)] = stats
     return out
 
 
@@ -207,9 +210,10 @@ def _observers(stats: dict[tuple[int, str], Any]) -> dict[str, Any]:
 
 
 def _compress(host: CalibrationHost, mods: list[OneShotModifier], part: list[list[str]],
-              stats: dict[tuple[int, str], Any], report: OneShotReport) -> None:
+              stats: dict[tuple[int, str], Any], report: OneShotReport, infos: dict[str, ModuleInfo]) -> None:
     """Each modifier in recipe order compresses its modules of ``part`` in module order,
     freeing each statistic once used."""
     for i, (mod, names) in enumerate(zip(mods, part, strict=True)):
         for name in names:
-            report.layers.append(compress_module(host, mod, name, stats.pop((i, name), None)))
+            report.layers.append(compress_module(host, mod, name, stats.pop((i, name), None),
+                                                 infos[name].classes))

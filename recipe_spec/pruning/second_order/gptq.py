@@ -92,8 +92,8 @@ class _GridRule:
     """GPTQ's :class:`~.blockwise.ColumnRule`: ``q`` is the column on the grid of its group."""
 
     def __init__(self, ops: SolverOps, args: QuantArgs, scale: Array, zero_point: Array,
-                 groups: Sequence[int]) -> None:
-        self._ops, self._args, self._groups = ops, args, groups
+                 groups: Sequence[int], mask: Array | None = None) -> None:
+        self._ops, self._args, self._groups, self._mask = ops, args, groups, mask
         if args.strategy == "tensor":
             self._scales, self._zeros = [scale], [zero_point]
         else:
@@ -107,7 +107,8 @@ class _GridRule:
 
     def column(self, W1: Array, i: int) -> Array:
         g = self._groups[self._i1 + i]
-        return fake_quantize(self._ops, W1[:, i], self._scales[g], self._zeros[g], self._args)
+        q = fake_quantize(self._ops, W1[:, i], self._scales[g], self._zeros[g], self._args)
+        return q if self._mask is None else self._ops.where(self._mask[:, self._i1 + i], q, 0.0)
 
     def block_update(self, update: Array, i2: int) -> Array:
         return update
@@ -116,13 +117,17 @@ class _GridRule:
 def gptq_quantize(ops: SolverOps, weight: Array, hessian: Array, *, args: QuantArgs, block_size: int = 128,
                   dampening_frac: float = 0.01, actorder: str | None = None, scale: Array | None = None,
                   zero_point: Array | None = None, g_idx: Sequence[int] | None = None,
-                  retries: int = DAMPENING_RETRIES) -> QuantizeResult:
+                  retries: int = DAMPENING_RETRIES, mask: Array | None = None) -> QuantizeResult:
     """Quantize one layer with GPTQ (see the module docstring) and return the updated weight.
 
     ``weight``: ``(out, in)``; ``hessian``: ``(in, in)``, ``H/n`` (neither is modified);
     ``args``: the weight's grid. ``scale`` / ``zero_point`` (both or neither): qparams to use
     instead of the observer's, in the strategy's shape. ``g_idx``: each input column's group
-    (group strategy; default ``column // group_size``), permuted with the columns."""
+    (group strategy; default ``column // group_size``), permuted with the columns. ``mask``:
+    a bool ``(out, in)`` array; where it is False the quantized value is 0 (0 is on every
+    grid), so the zeros of a pruned weight survive and their error is fed to the columns after
+    them, as SparseGPT with a fixed mask (recipe-spec's own; llm-compressor has no such
+    option)."""
     shape = tuple(int(d) for d in weight.shape)
     check_weight_shape(shape, args)
     rows, cols = shape
@@ -153,6 +158,8 @@ def gptq_quantize(ops: SolverOps, weight: Array, hessian: Array, *, args: QuantA
         perm = ops.argsort_last(-ops.diagonal(H))  # descending, ties in column order
         W = ops.index_select(W, 1, perm)
         H = ops.index_select(ops.index_select(H, 0, perm), 1, perm)
+        if mask is not None:
+            mask = ops.index_select(mask, 1, perm)
         order = [int(p) for p in perm]
         if actorder == "group":
             if scale is None:
@@ -165,7 +172,7 @@ def gptq_quantize(ops: SolverOps, weight: Array, hessian: Array, *, args: QuantA
     W, _, dead_count, Hinv, used, report = factor_with_dead_columns(ops, W, H, dampening_frac, retries)
     del H
 
-    W, loss = blockwise_obs(ops, W, Hinv, block_size, _GridRule(ops, args, scale, zero_point, groups))
+    W, loss = blockwise_obs(ops, W, Hinv, block_size, _GridRule(ops, args, scale, zero_point, groups, mask))
     out_groups = None
     if perm is not None:
         W = ops.index_select(W, 1, ops.argsort_last(perm))

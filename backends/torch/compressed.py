@@ -1,0 +1,105 @@
+"""Quantized one-shot results on a PyTorch model, through compressed-tensors 0.19 itself (the
+library llm-compressor 0.14 saves with): the calibration host's
+``attach_quantization`` / ``set_quantized`` and the compressed save.
+
+- :func:`attach`: ``apply_quantization_config`` with the resolved config, as llm-compressor's
+  ``QuantizationMixin.initialize_quantization`` does; each quantized ``Linear`` gets its
+  ``quantization_scheme`` and its ``weight_scale`` / ``weight_zero_point`` (int8, or FP8 for
+  FP8 grids) / ``input_scale`` / ``input_zero_point`` parameters in compressed-tensors' shapes;
+  quantization is switched off until the pipeline ends (:func:`finish`);
+- :func:`record`: the values the core computed, cast into those parameters;
+- :func:`finish`: as llm-compressor leaves a model after one shot: status frozen and
+  quantization on (a forward pass fake-quantizes weights and activations);
+- :func:`save`: ``ModelCompressor.from_pretrained_model`` (the format inferred per module:
+  ``pack-quantized``, ``int-quantized``, ``float-quantized``), ``compress_model``,
+  ``save_pretrained`` and ``update_config``, as llm-compressor's ``save_pretrained`` wrapper.
+  As there, the model stays compressed in memory afterwards and decompresses itself at its
+  next forward pass.
+
+compressed-tensors is imported here only, when a recipe quantizes
+(``pip install 'recipe-spec[oneshot]'``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+__all__ = ["attach", "record", "finish", "quantized", "save"]
+
+
+def _ct() -> Any:
+    try:
+        import compressed_tensors
+    except ImportError:
+        raise ImportError("quantization in recipe_spec.oneshot needs compressed-tensors: "
+                          "pip install 'recipe-spec[oneshot]' (compressed-tensors==0.19.0)") from None
+    return compressed_tensors
+
+
+def quantized(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The modules carrying a compressed-tensors quantization scheme."""
+    return [m for m in model.modules() if getattr(m, "quantization_scheme", None) is not None]
+
+
+def attach(model: torch.nn.Module, config: Mapping[str, Any]) -> None:
+    """Attach the schemes of a resolved ``QuantizationConfig`` mapping (see the module
+    docstring), quantization off."""
+    _ct()
+    from compressed_tensors.quantization import (
+        QuantizationConfig,
+        apply_quantization_config,
+        disable_quantization,
+    )
+
+    apply_quantization_config(model, QuantizationConfig.model_validate(dict(config)), show_progress=False)
+    model.apply(disable_quantization)
+
+
+def record(module: torch.nn.Module, name: str, weight: torch.Tensor | None, qparams: Mapping[str, Any]) -> None:
+    """Write ``weight`` (unless None) and each quantization parameter of ``qparams`` into
+    ``module`` (named ``name`` in messages), in the parameters' own dtypes and shapes."""
+    if getattr(module, "quantization_scheme", None) is None:
+        raise ValueError(f"{name} has no quantization scheme: attach_quantization() did not select it")
+    for key, value in qparams.items():
+        param = getattr(module, key, None)
+        if not isinstance(param, torch.Tensor):
+            raise ValueError(f"{name} has no {key} (compressed-tensors created none for its scheme)")
+        value = torch.as_tensor(value)
+        if value.numel() != param.numel():
+            raise ValueError(f"{name}.{key}: {list(value.shape)} values for a parameter of shape {list(param.shape)}")
+        param.data.copy_(value.reshape(param.shape).to(device=param.device, dtype=param.dtype))
+    if weight is not None:
+        w = module.weight
+        w.data.copy_(weight.reshape(w.shape).to(w.dtype))
+
+
+def finish(model: torch.nn.Module) -> None:
+    """Status frozen and quantization on for every module with a scheme (nothing to do
+    without one)."""
+    modules = quantized(model)
+    if not modules:
+        return
+    from compressed_tensors.quantization import QuantizationStatus, enable_quantization
+
+    for m in modules:
+        if getattr(m, "quantization_status", None) != QuantizationStatus.COMPRESSED:
+            m.quantization_status = QuantizationStatus.FROZEN
+    model.apply(enable_quantization)
+
+
+def save(model: torch.nn.Module, output_dir: str) -> bool:
+    """Save a quantized Hugging Face model compressed (see the module docstring); False (and
+    nothing written) when no module is quantized."""
+    if not quantized(model):
+        return False
+    from compressed_tensors import ModelCompressor
+
+    finish(model)
+    compressor = ModelCompressor.from_pretrained_model(model)
+    compressor.compress_model(model, skip_compressed=True)
+    model.save_pretrained(output_dir)
+    compressor.update_config(output_dir)
+    return True

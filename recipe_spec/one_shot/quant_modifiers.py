@@ -1,0 +1,229 @@
+"""QuantizationModifier and GPTQModifier as ``oneshot()`` runs them: their arguments resolved
+into compressed-tensors' quantization config (:mod:`recipe_spec.quantization.scheme`, as
+llm-compressor 0.14 resolves it), the grid of each config group, and the modules each group
+quantizes.
+
+What runs: weights on an int (2-8 bits) or FP8 grid with tensor, channel or group scales from
+the memoryless min-max observer; input activations dynamic (nothing to calibrate: the saved
+config says so), or static per tensor with the ``minmax`` (running average), ``static_minmax``
+(running min and max) or ``memoryless_minmax`` observer. GPTQModifier also reads
+``block_size``, ``dampening_frac``, ``actorder`` (``static``/``weight`` or null) and accepts
+``offload_hessians`` and ``batched_quantization`` (they change where and how many layers are
+solved at once, not the result). Everything else written with a value other than its default
+(``kv_cache_scheme``, ``output_activations``, observer overrides, other observers, block/FP4/MX
+presets, ``bypass_divisibility_checks: true``, a config group's ``format``) is refused with a
+located B001; arguments llm-compressor refuses are refused with a located M008.
+
+Targets and ignore are compressed-tensors': each Linear whose name or class a target names
+(``re:`` patterns matched with ``re.match``), unless an ``ignore`` entry names it; a module
+two groups name takes the first group's scheme.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..diagnostics import codes
+from ..diagnostics.base import Diagnostic
+from ..quantization.args import QuantArgs
+from ..quantization.scheme import UNSUPPORTED_PRESETS, resolve_config
+from ..recipe.model import Modifier, Recipe
+from ..text.frozen import thaw
+from .host import ModuleInfo
+from .matching import matches
+
+__all__ = ["QuantGroup", "QuantPlan", "QUANT_KINDS", "resolve_quant", "check_quant_shapes"]
+
+#: The one-shot kind of each quantization modifier.
+QUANT_KINDS = {"QuantizationModifier": "quantization", "GPTQModifier": "gptq"}
+_MIXIN = {"config_groups", "targets", "ignore", "scheme"}
+#: Arguments that must keep their default (None / False) to run here.
+_DEFAULT_ONLY = {"kv_cache_scheme": None, "weight_observer": None, "input_observer": None,
+                 "output_observer": None, "observer": None, "bypass_divisibility_checks": False}
+_GPTQ = {"block_size", "dampening_frac", "actorder", "offload_hessians", "batched_quantization"}
+_BASE = {"index", "group", "start", "end", "update", "requires_calibration_data"}
+_WEIGHT_OBSERVERS = {"memoryless_minmax", "minmax", "static_minmax"}  # all memoryless on weights
+_INPUT_OBSERVERS = {"memoryless_minmax", "minmax", "static_minmax"}
+
+
+@dataclass(frozen=True)
+class QuantGroup:
+    """One config group as it runs: its targets, the weights' grid (None: weights are not
+    quantized) and activation order, and for static input activations their grid, observer
+    and the ``minmax`` observer's averaging constant."""
+
+    name: str
+    targets: tuple[str, ...]
+    weights: QuantArgs | None
+    actorder: str | None = None
+    inputs: QuantArgs | None = None
+    input_observer: str | None = None
+    averaging_constant: float = 0.01
+
+
+@dataclass(frozen=True)
+class QuantPlan:
+    """A quantization modifier's resolved config (``config_json``: compressed-tensors'
+    ``QuantizationConfig.model_dump()`` as JSON), its groups and its ignore list."""
+
+    config_json: str
+    groups: tuple[QuantGroup, ...]
+    ignore: tuple[str, ...]
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The resolved ``QuantizationConfig`` as a mapping (a new one each time)."""
+        out: dict[str, Any] = json.loads(self.config_json)
+        return out
+
+    @property
+    def static_inputs(self) -> bool:
+        """Whether a group calibrates static input activations (then data is needed)."""
+        return any(g.inputs is not None for g in self.groups)
+
+    def group_of(self, name: str, classes: Sequence[str]) -> QuantGroup | None:
+        """The group quantizing module ``name`` (None: no target names it, or ignore does)."""
+        if any(matches(t, name, classes) for t in self.ignore):
+            return None
+        return next((g for g in self.groups if any(matches(t, name, classes) for t in g.targets)), None)
+
+    def select(self, modules: Sequence[ModuleInfo]) -> list[str]:
+        """The Linear modules quantized, in ``named_modules`` order."""
+        return [i.name for i in modules if i.prunable and self.group_of(i.name, i.classes) is not None]
+
+
+def _b001(recipe: Recipe, m: Modifier, message: str, hint: str, key: str | None = None) -> Diagnostic:
+    return codes.B001(message, hint, m.key_span(key) if key else m.span).in_file(recipe.path)
+
+
+def _group(recipe: Recipe, m: Modifier, name: str, scheme: Mapping[str, Any], key: str,
+           errors: list[Diagnostic]) -> QuantGroup | None:
+    """One resolved config group as it runs, or None with a B001 for what does not run."""
+    def refuse(what: str, hint: str) -> None:
+        errors.append(_b001(recipe, m, f"{m.type} {name}: {what} is not run by recipe_spec.oneshot", hint, key))
+
+    if scheme.get("output_activations") is not None:
+        refuse("output_activations", "Set output_activations: null, or run this recipe with llm-compressor.")
+        return None
+    if scheme.get("format") is not None:
+        refuse(f"format {scheme['format']!r}", "Leave format out: the saved format is inferred from the scheme.")
+        return None
+    weights = None
+    raw = scheme.get("weights")
+    if raw is not None:
+        if raw["observer"] not in _WEIGHT_OBSERVERS:
+            refuse(f"weight observer {raw['observer']!r}", "Use memoryless_minmax (leave observer out).")
+            return None
+        if raw["dynamic"] or raw["scale_dtype"] is not None:
+            refuse("dynamic weights or a scale_dtype", "Leave dynamic and scale_dtype out of weights.")
+            return None
+        try:
+            weights = QuantArgs.from_config({k: v for k, v in raw.items() if k != "group_size" or v != -1})
+        except ValueError as exc:
+            refuse(f"the weight grid ({exc})", "Use int (2-8 bits) or FP8 weights with tensor, channel or "
+                   "group scales.")
+            return None
+    inputs, observer, constant = None, None, 0.01
+    act = scheme.get("input_activations")
+    if act is not None and act["dynamic"] is not True:
+        if act["dynamic"] or act["strategy"] != "tensor" or act["observer"] not in _INPUT_OBSERVERS:
+            refuse(f"static input activations with strategy {act['strategy']!r}, dynamic {act['dynamic']!r} "
+                   f"and observer {act['observer']!r}", "Use dynamic: true, or static per-tensor input "
+                   "activations with the minmax, static_minmax or memoryless_minmax observer.")
+            return None
+        try:
+            inputs = QuantArgs.from_config(act)
+        except ValueError as exc:
+            refuse(f"the input activation grid ({exc})", "Use int (2-8 bits) or FP8 input activations.")
+            return None
+        observer = act["observer"]
+        kwargs = act.get("observer_kwargs") or {}
+        constant = float(kwargs.get("averaging_constant", 0.01))
+    actorder = raw["actorder"] if raw is not None else None
+    return QuantGroup(name, tuple(scheme["targets"]), weights, "static" if actorder else None, inputs,
+                      observer, constant)
+
+
+def resolve_quant(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnostic]) -> tuple[QuantPlan, dict[str, Any]] | None:
+    """A QuantizationModifier's or GPTQModifier's plan and its GPTQ settings
+    (``block_size``, ``dampening_frac``), or None with located errors in ``errors``."""
+    args = thaw(m.args)
+    allowed = _MIXIN | set(_DEFAULT_ONLY) | _BASE | (_GPTQ if kind == "gptq" else set())
+    before = len(errors)
+    for key in sorted(set(args) - allowed):
+        errors.append(_b001(recipe, m, f"{m.type} argument `{key}` is not run by recipe_spec.oneshot",
+                            f"Remove `{key}`, or run this recipe with llm-compressor.", key))
+    for key, default in _DEFAULT_ONLY.items():
+        if key in args and args[key] != default and not (default is None and args[key] in ({}, [])):
+            errors.append(_b001(recipe, m, f"{m.type} `{key}: {args[key]!r}` is not run by recipe_spec.oneshot",
+                                f"Leave `{key}` out, or run this recipe with llm-compressor.", key))
+    scheme = args.get("scheme")
+    names = [scheme] if isinstance(scheme, str) else list(scheme) if isinstance(scheme, Mapping) else []
+    for name in names:
+        if isinstance(name, str) and name.upper() in UNSUPPORTED_PRESETS:
+            errors.append(_b001(recipe, m, f"preset scheme {name} is not run by recipe_spec.oneshot (block, FP4 "
+                                "and MX grids are not implemented)", "Use an int or FP8 preset (W4A16, W8A8, "
+                                "FP8_DYNAMIC, ...), or run this recipe with llm-compressor.", "scheme"))
+    settings: dict[str, Any] = {}
+    if kind == "gptq":
+        block, damp = args.get("block_size", 128), args.get("dampening_frac", 0.01)
+        if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+            errors.append(codes.M005(f"block_size {block!r}: a whole number >= 1", "Write e.g. block_size: 128.",
+                                     m.value_span("block_size")).in_file(recipe.path))
+        if isinstance(damp, bool) or not isinstance(damp, (int, float)) or damp < 0:
+            errors.append(codes.M005(f"dampening_frac {damp!r}: a number >= 0", "Write e.g. dampening_frac: 0.01.",
+                                     m.value_span("dampening_frac")).in_file(recipe.path))
+        settings = {"block_size": block, "dampening_frac": damp}
+    if len(errors) > before:
+        return None
+    try:
+        config = resolve_config(args, gptq=kind == "gptq")
+    except ValueError as exc:
+        key = next((k for k in ("config_groups", "scheme", "actorder") if k in args), None)
+        span = m.value_span(key) if key else m.span
+        errors.append(codes.M008(f"{m.type}: {exc}", "Fix the quantization arguments (compressed-tensors 0.19 "
+                                 "refuses them).", span).in_file(recipe.path))
+        return None
+    key = "scheme" if "scheme" in args else "config_groups"
+    groups = [_group(recipe, m, name, scheme, key, errors) for name, scheme in config["config_groups"].items()]
+    if len(errors) > before:
+        return None
+    plan = QuantPlan(json.dumps(config, sort_keys=True), tuple(g for g in groups if g is not None),
+                     tuple(config["ignore"]))
+    return plan, settings
+
+
+def check_quant_shapes(recipe: Recipe, mods: Sequence[Any], modules: Sequence[ModuleInfo]) -> list[Diagnostic]:
+    """Located errors for group scales whose ``group_size`` does not divide a quantized
+    module's input columns (compressed-tensors cannot store them): checked on the model before
+    any weight changes (llm-compressor refuses some at initialisation and fails on the others
+    in its observer)."""
+    out: list[Diagnostic] = []
+    for mod in mods:
+        plan = getattr(mod, "quant", None)
+        if plan is None:
+            continue
+        bad: dict[str, list[str]] = {}
+        sizes: dict[str, int] = {}
+        for info in modules:
+            group = plan.group_of(info.name, info.classes) if info.prunable else None
+            if group is None or group.weights is None or group.weights.strategy != "group":
+                continue
+            size, columns = int(group.weights.group_size or 1), int(info.weight_shape[-1])
+            if columns % size:
+                bad.setdefault(group.name, []).append(f"{info.name} ({columns} columns)")
+                sizes[group.name] = size
+        m = mod.entry
+        for name, layers in bad.items():
+            span = (m.value_span("scheme") if "scheme" in m.args
+                    else m.value_span("config_groups", name, "weights", "group_size"))
+            more = f" and {len(layers) - 3} more" if len(layers) > 3 else ""
+            out.append(codes.P004(
+                f"{m.type}: group_size {sizes[name]} does not divide the input columns of "
+                f"{', '.join(layers[:3])}{more}",
+                "Add these layers to `ignore`, or pick a group_size that divides their input features.",
+                span).in_file(recipe.path))
+    return out

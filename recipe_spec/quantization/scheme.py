@@ -1,0 +1,242 @@
+"""The quantization config a QuantizationModifier or GPTQModifier resolves to, framework-free:
+compressed-tensors 0.19's ``QuantizationArgs`` / ``QuantizationScheme`` / preset schemes and
+llm-compressor 0.14's ``QuantizationMixin.resolve_quantization_config`` (with GPTQ's
+activation-order default), as plain mappings.
+
+The result has the fields and values of compressed-tensors' ``QuantizationConfig``
+(``model_dump()``) that llm-compressor builds, so a backend can hand it to compressed-tensors as
+it is and the saved ``quantization_config`` comes out field for field as llm-compressor's:
+
+- ``scheme: W4A16`` (a preset name; case-insensitive) is ``{W4A16: targets}``; a mapping
+  ``{preset: targets}`` gives one group per preset, ``group_0``, ``group_1``, ...; explicit
+  ``config_groups`` are read as they are; ``scheme`` and ``config_groups`` together are an
+  error (as in llm-compressor);
+- each ``QuantizationArgs`` is completed as compressed-tensors completes it: the strategy
+  inferred from ``group_size`` (none: ``tensor``, ``-1``: ``channel``, positive: ``group``),
+  the zero-point dtype (saved only for asymmetric grids);
+- observers as llm-compressor fills them: an observer written in the recipe (or by the preset,
+  e.g. FP8's ``static_minmax`` inputs) is kept; otherwise weights get ``memoryless_minmax``,
+  static activations ``minmax`` and dynamic ones none;
+- GPTQ: ``actorder`` left out of the modifier turns each group's ``actorder: null`` into
+  ``static``; ``actorder: null`` on the modifier turns it off.
+
+>>> c = resolve_config({"scheme": "W4A16", "targets": ["Linear"], "ignore": ["lm_head"]}, gptq=True)
+>>> w = c["config_groups"]["group_0"]["weights"]
+>>> w["num_bits"], w["strategy"], w["group_size"], w["actorder"], w["observer"]
+(4, 'group', 128, 'static', 'memoryless_minmax')
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["PRESET_SCHEMES", "UNSUPPORTED_PRESETS", "ARG_FIELDS", "complete_args", "resolve_config",
+           "is_preset"]
+
+#: ``QuantizationArgs`` fields, in compressed-tensors' order.
+ARG_FIELDS = ("num_bits", "type", "symmetric", "group_size", "strategy", "block_structure", "dynamic",
+              "actorder", "scale_dtype", "zp_dtype", "observer", "observer_kwargs")
+_DEFAULTS: dict[str, Any] = {"num_bits": 8, "type": "int", "symmetric": True, "group_size": None,
+                             "strategy": None, "block_structure": None, "dynamic": False, "actorder": None,
+                             "scale_dtype": None, "zp_dtype": None, "observer": None, "observer_kwargs": {}}
+_SCHEME_FIELDS = ("targets", "weights", "input_activations", "output_activations", "format")
+
+
+def _int_wnam(weight_bits: int, act_bits: int = 16) -> dict[str, Any]:
+    scheme: dict[str, Any] = {"weights": {"num_bits": weight_bits, "type": "int", "strategy": "group",
+                                          "group_size": 128, "symmetric": True, "dynamic": False}}
+    if act_bits < 16:
+        scheme["input_activations"] = {"num_bits": act_bits, "type": "int", "strategy": "token",
+                                       "symmetric": True, "dynamic": True}
+    return scheme
+
+
+_W8A8 = {"weights": {"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": True, "dynamic": False},
+         "input_activations": {"num_bits": 8, "type": "int", "strategy": "token", "symmetric": True,
+                               "dynamic": True}}
+
+#: compressed-tensors 0.19's ``PRESET_SCHEMES`` on an int or FP8 grid with tensor, channel or
+#: group weight scales: each preset's arguments as its constructor gives them.
+PRESET_SCHEMES: dict[str, dict[str, Any]] = {
+    "W4A16_ASYM": {"weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128,
+                               "symmetric": False, "dynamic": False}},
+    "W8A8": _W8A8,
+    "INT8": _W8A8,
+    "W4AFP8": {"weights": _int_wnam(4)["weights"],
+               "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "symmetric": True,
+                                     "dynamic": True, "observer": None}},
+    "FP8": {"weights": {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": True, "dynamic": False},
+            "input_activations": {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": True,
+                                  "dynamic": False, "observer": "static_minmax"}},
+    "FP8_DYNAMIC": {"weights": {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True,
+                                "dynamic": False},
+                    "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "symmetric": True,
+                                          "dynamic": True}},
+    **{f"W{w}A{a}": _int_wnam(w, a) for w, acts in ((2, (4, 8, 16)), (3, (4, 8, 16)), (4, (4, 8, 16)),
+                                                      (5, (8, 16)), (6, (8, 16)), (7, (8, 16)), (8, (16,)))
+       for a in acts},
+}
+#: Presets of compressed-tensors 0.19 on grids :mod:`recipe_spec.quantization` does not have
+#: (block, FP4, MX scales) or that quantize nothing.
+UNSUPPORTED_PRESETS = frozenset({"UNQUANTIZED", "FP8_BLOCK", "NVFP4A16", "NVFP4", "MXFP4A16", "MXFP4",
+                                 "MXFP8A16", "MXFP8"})
+
+
+def is_preset(name: Any) -> bool:
+    """Whether ``name`` is a preset scheme of compressed-tensors 0.19 (any case)."""
+    return isinstance(name, str) and (name.upper() in PRESET_SCHEMES or name.upper() in UNSUPPORTED_PRESETS)
+
+
+def _lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
+
+
+def complete_args(raw: Mapping[str, Any], where: str = "") -> tuple[dict[str, Any], bool]:
+    """One ``QuantizationArgs`` mapping completed as compressed-tensors validates it (see the
+    module docstring), and whether its ``observer`` was written (not null). Raises
+    ``ValueError`` with compressed-tensors' reason where it would refuse the arguments."""
+    at = f"{where}: " if where else ""
+    unknown = sorted(set(raw) - set(ARG_FIELDS))
+    if unknown:
+        raise ValueError(f"{at}unknown quantization argument(s) {', '.join(map(str, unknown))} "
+                         f"(QuantizationArgs has {', '.join(ARG_FIELDS)})")
+    out = {k: copy.deepcopy(raw.get(k, _DEFAULTS[k])) for k in ARG_FIELDS}
+    if out["observer_kwargs"] is None:
+        out["observer_kwargs"] = {}
+    for key in ("type", "strategy", "dynamic", "actorder"):
+        out[key] = _lower(out[key])
+    if isinstance(out["actorder"], bool):
+        if out["actorder"]:
+            raise ValueError(f"{at}actorder: true meant 'group', removed in compressed-tensors 0.19; "
+                             "write actorder: weight (or static), or null")
+        out["actorder"] = None
+    if out["actorder"] in ("group", "dynamic"):
+        raise ValueError(f"{at}actorder {out['actorder']!r} was removed in compressed-tensors 0.19; "
+                         "write actorder: weight (or static), or null")
+    if out["actorder"] not in (None, "weight", "static"):
+        raise ValueError(f"{at}actorder must be weight, static or null, got {out['actorder']!r}")
+    if out["type"] not in ("int", "float"):
+        raise ValueError(f"{at}type must be int or float, got {out['type']!r}")
+    size, strategy = out["group_size"], out["strategy"]
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < -1):
+        raise ValueError(f"{at}invalid group_size {size!r}: use group_size > 0 for strategy 'group' and "
+                         "-1 for 'channel'")
+    if strategy is None:
+        strategy = "tensor" if size is None else "group" if size > 0 else "channel" if size == -1 else None
+        if strategy is None:
+            raise ValueError(f"{at}invalid group_size {size!r}")
+    if strategy == "token" and not out["dynamic"]:
+        raise ValueError(f"{at}static token quantization does not exist: set dynamic: true")
+    if strategy in ("group", "tensor_group") and (size is None or size <= 0):
+        raise ValueError(f"{at}strategy {strategy!r} needs a positive group_size")
+    if size is not None and size > 0 and strategy not in ("group", "tensor_group"):
+        raise ValueError(f"{at}group_size {size} needs strategy 'group', not {strategy!r}")
+    if out["dynamic"] and strategy not in ("token", "tensor", "tensor_group", "group"):
+        raise ValueError(f"{at}dynamic quantization needs strategy token, tensor or group, not {strategy!r}")
+    out["strategy"] = strategy
+    if out["zp_dtype"] is None and not out["symmetric"]:
+        out["zp_dtype"] = "torch.float8_e4m3fn" if out["type"] == "float" else "torch.int8"
+    written = raw.get("observer") is not None
+    return out, written
+
+
+def _observer(args: dict[str, Any], written: bool, default: str) -> None:
+    """llm-compressor's ``_apply_observer_overrides`` without overrides."""
+    if not written:
+        args["observer"] = None if args["dynamic"] is True else default
+
+
+def _scheme(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
+    unknown = sorted(set(raw) - set(_SCHEME_FIELDS))
+    if unknown:
+        raise ValueError(f"{where}: unknown QuantizationScheme field(s) {', '.join(map(str, unknown))} "
+                         f"(it has {', '.join(_SCHEME_FIELDS)})")
+    targets = raw.get("targets")
+    if isinstance(targets, str):
+        targets = [targets]
+    if not targets:
+        raise ValueError(f"{where}: a QuantizationScheme needs targets (e.g. targets: [Linear])")
+    out: dict[str, Any] = {"targets": [str(t) for t in targets]}
+    for slot, default in (("weights", "memoryless_minmax"), ("input_activations", "minmax"),
+                          ("output_activations", "minmax")):
+        value = raw.get(slot)
+        if value is None:
+            out[slot] = None
+            continue
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{where}.{slot}: a QuantizationArgs mapping or null, got {value!r}")
+        args, written = complete_args(value, f"{where}.{slot}")
+        if slot != "weights" and args["actorder"] is not None:
+            raise ValueError(f"{where}.{slot}: actorder applies to weights only")
+        if slot == "input_activations" and args["strategy"] not in ("token", "tensor", "group", "tensor_group",
+                                                                     "attn_head"):
+            raise ValueError(f"{where}.{slot}: strategy {args['strategy']!r} does not exist for activations")
+        _observer(args, written, default)
+        out[slot] = args
+    out["format"] = raw.get("format")
+    return out
+
+
+def _preset(name: str, targets: list[str]) -> dict[str, Any]:
+    key = name.upper()
+    if key not in PRESET_SCHEMES:
+        raise ValueError(f"preset scheme {name!r} is not run by recipe_spec.oneshot (its grid is not an int "
+                         "or FP8 grid with tensor, channel or group scales)" if key in UNSUPPORTED_PRESETS
+                         else f"unknown preset scheme {name!r}")
+    return _scheme({"targets": targets, **copy.deepcopy(PRESET_SCHEMES[key])}, f"scheme {name}")
+
+
+def _actorder(existing: Any, modifier: Any, given: bool) -> Any:
+    """llm-compressor 0.14's ``GPTQModifier.resolve_actorder``."""
+    if not given:
+        return "static" if existing is None else existing
+    modifier = _lower(modifier)
+    same = {modifier, existing} <= {"static", "weight"} or modifier == existing
+    if existing is None or same:
+        return modifier
+    raise ValueError(f"GPTQModifier actorder {modifier!r} differs from the actorder {existing!r} of a "
+                     "config group: remove one of them")
+
+
+def resolve_config(args: Mapping[str, Any], *, gptq: bool = False) -> dict[str, Any]:
+    """The ``QuantizationConfig`` (as ``model_dump()``) of a QuantizationModifier (or, with
+    ``gptq``, a GPTQModifier) with arguments ``args``. Raises ``ValueError`` where
+    llm-compressor or compressed-tensors refuse the arguments."""
+    scheme, groups = args.get("scheme"), args.get("config_groups")
+    targets = args.get("targets", ["Linear"])
+    targets = [targets] if isinstance(targets, str) else list(targets or [])
+    if scheme is not None and groups is not None:
+        raise ValueError("give either `scheme` or `config_groups`, not both")
+    resolved: dict[str, Any] = {}
+    if scheme is not None:
+        if isinstance(scheme, str):
+            scheme = {scheme: targets}
+        if not isinstance(scheme, Mapping):
+            raise ValueError(f"`scheme` must be a preset name or a mapping {{preset: targets}}, got {scheme!r}")
+        for i, (name, group_targets) in enumerate(scheme.items()):
+            if not is_preset(name):
+                raise ValueError(f"unknown preset scheme {name!r}")
+            group_targets = [group_targets] if isinstance(group_targets, str) else list(group_targets or [])
+            resolved[f"group_{i}"] = _preset(str(name), group_targets)
+    elif groups:
+        if not isinstance(groups, Mapping):
+            raise ValueError(f"`config_groups` must map group names to schemes, got {groups!r}")
+        for name, group in groups.items():
+            if not isinstance(group, Mapping):
+                raise ValueError(f"config_groups.{name}: a QuantizationScheme mapping, got {group!r}")
+            resolved[str(name)] = _scheme(group, f"config_groups.{name}")
+    else:
+        raise ValueError("give `scheme` (a preset such as W4A16) or `config_groups`: without them nothing "
+                         "is quantized")
+    if gptq:
+        for group in resolved.values():
+            weights = group["weights"]
+            if weights is not None and weights["strategy"] in ("group", "tensor_group", "channel", "tensor",
+                                                               "block"):
+                weights["actorder"] = _actorder(weights["actorder"], args.get("actorder"), "actorder" in args)
+    ignore = args.get("ignore") or []
+    return {"config_groups": resolved, "quant_method": "compressed-tensors", "kv_cache_scheme": None,
+            "format": "fakequant", "quantization_status": "initialized", "global_compression_ratio": None,
+            "ignore": [ignore] if isinstance(ignore, str) else [str(i) for i in ignore]}
