@@ -33,6 +33,7 @@ from ..core_dialect import core_spec
 from ..diagnostics import codes
 from ..diagnostics.base import Diagnostic, RecipeError
 from ..recipe.model import Modifier, Recipe
+from .awq_forms import older_awq_form
 from .host import ModuleInfo
 from .owl import read_sparsity
 from .smoothing_args import READ as _SMOOTHING_READ
@@ -120,7 +121,8 @@ def _b001(recipe: Recipe, m: Modifier, message: str, hint: str, key: str | None 
 
 def _one(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnostic]) -> OneShotModifier | None:
     args = m.args
-    for key in sorted(set(args) - _READ[kind] - _BASE):
+    older = older_awq_form(recipe, m, errors) if kind == "awq" else set()
+    for key in sorted(set(args) - _READ[kind] - _BASE - older):
         errors.append(_b001(recipe, m, f"{m.type} argument `{key}` is not run by recipe_spec.oneshot",
                             f"Remove `{key}`, or run this recipe with llm-compressor.", key))
     if kind in ("smoothquant", "awq"):
