@@ -53,7 +53,7 @@ def test_the_split_form_is_the_same_modifier_for_the_release_after() -> None:
     try:  # the AWQModifier is accepted (the QuantizationModifier is where oneshot() does not run it yet)
         resolve(rewritten, CAPS | {"quantization"}, "torch")
     except RecipeError as err:
-        assert all(d.line != 3 for d in err.value.diagnostics), [d.format() for d in err.value.diagnostics]
+        assert all(d.line != 3 for d in err.diagnostics), [d.format() for d in err.diagnostics]
 
 
 def test_the_own_grid_of_the_first_release_is_refused_at_its_argument() -> None:
