@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: the files that must pass on every backend (test_keras_jax.py: JAX's own checks)
 FILES = ("test_keras_conformance.py", "test_keras_parity.py", "test_keras_masks.py",
          "test_keras_qat.py", "test_keras_resume.py", "test_keras_modifiers.py", "test_acdc.py",
-         "test_keras_jax.py", "test_oneshot_keras.py", "test_keras_quantized.py")
+         "test_keras_jax.py", "test_oneshot_keras.py", "test_keras_quantized.py",
+         "test_smoothing_keras.py")
 BACKENDS = {"jax": "jax", "torch": "torch"}  # backend: the module it needs
 TIMEOUT_S = 1200
 

@@ -128,7 +128,8 @@ def test_modifiers_keras_does_not_run_are_refused_located_before_anything_change
 def test_schemas_list_the_one_shot_modifiers_keras_runs() -> None:
     data = json.loads((ROOT / "schemas" / "backends.json").read_text(encoding="utf-8"))
     assert data["backends"]["keras"]["oneshot_modifiers"] == [
-        "ConstantPruningModifier", "MagnitudePruningModifier", "SparseGPTModifier", "WandaPruningModifier"]
+        "AWQModifier", "ConstantPruningModifier", "LogarithmicEqualizationModifier", "MagnitudePruningModifier",
+        "SmoothQuantModifier", "SparseGPTModifier", "WandaPruningModifier"]
 
 
 # -- a keras-hub Llama from a Hugging Face checkpoint -------------------------------------------

@@ -35,13 +35,16 @@ names, in each input's dtype.
 first turns the recorded layers into Keras's own quantized layers, and then writes
 ``model.keras`` (``keras.saving.load_model`` restores them) even for a keras-hub model, whose
 preset loader (keras-hub 0.32) rebuilds quantized layers as float ones.
+
+**Smoothing** (SmoothQuant, AWQ): observers on outputs, recorded calls run again, and the
+weights of norms and Linear layers with their biases (:mod:`.oneshot_calls`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -49,10 +52,11 @@ import numpy as np
 import keras
 from recipe_spec.atomic import write_text
 from recipe_spec.masks.numpy_ops import NUMPY_OPS
-from recipe_spec.one_shot.host import ModuleInfo, Observer, StopForward, feed_until
+from recipe_spec.one_shot.host import CallRecorder, ModuleInfo, Observer, StopForward, feed_until
 
 from .hub import hf_names
 from .layout import LinearAxes, linear_axes
+from .oneshot_calls import ModuleCalls, held, is_held, on_device, wrapped
 from .params import numpy_value
 from .quantization import layer_paths
 from .quantized_host import QuantizedWeights
@@ -137,22 +141,7 @@ def _no_grad() -> Any:
     return contextlib.nullcontext()
 
 
-@contextlib.contextmanager
-def _wrapped(layer: Any, make: Any) -> Iterator[None]:
-    """``layer.call`` replaced on the instance by ``make(original)`` for the block's duration."""
-    previous = layer.__dict__.get("call")
-    original = layer.call
-    object.__setattr__(layer, "call", make(original))
-    try:
-        yield
-    finally:
-        if previous is None:
-            layer.__dict__.pop("call", None)
-        else:
-            object.__setattr__(layer, "call", previous)
-
-
-class KerasCalibrationHost(QuantizedWeights):
+class KerasCalibrationHost(QuantizedWeights, ModuleCalls):
     """A Keras 3 model held for one-shot compression (see the module docstring)."""
 
     ops = NUMPY_OPS
@@ -302,52 +291,38 @@ class KerasCalibrationHost(QuantizedWeights):
 
         def make(original: Any) -> Any:
             def call(*args: Any, **kwargs: Any) -> Any:
-                calls.append(_host((args, kwargs)) if offload else (args, kwargs))
+                calls.append(held((args, kwargs)) if offload else (args, kwargs))
                 raise StopForward
             return call
 
-        with _wrapped(self._layers[block], make):
+        with wrapped(self._layers[block], make):
             feed_until(self._forward, batches, block)
         return calls
 
-    @contextlib.contextmanager
-    def _observing(self, observers: Mapping[str, Observer]) -> Iterator[None]:
-        with contextlib.ExitStack() as stack:
-            by_layer: dict[int, list[tuple[_Linear, Observer]]] = {}
-            for name, observe in observers.items():
-                lin = self._linear[name]
-                by_layer.setdefault(id(lin.layer), []).append((lin, observe))
-            for entries in by_layer.values():
-                stack.enter_context(_wrapped(entries[0][0].layer, _observer_call(entries)))
-            yield
-
     def run_block(self, block: str, inputs: Sequence[Any], observers: Mapping[str, Observer],
-                  propagate: bool) -> list[Any]:
+                  propagate: bool, outputs: Mapping[str, Observer] | None = None,
+                  calls: Mapping[str, CallRecorder] | None = None, offload_calls: bool = False) -> list[Any]:
         layer = self._layers[block]
         out: list[Any] = []
-        with self._observing(observers):
+        with self._observing(observers, outputs, calls, offload_calls):
             for call in inputs:
-                args, kwargs = _device(call)
+                args, kwargs = on_device(call)
                 result = layer(*args, **kwargs)
                 if not propagate:
                     continue
                 hidden = result[0] if isinstance(result, (tuple, list)) else result
                 nxt = ((hidden, *args[1:]), kwargs) if args else (args, {**kwargs, "decoder_sequence": hidden})
-                out.append(_host(nxt) if _is_host(call) else nxt)
+                out.append(held(nxt) if is_held(call) else nxt)
         return out
 
-    def run_model(self, batches: Sequence[Any], observers: Mapping[str, Observer]) -> None:
-        with self._observing(observers):
+    def run_model(self, batches: Sequence[Any], observers: Mapping[str, Observer],
+                  outputs: Mapping[str, Observer] | None = None,
+                  calls: Mapping[str, CallRecorder] | None = None, offload_calls: bool = False) -> None:
+        with self._observing(observers, outputs, calls, offload_calls):
             for batch in batches:
                 self._forward(batch)
 
-    # -- weights and saving --------------------------------------------------------------------
-    def weight(self, name: str) -> np.ndarray:
-        return self._linear[name].weight()
-
-    def set_weight(self, name: str, value: np.ndarray) -> None:
-        self._linear[name].set_weight(value)
-
+    # -- saving (weights, biases, run_module: .oneshot_calls) ----------------------------------
     def save(self, output_dir: str, recipe_text: str) -> list[str]:
         self.finish()
         self.check_saveable()
@@ -362,44 +337,3 @@ class KerasCalibrationHost(QuantizedWeights):
         recipe_path = os.path.join(output_dir, "recipe.yaml")
         write_text(recipe_path, recipe_text)
         return sorted(written | {recipe_path})
-
-
-def _observer_call(entries: list[tuple[_Linear, Observer]]) -> Any:
-    def make(original: Any) -> Any:
-        reversible = any(lin.reverse for lin, _ in entries)
-
-        def call(inputs: Any, *args: Any, **kwargs: Any) -> Any:
-            reverse = reversible and bool(kwargs.get("reverse", args[0] if args else False))
-            for lin, observe in entries:
-                if lin.reverse == reverse:
-                    observe(*lin.rows_of(inputs))
-            return original(inputs, *args, **kwargs)
-        return call
-    return make
-
-
-class _Held(tuple):  # type: ignore[type-arg]
-    """A cached call held in host memory (NumPy arrays)."""
-
-
-def _is_host(call: Any) -> bool:
-    return isinstance(call, _Held)
-
-
-def _map(x: Any, fn: Any) -> Any:
-    if isinstance(x, (tuple, list)):
-        return type(x)(_map(v, fn) for v in x) if not isinstance(x, _Held) else _Held(_map(v, fn) for v in x)
-    if isinstance(x, dict):
-        return {k: _map(v, fn) for k, v in x.items()}
-    return fn(x)
-
-
-def _host(call: Any) -> _Held:
-    return _Held(_map(tuple(call), lambda v: keras.ops.convert_to_numpy(v) if keras.ops.is_tensor(v) else v))
-
-
-def _device(call: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    if not _is_host(call):
-        return call  # type: ignore[no-any-return]
-    args, kwargs = _map(tuple(call), lambda v: keras.ops.convert_to_tensor(v) if isinstance(v, np.ndarray) else v)
-    return tuple(args), dict(kwargs)

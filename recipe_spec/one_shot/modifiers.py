@@ -34,6 +34,7 @@ from ..core_dialect import core_spec
 from ..diagnostics import codes
 from ..diagnostics.base import Diagnostic, RecipeError
 from ..recipe.model import Modifier, Recipe
+from .awq_forms import older_awq_form
 from .host import ModuleInfo
 from .matching import matches
 from .owl import read_sparsity
@@ -136,7 +137,8 @@ def _one(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnostic]) -> On
         return OneShotModifier(m.type, kind, m, targets, plan.ignore, quant=plan,
                                block_size=int(gptq.get("block_size", 128)),
                                dampening_frac=float(gptq.get("dampening_frac", 0.01)))
-    for key in sorted(set(args) - _READ[kind] - _BASE):
+    older = older_awq_form(recipe, m, errors) if kind == "awq" else set()
+    for key in sorted(set(args) - _READ[kind] - _BASE - older):
         errors.append(_b001(recipe, m, f"{m.type} argument `{key}` is not run by recipe_spec.oneshot",
                             f"Remove `{key}`, or run this recipe with llm-compressor.", key))
     if kind in ("smoothquant", "awq"):

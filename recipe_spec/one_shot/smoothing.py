@@ -9,9 +9,11 @@ are matched against the model's modules (:func:`~recipe_spec.quantization.smooth
 SmoothQuant skips a mapping only when its smooth layer and every balance layer are in
 ``ignore``. AWQ skips a mapping none of whose layers a later quantization modifier targets, and
 a ``v_proj -> o_proj`` (or ``qkv_proj -> o_proj``) pair whose shapes differ (grouped-query
-attention); its *parent* is the balance layers' lowest common ancestor that is not a
-``ModuleList``, and it observes the input of the first balance layer (or of
-``activation_hook_target`` under the parent).
+attention); its *parent* is the balance layers' lowest common ancestor that is a module of
+the model and not a ``ModuleList`` (a name such as ``model.layers.0.mlp`` that the model does
+not have as a module, as in a keras-hub Llama whose MLP layers sit in the decoder layer itself,
+gives way to the module above it), and it observes the input of the first balance layer (or
+of ``activation_hook_target`` under the parent).
 
 **Order.** Block by block (the repeated decoder layers): the block's cached inputs run through
 it once with observers (SmoothQuant: each smooth layer's output range; AWQ: the mean ``|x|`` of
@@ -171,7 +173,7 @@ def _awq_mapping(info: dict[str, ModuleInfo], smooth: str, balance: tuple[str, .
                 raise ValueError(f"{what}: duo_scaling needs per-channel or group weight scales, and {b} "
                                  "is quantized per tensor; set duo_scaling: false or use another strategy")
     parent = common_ancestor(balance)
-    while parent and "ModuleList" in info[parent].classes:
+    while parent and (parent not in info or "ModuleList" in info[parent].classes):
         parent = parent.rsplit(".", 1)[0] if "." in parent else ""
     observed = balance[0]
     if hook:
