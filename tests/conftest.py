@@ -11,6 +11,10 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
 CORPUS = SHARED / "corpus"
 
+#: The scripts that made the reference fixtures (``tests/fixtures/*/make_reference.py``) run the
+#: original tools in their own environments; they are not collected (several share a name).
+collect_ignore_glob = ["fixtures/*"]
+
 
 def corpus_rows() -> list[dict[str, str]]:
     """The rows of the corpus INDEX.tsv, with ``path`` resolved to the file."""
