@@ -147,10 +147,12 @@ def _group(recipe: Recipe, m: Modifier, name: str, scheme: Mapping[str, Any], ke
                       observer, constant)
 
 
-def resolve_quant(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnostic]) -> tuple[QuantPlan, dict[str, Any]] | None:
+def resolve_quant(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnostic],
+                  args: Mapping[str, Any] | None = None) -> tuple[QuantPlan, dict[str, Any]] | None:
     """A QuantizationModifier's or GPTQModifier's plan and its GPTQ settings
-    (``block_size``, ``dampening_frac``), or None with located errors in ``errors``."""
-    args = thaw(m.args)
+    (``block_size``, ``dampening_frac``), or None with located errors in ``errors``.
+    ``args``: the quantization arguments when not ``m``'s own (AWQ's combined form)."""
+    args = thaw(m.args) if args is None else thaw(args)
     allowed = _MIXIN | set(_DEFAULT_ONLY) | _BASE | (_GPTQ if kind == "gptq" else set())
     before = len(errors)
     for key in sorted(set(args) - allowed):
