@@ -177,6 +177,9 @@ def apply_oneshot(
     with make_host(model) as host:
         _check_mappings(host, mods)
         quantizers = [m for m in mods if m.quant is not None]
+        problem = getattr(host, "save_problem", lambda quantized: None)(bool(quantizers))
+        if output_dir is not None and problem is not None:
+            raise RecipeError([_cannot_save(recipe, quantizers[0], problem)])
         if quantizers:
             shape_errors = check_quant_shapes(recipe, quantizers, host.modules())
             if shape_errors:
@@ -230,6 +233,15 @@ def _release(compat: str | None) -> tuple[int, ...] | None:
         raise ValueError(f"compat {compat!r}: recipe_spec.oneshot reads recipes as an llm-compressor release "
                          "(llmcompressor==0.9 ... 0.14)")
     return tuple(parsed.version)
+
+
+def _cannot_save(recipe: Recipe, mod: Any, problem: str) -> Any:
+    from ..diagnostics import codes
+
+    return codes.B001(f"{mod.type} quantizes and output_dir= is given, but {problem}",
+                      "Leave output_dir out and save the model yourself after oneshot() (each quantized module "
+                      "holds weight_scale and its scheme), or pass a transformers model.",
+                      mod.entry.span).in_file(recipe.path)
 
 
 def _need_data(recipe: Recipe, mod: Any) -> Any:
