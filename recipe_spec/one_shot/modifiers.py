@@ -33,8 +33,8 @@ from typing import Any
 from ..core_dialect import core_spec
 from ..diagnostics import codes
 from ..diagnostics.base import Diagnostic, RecipeError
-from ..recipe.model import Modifier, Recipe
 from ..quantization.awq_releases import CURRENT, awq_release
+from ..recipe.model import Modifier, Recipe
 from .awq_forms import combined_args, older_awq_form
 from .host import ModuleInfo
 from .matching import matches
@@ -153,8 +153,8 @@ def _one(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnostic],
                             f"Remove `{key}`, or run this recipe with llm-compressor.", key))
     if kind in ("smoothquant", "awq"):
         own = combined_args(m) if release is not None and release.combined else {}
-        plan = smoothing_plan(recipe, m, kind, errors, release or CURRENT, own)
-        return None if plan is None else OneShotModifier(m.type, kind, m, (), transform=plan)
+        smoothing = smoothing_plan(recipe, m, kind, errors, release or CURRENT, own)
+        return None if smoothing is None else OneShotModifier(m.type, kind, m, (), transform=smoothing)
     if kind in ("sparsegpt", "wanda"):
         read = read_sparsity(args)
         if read is None:

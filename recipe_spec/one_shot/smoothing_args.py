@@ -168,7 +168,7 @@ def smoothing_plan(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnost
                             "cached inputs where the model runs, or in host memory with 'cpu'",
                             "Write offload_device: cpu, or remove it.", "offload_device"))
         bad = True
-    later = recipe.modifiers[recipe.modifiers.index(m) + 1:]
+    later: list[Modifier] = list(recipe.modifiers[recipe.modifiers.index(m) + 1:])
     schemes: list[WeightScheme] = []
     try:
         if own:  # the combined form: AWQ's own arguments, and no later modifier's
