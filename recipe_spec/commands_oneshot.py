@@ -23,8 +23,8 @@ from typing import Any
 
 from .commands import InputError, UsageError, _check_files, _compat, _known_backend, parse_var
 from .commands import lint_command as _lint_command
-from .commands_oneshot_summary import summary as _summary
 from .diagnostics.base import Diagnostic, RecipeError, Severity
+from .one_shot.summary import summary as _summary
 
 __all__ = ["oneshot_command", "lint_command", "read_calibration", "checkpoint_lint", "print_estimates",
            "DEFAULT_SEQ_LEN"]

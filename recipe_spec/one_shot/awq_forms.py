@@ -101,7 +101,7 @@ def older_awq_form(recipe: Recipe, m: Modifier, errors: list[Diagnostic],
             "and later, AWQ followed by a QuantizationModifier with those arguments",
             "Run it as llm-compressor 0.10 did with oneshot(..., compat='llmcompressor==0.10') (`--compat "
             "llmcompressor==0.10` on the command line; 0.9 also runs it), or write the form of 0.11 and "
-            "later, whose search grid is 0.11's (`recipe-spec fix --compat llmcompressor` writes it):\n"
+            "later, whose search grid is 0.11's (`recipe-spec convert RECIPE --to llmcompressor` writes it):\n"
             + split_form(m),
             m.span).in_file(recipe.path))
     if grid:

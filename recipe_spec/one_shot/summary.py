@@ -1,6 +1,6 @@
-"""The summary ``recipe-spec oneshot`` prints after a run: the smoothing each mapping got, one
-line per module compressed or quantized, the totals, how the recipe was read, where the model
-went."""
+"""The summary ``recipe-spec oneshot`` prints after a run (``summary(last_report(), output)``):
+the smoothing each mapping got, one line per module compressed or quantized, the totals, how
+the recipe was read, where the model went."""
 
 from __future__ import annotations
 
