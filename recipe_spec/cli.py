@@ -195,7 +195,8 @@ def _add_oneshot(sub: Any) -> None:
     """``recipe-spec oneshot`` (:mod:`recipe_spec.commands_oneshot`)."""
     on = sub.add_parser(
         "oneshot",
-        help="prune a Hugging Face checkpoint in one shot with calibration data (SparseGPT, Wanda, magnitude)",
+        help="compress a Hugging Face checkpoint in one shot with calibration data (pruning, smoothing, "
+        "quantization)",
         description="Run a stage/group one-shot recipe (llm-compressor's) on a checkpoint folder with a "
         "calibration file and write the compressed folder. Everything is checked before the model is "
         "loaded. Exit 0 done, 1 an error in an input, 2 the command line is wrong. See docs/oneshot.md.",
@@ -216,6 +217,9 @@ def _add_oneshot(sub: Any) -> None:
     on.add_argument("--output", "-o", metavar="DIR", help="write the compressed checkpoint folder here")
     on.add_argument("--force", action="store_true", help="replace a non-empty --output folder")
     on.add_argument("--var", action="append", metavar="NAME=VALUE", help="override a recipe variable")
+    on.add_argument("--compat", metavar="llmcompressor[==VERSION]",
+                    help="read the recipe as that llm-compressor release (default: the newest); 0.9 and 0.10 "
+                    "run AWQModifier's combined form as they did")
     on.set_defaults(run=oneshot_command)
 
 

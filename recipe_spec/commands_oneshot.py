@@ -24,6 +24,7 @@ from typing import Any
 from .commands import InputError, UsageError, _check_files, _compat, _known_backend, parse_var
 from .commands import lint_command as _lint_command
 from .diagnostics.base import Diagnostic, RecipeError, Severity
+from .one_shot.summary import summary as _summary
 
 __all__ = ["oneshot_command", "lint_command", "read_calibration", "checkpoint_lint", "print_estimates",
            "DEFAULT_SEQ_LEN"]
@@ -254,14 +255,16 @@ def _recipe(args: argparse.Namespace) -> tuple[Any, list[Any]]:
     variables = dict(parse_var(v) for v in args.var or []) or None
     recipe, found = check(Path(args.recipe), variables)
     if recipe is not None:
-        found = found + validate_recipe(recipe, compat="llmcompressor")
+        found = found + validate_recipe(recipe, compat=args.compat or "llmcompressor")
         if recipe.source is not None:
             found = apply_noqa(found, recipe.source.text)
     if _print([d for d in found if d.code not in _OTHER_TOOL], args.recipe) or recipe is None:
         raise _Failed
     backend = _checkpoint_backend()
+    from .one_shot.api import _release
+
     try:
-        mods = resolve(recipe, frozenset(backend.capabilities), backend.name)
+        mods = resolve(recipe, frozenset(backend.capabilities), backend.name, _release(args.compat))
     except RecipeError as exc:
         _print(exc.diagnostics, args.recipe)
         raise _Failed from None
@@ -287,6 +290,13 @@ def oneshot_command(args: argparse.Namespace) -> int:
     """``recipe-spec oneshot``: see the module docstring; 0 done, 1 a located error in an
     input, 2 the command line is wrong."""
     _check_paths(args)
+    if args.compat is not None:
+        from .one_shot.api import _release
+
+        try:
+            _release(args.compat)
+        except ValueError as exc:
+            raise UsageError(f"--compat {args.compat}: {exc}") from None
     try:
         recipe, mods = _recipe(args)
         _, model = read_checkpoint_model(args.model, classes=False)
@@ -330,7 +340,7 @@ def _run_and_save(args: argparse.Namespace, recipe: Any, model: Any, samples: li
     dataset = [{"input_ids": s} for s in samples]
     options = dict(num_calibration_samples=args.num_samples, shuffle_calibration_samples=args.shuffle,
                    batch_size=args.batch_size, pipeline=args.pipeline,
-                   sequential_targets=args.sequential_targets, progress=progress)
+                   sequential_targets=args.sequential_targets, progress=progress, compat=args.compat)
     writing = replacing_dir(args.output) if args.output else contextlib.nullcontext(None)
     with warnings.catch_warnings(record=True) as told:
         warnings.simplefilter("always")
@@ -354,27 +364,3 @@ def _run_and_save(args: argparse.Namespace, recipe: Any, model: Any, samples: li
             print(f"recipe-spec: warning: {text}", file=sys.stderr)
     print(_summary(report, args.output))
     return 0
-
-
-def _summary(report: Any, output: str | None) -> str:
-    """One line per module compressed (sparsity, loss, samples, any solver note), then the
-    totals and where the model was written."""
-    rows = [("module", "modifier", "sparsity", "loss", "samples", "note")]
-    for r in report.layers:
-        rows.append((r.module, r.modifier, f"{r.sparsity:.4f}", "" if r.loss is None else f"{r.loss:.4g}",
-                     str(r.samples or ""), r.note))
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row[:5], widths, strict=True)).rstrip()
-             + (f"  {row[5]}" if row[5] else "") for row in rows]
-    by_modifier: dict[str, list[float]] = {}
-    for r in report.layers:
-        by_modifier.setdefault(r.modifier, []).append(r.sparsity)
-    for name, values in by_modifier.items():
-        lines.append(f"{name}: {len(values)} layer(s), mean sparsity {sum(values) / len(values):.4f}")
-    notes = sum(1 for r in report.layers if r.note)
-    if notes:
-        lines.append(f"{notes} layer(s) needed more dampening than asked (see the note column)")
-    if report.order is not None:
-        lines.append(f"{len(report.order)} calibration sample(s) fed")
-    lines.append(f"wrote {output}" if output else "nothing written (no --output)")
-    return "\n".join(lines)

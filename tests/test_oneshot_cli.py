@@ -225,3 +225,65 @@ def test_summary_reports_a_cholesky_retry() -> None:
     text = _summary(report, "out")
     assert "cholesky failed at dampening_frac 0.01; used 0.1" in text.splitlines()[1]
     assert "1 layer(s) needed more dampening than asked" in text and text.endswith("wrote out")
+
+
+# -- quantization --------------------------------------------------------------------------------
+
+AWQ_W4 = """\
+quant_stage:
+  quant_modifiers:
+    AWQModifier: {duo_scaling: true, n_grid: 6}
+    QuantizationModifier:
+      ignore: [lm_head]
+      config_groups:
+        group_0:
+          targets: [Linear]
+          weights: {num_bits: 4, type: int, symmetric: true, strategy: group, group_size: 32}
+"""
+
+
+def test_a_quantization_recipe_writes_a_folder_transformers_loads(
+        checkpoint: Path, files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """AWQ then W4 group 32 on the checkpoint folder: the summary shows each mapping's ratio and
+    losses and each layer's grid; the compressed-tensors folder loads back in transformers,
+    every quantized weight on its grid (w / scale whole numbers in [-8, 7])."""
+    files["recipe"].write_text(AWQ_W4)
+    code, out, err = run(["oneshot", str(files["recipe"]), "--model", str(checkpoint), "--calibration",
+                          str(files["calib"]), "--num-samples", "8", "--output", str(files["out"])], capsys)
+    assert code == 0, err
+    assert "model.layers.1.post_attention_layernorm  AWQModifier" in out and "8 mapping(s) smoothed" in out
+    assert "ratio " in out and "loss " in out
+    assert "model.layers.0.self_attn.q_proj" in out and "W int4 group 32" in out
+    assert "QuantizationModifier: 14 layer(s) quantized" in out and "mean sparsity" not in out
+    config = json.loads((files["out"] / "config.json").read_text())["quantization_config"]
+    assert config["format"] == "pack-quantized" and config["ignore"] == ["lm_head"]
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(str(files["out"]), dtype=torch.float32)
+    with torch.no_grad():
+        logits = loaded(input_ids=torch.tensor([_samples(1)[0]])).logits
+    assert bool(torch.isfinite(logits).all())
+    for name, module in loaded.named_modules():
+        if name.endswith("proj"):
+            w = module.weight.detach()
+            steps = w / module.weight_scale.detach().repeat_interleave(32, dim=1)
+            assert float((steps - steps.round()).abs().max()) < 1e-3, name
+            assert float(steps.min()) > -8.001 and float(steps.max()) < 7.001, name
+    assert loaded.lm_head.weight.dtype == torch.float32 and not hasattr(loaded.lm_head, "weight_scale")
+
+
+def test_oneshot_compat_reads_the_combined_awq_form(
+        checkpoint: Path, files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """``--compat llmcompressor==0.10`` runs AWQModifier's combined form (and says so); without
+    it the newest release's rules refuse it, located."""
+    files["recipe"].write_text(AWQ_W4.replace("    QuantizationModifier:\n", "").replace(
+        "AWQModifier: {duo_scaling: true, n_grid: 6}", "AWQModifier:\n      duo_scaling: true"))
+    code, out, err = run(["oneshot", str(files["recipe"]), "--model", str(checkpoint), "--calibration",
+                          str(files["calib"]), "--num-samples", "4"], capsys)
+    assert code == 1 and "C001" in err and ":5:7:" in err
+    code, out, err = run(["oneshot", str(files["recipe"]), "--model", str(checkpoint), "--calibration",
+                          str(files["calib"]), "--num-samples", "4", "--compat", "llmcompressor==0.10"], capsys)
+    assert code == 0, err
+    assert "note: AWQModifier" in out and "combined form of llm-compressor 0.10" in out
+    assert "AWQModifier: 14 layer(s) quantized" in out
+    code, _, err = run(["oneshot", str(files["recipe"]), "--model", str(checkpoint), "--calibration",
+                        str(files["calib"]), "--compat", "sparseml==1.8"], capsys)
+    assert code == 2 and "--compat" in err

@@ -267,13 +267,21 @@ class TorchCalibrationHost:
 
         record(self._named[name], name, weight, qparams)
 
+    def save_problem(self, quantized: bool) -> str | None:
+        """Why :meth:`save` could not save the model once it is quantized (``quantized``), or
+        None: compressed-tensors saves a Hugging Face model (one with ``save_pretrained``)."""
+        if quantized and not callable(getattr(self.model, "save_pretrained", None)):
+            return (f"a quantized model is saved through compressed-tensors, which needs a Hugging Face model "
+                    f"(save_pretrained); this {type(self.model).__name__} has none")
+        return None
+
     def save(self, output_dir: str, recipe_text: str) -> list[str]:
+        problem = self.save_problem(self._quantizing)
+        if problem is not None:
+            raise ValueError(f"{problem}: save it yourself")
         os.makedirs(output_dir, exist_ok=True)
         written = []
         save = getattr(self.model, "save_pretrained", None)
-        if self._quantizing and not callable(save):
-            raise ValueError("a quantized model is saved by compressed-tensors for a Hugging Face model "
-                             "(one with save_pretrained); save this one yourself")
         if callable(save):
             from .compressed import save as save_compressed
 

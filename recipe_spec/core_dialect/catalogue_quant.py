@@ -3,8 +3,8 @@
 Argument availability read from the class annotations at each tag (llm-compressor 0.1.0 ...
 0.13.0, SparseML v1.6.0 ... v1.9.0): e.g. GPTQ ``sequential_update`` is gone in 0.8.0,
 ``sequential_targets`` in 0.11.0 (#1559), ``quantize`` / ``num_calibration_steps`` /
-``disable_quantization_observer_epoch`` in 0.6.0 (QuantizationMixin); AWQ became a transform
-without ``scheme``/``targets``/``ignore`` in 0.11.0 (#2526).
+``disable_quantization_observer_epoch`` in 0.6.0 (QuantizationMixin); AWQModifier came in
+0.5.1 and became a transform without ``scheme``/``targets``/``ignore`` in 0.11.0 (#2526).
 """
 
 from __future__ import annotations
@@ -140,11 +140,26 @@ LOG_EQUALIZATION = declare(
 _AWQ_GONE = ("AWQModifier is a transform since llm-compressor 0.11: put it on the "
              "QuantizationModifier or GPTQModifier that follows")
 
+#: AWQModifier came in llm-compressor 0.5.1 (0.5.0 had none) with a search grid of its own
+#: (``num_bits``, ``group_size``, ``symmetric``) and ``max_chunk_memory``; 0.5.2 replaced the
+#: grid with ``QuantizationMixin``'s arguments and dropped ``max_chunk_memory`` in 0.6. The
+#: catalogue's releases are minor ones: "0.5" holds what either 0.5 patch release takes.
+_AWQ_OWN_GRID = (
+    arg("num_bits", "Bits of AWQ's own search grid (0.5.1).", {"llmcompressor": "<0.6"}, type="integer",
+        minimum=1),
+    arg("group_size", "Group size of AWQ's own search grid (0.5.1).", {"llmcompressor": "<0.6"},
+        type="integer"),
+    arg("symmetric", "Symmetric own search grid (0.5.1).", {"llmcompressor": "<0.6"}, type="boolean"),
+    arg("max_chunk_memory", "Memory per chunk of cached activations (no effect on the result).",
+        {"llmcompressor": "<0.6"}, type="integer", minimum=1),
+)
+
 AWQ = declare(
     "AWQModifier", "AWQ activation-aware scaling (a transform from 0.11; must be followed by a "
-    "quantization modifier).", "quantization", {"llmcompressor": ">=0.6"},
+    "quantization modifier).", "quantization", {"llmcompressor": ">=0.5"},
     (
         *mixin_args("<0.11"),
+        *_AWQ_OWN_GRID,
         arg("mappings", "Smooth/balance layer mappings.", type=["array", "null"]),
         arg("offload_device", "Device for cached activations.", type=["string", "null"]),
         arg("duo_scaling", "Use weights and activations for scales (true/false/both).",

@@ -78,6 +78,7 @@ def oneshot(
     seed: int = 42,
     progress: Progress | None = None,
     preserve_masks: bool = False,
+    compat: str | None = None,
 ) -> Any:
     """Compress ``model`` in one pass with the stage/group ``recipe``; returns the model.
 
@@ -100,7 +101,10 @@ def oneshot(
     each block (:data:`~recipe_spec.one_shot.pipeline.Progress`). ``preserve_masks``
     (recipe-spec's own, default False as llm-compressor): GPTQ keeps the zeros of the weights
     it quantizes, so a 2:4 pattern an earlier SparseGPT stage left survives (llm-compressor's
-    GPTQ error feedback fills them in).
+    GPTQ error feedback fills them in). ``compat`` (recipe-spec's own, default the newest
+    llm-compressor): the release whose rules the recipe is checked by and read as
+    (``"llmcompressor==0.10"``); under 0.9 and 0.10 an AWQModifier in their combined form
+    (with ``scheme``/``config_groups``) runs as those releases ran it (docs/oneshot.md).
 
     Quantization (QuantizationModifier, GPTQModifier) leaves compressed-tensors' quantization
     parameters on each quantized module (``weight_scale``, ``weight_zero_point``, static
@@ -138,7 +142,7 @@ def oneshot(
         shuffle_calibration_samples=shuffle_calibration_samples, batch_size=batch_size,
         pipeline=pipeline, sequential_targets=sequential_targets,
         offload=sequential_offload_device is not None and str(sequential_offload_device).startswith("cpu"),
-        output_dir=output_dir, seed=seed, progress=progress, preserve_masks=preserve_masks,
+        output_dir=output_dir, seed=seed, progress=progress, preserve_masks=preserve_masks, compat=compat,
     )
     del report
     return model
@@ -149,15 +153,16 @@ def apply_oneshot(
     shuffle_calibration_samples: bool = True, batch_size: int = 1, pipeline: str = "independent",
     sequential_targets: Sequence[str] | str | None = None, offload: bool = False,
     output_dir: str | os.PathLike[str] | None = None, seed: int = 42,
-    progress: Progress | None = None, preserve_masks: bool = False,
+    progress: Progress | None = None, preserve_masks: bool = False, compat: str | None = None,
 ) -> OneShotReport:
     """:func:`oneshot` for a loaded recipe (``ScheduledModifierManager.apply(model,
     calibration=...)`` calls it); returns the run's :class:`~.pipeline.OneShotReport`."""
-    # the semantics run here: llm-compressor's newest; what that tool does otherwise than
-    # written (C005-C007) is validate's concern, not this run's
-    refuse_invalid(recipe, compat="llmcompressor", quiet=_OTHER_TOOL)
+    # the semantics run here: llm-compressor's newest (or ``compat``'s); what that tool does
+    # otherwise than written (C005-C007) is validate's concern, not this run's
+    release = _release(compat)
+    refuse_invalid(recipe, compat=compat or "llmcompressor", quiet=_OTHER_TOOL)
     backend = backend_for(model)
-    mods = resolve(recipe, frozenset(backend.capabilities), backend.name)
+    mods = resolve(recipe, frozenset(backend.capabilities), backend.name, release)
     if preserve_masks:
         mods = [dataclasses.replace(m, preserve_mask=True) if m.kind == "gptq" else m for m in mods]
     make_host = getattr(backend, "calibration_host", None)
@@ -170,7 +175,11 @@ def apply_oneshot(
         first = needs_data[0]
         raise RecipeError([_need_data(recipe, first)])
     with make_host(model) as host:
+        _check_mappings(host, mods)
         quantizers = [m for m in mods if m.quant is not None]
+        problem = getattr(host, "save_problem", lambda quantized: None)(bool(quantizers))
+        if output_dir is not None and problem is not None:
+            raise RecipeError([_cannot_save(recipe, quantizers[0], problem)])
         if quantizers:
             shape_errors = check_quant_shapes(recipe, quantizers, host.modules())
             if shape_errors:
@@ -187,8 +196,52 @@ def apply_oneshot(
         if output_dir is not None:
             text = recipe.source.yaml_text if recipe.source is not None else recipe.to_yaml()
             host.save(os.fspath(output_dir), text)
+    report.notes += [m.note for m in mods if m.note]
     _LAST[:] = [report]
     return report
+
+
+def _check_mappings(host: Any, mods: Sequence[Any]) -> None:
+    """Resolve every smoothing modifier's mappings on the model before anything changes it: a
+    mapping that cannot resolve stops the run here (ValueError naming the modifier), not after
+    an earlier modifier ran. Its skip messages are told once, when the modifier runs."""
+    import logging
+
+    from .smoothing import resolve_mappings
+
+    smoothing = [m for m in mods if m.transform is not None]
+    if not smoothing:
+        return
+    log = logging.getLogger("recipe_spec.oneshot")
+    was, log.disabled = log.disabled, True
+    try:
+        modules = list(host.modules())
+        for m in smoothing:
+            resolve_mappings(modules, m.transform, f"{m.type} ({m.where})")
+    finally:
+        log.disabled = was
+
+
+def _release(compat: str | None) -> tuple[int, ...] | None:
+    """The llm-compressor release ``compat`` names (None: the newest)."""
+    if compat is None:
+        return None
+    from ..core_dialect import Compat
+
+    parsed = Compat.parse(compat)
+    if parsed.tool != "llmcompressor":
+        raise ValueError(f"compat {compat!r}: recipe_spec.oneshot reads recipes as an llm-compressor release "
+                         "(llmcompressor==0.9 ... 0.14)")
+    return tuple(parsed.version)
+
+
+def _cannot_save(recipe: Recipe, mod: Any, problem: str) -> Any:
+    from ..diagnostics import codes
+
+    return codes.B001(f"{mod.type} quantizes and output_dir= is given, but {problem}",
+                      "Leave output_dir out and save the model yourself after oneshot() (each quantized module "
+                      "holds weight_scale and its scheme), or pass a transformers model.",
+                      mod.entry.span).in_file(recipe.path)
 
 
 def _need_data(recipe: Recipe, mod: Any) -> Any:

@@ -44,6 +44,8 @@ class LayerReport:
     loss: float | None = None
     samples: int = 0
     note: str = ""
+    #: A quantized module's grid, e.g. ``W int4 group 32 asym, A int8 static`` ("" when not quantized).
+    grid: str = ""
 
 
 def new_statistics(ops: Any, mod: OneShotModifier, columns: int, like: Any, classes: Sequence[str] = (),
@@ -72,6 +74,20 @@ def _group(mod: OneShotModifier, name: str, classes: Sequence[str]) -> Any:
     return mod.quant.group_of(name, classes) if mod.quant is not None else None
 
 
+def _args_text(args: Any) -> str:
+    kind = f"{args.type}{args.num_bits}" if args.type == "int" else "fp8"
+    where = f"group {args.group_size}" if args.strategy == "group" else args.strategy
+    return f"{kind} {where}{'' if args.symmetric else ' asym'}"
+
+
+def _grid_text(group: Any) -> str:
+    """A config group's weight and static input grids in a few words."""
+    parts = [f"W {_args_text(group.weights)}"] if group.weights is not None else []
+    if group.inputs is not None:
+        parts.append(f"A {_args_text(group.inputs)} static")
+    return ", ".join(parts)
+
+
 def compress_module(host: Any, mod: OneShotModifier, name: str, stats: Any, classes: Sequence[str] = ()) -> LayerReport:
     """Compress module ``name`` of ``host`` by ``mod`` (``stats`` from :func:`new_statistics`)
     and write the weight back (a quantization modifier: record it, :mod:`.quantize`)."""
@@ -82,7 +98,7 @@ def compress_module(host: Any, mod: OneShotModifier, name: str, stats: Any, clas
             raise ValueError(f"{mod.type} ({mod.where}): no config group quantizes {name}")
         samples = int(getattr(stats, "samples", 0) or 0)
         new, loss, note = quantize_module(host, mod, name, group, stats)
-        report = LayerReport(name, mod.type, _zero_fraction(ops, new), loss, samples, note)
+        report = LayerReport(name, mod.type, _zero_fraction(ops, new), loss, samples, note, _grid_text(group))
         _LOG.info("%s: %s quantized %s%s%s", mod.where, mod.type, name, f" using {samples} samples" if samples
                   else "", f", loss {loss:.4g}" if loss is not None else "")
         if note:

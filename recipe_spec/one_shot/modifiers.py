@@ -33,8 +33,9 @@ from typing import Any
 from ..core_dialect import core_spec
 from ..diagnostics import codes
 from ..diagnostics.base import Diagnostic, RecipeError
+from ..quantization.awq_releases import CURRENT, awq_release
 from ..recipe.model import Modifier, Recipe
-from .awq_forms import older_awq_form
+from .awq_forms import combined_args, older_awq_form
 from .host import ModuleInfo
 from .matching import matches
 from .owl import read_sparsity
@@ -96,6 +97,8 @@ class OneShotModifier:
     #: A smoothing modifier's plan (:class:`~.smoothing_args.SmoothingPlan`); None otherwise.
     transform: Any = None
     quant: QuantPlan | None = None
+    #: What the run does otherwise than the recipe's words say (AWQ's combined form, split)
+    note: str = ""
 
     @property
     def needs_data(self) -> bool:
@@ -126,7 +129,13 @@ def _b001(recipe: Recipe, m: Modifier, message: str, hint: str, key: str | None 
     return codes.B001(message, hint, span).in_file(recipe.path)
 
 
-def _one(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnostic]) -> OneShotModifier | None:
+def _release(version: tuple[int, ...] | None) -> tuple[Any, str]:
+    label = "llm-compressor " + ".".join(map(str, version)) if version else "llm-compressor"
+    return awq_release(version), label
+
+
+def _one(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnostic],
+         version: tuple[int, ...] | None = None) -> OneShotModifier | None:
     args = m.args
     if kind in QUANT_KINDS.values():
         resolved = resolve_quant(recipe, m, kind, errors)
@@ -137,13 +146,15 @@ def _one(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnostic]) -> On
         return OneShotModifier(m.type, kind, m, targets, plan.ignore, quant=plan,
                                block_size=int(gptq.get("block_size", 128)),
                                dampening_frac=float(gptq.get("dampening_frac", 0.01)))
-    older = older_awq_form(recipe, m, errors) if kind == "awq" else set()
+    release, label = _release(version) if kind == "awq" else (CURRENT, "")
+    older = older_awq_form(recipe, m, errors, release, label) if kind == "awq" else set()
     for key in sorted(set(args) - _READ[kind] - _BASE - older):
         errors.append(_b001(recipe, m, f"{m.type} argument `{key}` is not run by recipe_spec.oneshot",
                             f"Remove `{key}`, or run this recipe with llm-compressor.", key))
     if kind in ("smoothquant", "awq"):
-        plan = smoothing_plan(recipe, m, kind, errors)
-        return None if plan is None else OneShotModifier(m.type, kind, m, (), transform=plan)
+        own = combined_args(m) if release is not None and release.combined else {}
+        smoothing = smoothing_plan(recipe, m, kind, errors, release or CURRENT, own)
+        return None if smoothing is None else OneShotModifier(m.type, kind, m, (), transform=smoothing)
     if kind in ("sparsegpt", "wanda"):
         read = read_sparsity(args)
         if read is None:
@@ -181,10 +192,32 @@ def _one(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnostic]) -> On
     return OneShotModifier(m.type, kind, m, targets, sparsity=final, mask_type=structure)
 
 
-def resolve(recipe: Recipe, capabilities: frozenset[str], backend: str) -> list[OneShotModifier]:
+def _combined_quantizer(recipe: Recipe, awq: OneShotModifier, errors: list[Diagnostic]) -> OneShotModifier | None:
+    """The QuantizationModifier a combined-form AWQModifier's quantization arguments make (its
+    round to nearest after the smoothing, as llm-compressor 0.9-0.10 ran it); None without them."""
+    own = combined_args(awq.entry)
+    plan = awq.transform
+    if not own or plan is None or not plan.release.combined:
+        return None
+    resolved = resolve_quant(recipe, awq.entry, "quantization", errors, own)
+    if resolved is None:
+        return None
+    quant, _ = resolved
+    targets = tuple(dict.fromkeys(t for g in quant.groups for t in g.targets))
+    note = (f"{awq.type} ({awq.where}) in the combined form of {plan.release.label}: run as AWQ searching with "
+            f"its {', '.join(own)} and then a QuantizationModifier with them (round to nearest), as that "
+            "release ran it")
+    return OneShotModifier(awq.type, "quantization", awq.entry, targets, quant.ignore, quant=quant, note=note)
+
+
+def resolve(recipe: Recipe, capabilities: frozenset[str], backend: str,
+            version: tuple[int, ...] | None = None) -> list[OneShotModifier]:
     """The one-shot modifiers of ``recipe`` in recipe order (every stage's, concatenated, as
     llm-compressor does). Raises :class:`RecipeError` with a located B001 for each modifier or
-    argument ``oneshot()`` does not run on ``backend`` (with ``capabilities``)."""
+    argument ``oneshot()`` does not run on ``backend`` (with ``capabilities``). ``version``:
+    the llm-compressor release whose reading the run follows (None: the newest); under 0.9 and
+    0.10 an AWQModifier in the combined form becomes AWQ and a QuantizationModifier
+    (:func:`_combined_quantizer`)."""
     if recipe.dialect != "core":
         first = recipe.modifiers[0] if recipe.modifiers else None
         span = first.span if first is not None else recipe.stages[0].span
@@ -207,9 +240,12 @@ def resolve(recipe: Recipe, capabilities: frozenset[str], backend: str) -> list[
                                 f"backend (it needs {', '.join(sorted(needs - capabilities))})",
                                 "Run it on a backend that has it (schemas/backends.json lists them)."))
             continue
-        resolved = _one(recipe, m, kind, errors)
+        resolved = _one(recipe, m, kind, errors, version)
         if resolved is not None:
             out.append(resolved)
+            quantizer = _combined_quantizer(recipe, resolved, errors) if kind == "awq" else None
+            if quantizer is not None:
+                out.append(quantizer)
     if errors:
         raise RecipeError(sorted(errors, key=lambda d: (d.line, d.column)))
     return out

@@ -57,6 +57,8 @@ class OneShotReport:
     layers: list[LayerReport] = field(default_factory=list)
     #: One :class:`~.smoothing.SmoothingReport` per mapping a smoothing modifier applied.
     smoothing: list[Any] = field(default_factory=list)
+    #: What the run did otherwise than the recipe's words say (an older form run as its release ran it).
+    notes: list[str] = field(default_factory=list)
 
     def sparsity(self) -> dict[str, float]:
         """Zero fraction per module after its last compression."""

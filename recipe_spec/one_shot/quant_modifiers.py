@@ -15,13 +15,18 @@ presets, ``bypass_divisibility_checks: true``, a config group's ``format``) is r
 located B001; arguments llm-compressor refuses are refused with a located M008.
 
 Targets and ignore are compressed-tensors': each Linear whose name or class a target names
-(``re:`` patterns matched with ``re.match``), unless an ``ignore`` entry names it; a module
-two groups name takes the first group's scheme.
+(``re:`` patterns matched with ``re.match``), unless an ``ignore`` entry names it. A module
+that several targets name takes the scheme of the most specific one, as compressed-tensors
+0.19's ``apply_quantization_config`` ranks them (``match_targets``): an exact name first, then
+a ``re:`` pattern, then a class name, each kind in the sorted order of the target strings; a
+target string that two groups both list belongs to the later group (its target-to-scheme
+table keeps the last).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -67,7 +72,8 @@ class QuantGroup:
 @dataclass(frozen=True)
 class QuantPlan:
     """A quantization modifier's resolved config (``config_json``: compressed-tensors'
-    ``QuantizationConfig.model_dump()`` as JSON), its groups and its ignore list."""
+    ``QuantizationConfig.model_dump()`` as JSON, its groups in the recipe's order, the order
+    compressed-tensors ranks a target two groups list by), its groups and its ignore list."""
 
     config_json: str
     groups: tuple[QuantGroup, ...]
@@ -85,10 +91,16 @@ class QuantPlan:
         return any(g.inputs is not None for g in self.groups)
 
     def group_of(self, name: str, classes: Sequence[str]) -> QuantGroup | None:
-        """The group quantizing module ``name`` (None: no target names it, or ignore does)."""
+        """The group quantizing module ``name`` (None: no target names it, or ignore does);
+        several targets: the most specific (see the module docstring)."""
         if any(matches(t, name, classes) for t in self.ignore):
             return None
-        return next((g for g in self.groups if any(matches(t, name, classes) for t in g.targets)), None)
+        by_target = {t: g for g in self.groups for t in g.targets}
+        ordered = sorted(by_target, key=lambda t: ("re:" in t, t))
+        for t in ordered:  # names, exact before re: (the sort puts re: last)
+            if (re.match(t[3:], name) is not None) if t.startswith("re:") else t == name:
+                return by_target[t]
+        return next((by_target[t] for t in ordered if not t.startswith("re:") and t in classes), None)
 
     def select(self, modules: Sequence[ModuleInfo]) -> list[str]:
         """The Linear modules quantized, in ``named_modules`` order."""
@@ -147,10 +159,12 @@ def _group(recipe: Recipe, m: Modifier, name: str, scheme: Mapping[str, Any], ke
                       observer, constant)
 
 
-def resolve_quant(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnostic]) -> tuple[QuantPlan, dict[str, Any]] | None:
+def resolve_quant(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnostic],
+                  args: Mapping[str, Any] | None = None) -> tuple[QuantPlan, dict[str, Any]] | None:
     """A QuantizationModifier's or GPTQModifier's plan and its GPTQ settings
-    (``block_size``, ``dampening_frac``), or None with located errors in ``errors``."""
-    args = thaw(m.args)
+    (``block_size``, ``dampening_frac``), or None with located errors in ``errors``.
+    ``args``: the quantization arguments when not ``m``'s own (AWQ's combined form)."""
+    args = thaw(m.args) if args is None else thaw(args)
     allowed = _MIXIN | set(_DEFAULT_ONLY) | _BASE | (_GPTQ if kind == "gptq" else set())
     before = len(errors)
     for key in sorted(set(args) - allowed):
@@ -191,7 +205,7 @@ def resolve_quant(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnosti
     groups = [_group(recipe, m, name, scheme, key, errors) for name, scheme in config["config_groups"].items()]
     if len(errors) > before:
         return None
-    plan = QuantPlan(json.dumps(config, sort_keys=True), tuple(g for g in groups if g is not None),
+    plan = QuantPlan(json.dumps(config), tuple(g for g in groups if g is not None),
                      tuple(config["ignore"]))
     return plan, settings
 

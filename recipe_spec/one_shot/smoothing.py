@@ -112,6 +112,8 @@ def resolve_mappings(modules: Sequence[ModuleInfo], plan: SmoothingPlan, what: s
     named = [(i.name, i.classes) for i in modules]
     info = {i.name: i for i in modules}
     ignored = {n for n, c in named if any(match(n, c, t) for t in plan.ignore)}
+    if awq and plan.release.ignore_in_mappings:  # llm-compressor 0.9: match_modules_set(..., ignore)
+        named = [(n, c) for n, c in named if n not in ignored]
     out: list[Resolved] = []
     for mapping in mappings:
         targets = mapping.patterns if awq else (*mapping.balance, mapping.smooth)
@@ -165,7 +167,12 @@ def _awq_mapping(info: dict[str, ModuleInfo], smooth: str, balance: tuple[str, .
             return None
     grids = [_grid_of(b, info[b].classes, plan) for b in balance]
     if not (_grid_of(smooth, s.classes, plan)[0] or any(t for t, _ in grids)):
-        _LOG.warning("%s: %s is skipped: no layer of it is quantized by a later modifier", what, smooth)
+        if not plan.release.skip_unquantized:
+            raise ValueError(f"{what}: no layer of the mapping of {smooth} is quantized; {plan.release.label} "
+                             "searched it anyway, a run recipe_spec.oneshot does not reproduce: quantize one "
+                             "of its layers, or leave it out of `mappings`")
+        _LOG.warning("%s: %s is skipped: no layer of it is quantized by %s", what, smooth,
+                     "a later modifier" if not plan.release.combined else "this modifier")
         return None
     if plan.duo_scaling is not False:
         for b, (_, args) in zip(balance, grids, strict=True):
@@ -278,7 +285,7 @@ def _calibrate(host: CalibrationHost, mod: Any, plan: SmoothingPlan, part: list[
             out.append(SmoothingReport(mod.type, r.smooth, r.balance, scales, activation_range=act))
             _LOG.info("%s (%s): smoothed %s into %s", mod.type, mod.where, r.smooth, ", ".join(r.balance))
         return out
-    means: dict[str, MeanAbs] = {r.smooth: MeanAbs(ops) for r in part}
+    means: dict[str, MeanAbs] = {r.smooth: MeanAbs(ops, plan.release.first_call_sum) for r in part}
     by_module: dict[str, list[MeanAbs]] = {}
     for r in part:
         by_module.setdefault(r.observed, []).append(means[r.smooth])
@@ -332,6 +339,8 @@ def _search_one(host: CalibrationHost, mod: Any, plan: SmoothingPlan, r: Resolve
     originals = {b: host.weight(b) for b in r.balance}
     count = sum(_numel(y) for y in reference)
 
+    per_call = plan.release.loss_per_call
+
     def loss(candidate: Sequence[Any]) -> float:
         for b, w in zip(r.balance, candidate, strict=True):
             if w is not None:
@@ -340,11 +349,13 @@ def _search_one(host: CalibrationHost, mod: Any, plan: SmoothingPlan, r: Resolve
         for want, got in zip(reference, host.run_module(r.parent, calls), strict=True):
             d = want - got
             part = ops.sum(ops.reshape(d * d, (-1,)), 0)
+            if per_call:  # llm-compressor 0.9: each call's mean, added as Python floats
+                part = float(part / _numel(want))
             total = part if total is None else total + part
         return float(total / count)
 
     result = search(ops, mean.mean(), [(originals[b], a) for b, a in zip(r.balance, r.grids, strict=True)],
-                    plan.duo_scaling, plan.n_grid, loss)
+                    plan.duo_scaling, plan.n_grid, loss, plan.release.grid_to_one)
     _apply(host, r, result.scales, originals)
     _LOG.info("%s (%s): %s scaled with ratio %g%s, loss %.4g -> %.4g", mod.type, mod.where, r.smooth,
               result.ratio, " (duo)" if result.duo else "", result.initial_loss, result.best_loss)

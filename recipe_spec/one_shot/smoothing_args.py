@@ -14,7 +14,9 @@
   searches for each balance layer is the one the quantization modifiers after it in the recipe
   (QuantizationModifier, GPTQModifier) give that layer (their ``config_groups``, or ``scheme``
   with ``targets``, and ``ignore``), as llm-compressor attaches their schemes before AWQ
-  runs.
+  runs. In the combined form of llm-compressor 0.9-0.10 (``own``: its quantization
+  arguments) AWQ searches with its own arguments and no other modifier's; ``release``
+  (:mod:`recipe_spec.quantization.awq_releases`) says how that release searched.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 from ..diagnostics import codes
 from ..diagnostics.base import Diagnostic
 from ..quantization.args import PRESET_WEIGHTS, QuantArgs
+from ..quantization.awq_releases import CURRENT, AwqRelease
 from ..quantization.smoothing_match import SmoothMapping, parse_mappings
 from ..quantization.smoothquant import ALGORITHMS
 from ..recipe.model import Modifier, Recipe
@@ -70,6 +73,8 @@ class SmoothingPlan:
     n_grid: int = 20
     offload: bool = False
     schemes: tuple[WeightScheme, ...] = ()
+    #: the llm-compressor release whose AWQ runs (:func:`~recipe_spec.quantization.awq_releases.awq_release`)
+    release: AwqRelease = CURRENT
 
 
 def _b001(recipe: Recipe, m: Modifier, message: str, hint: str, key: str | None = None) -> Diagnostic:
@@ -87,11 +92,12 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _schemes(mod: Modifier) -> list[WeightScheme]:
+def _schemes(mod: Modifier, args: Mapping[str, Any] | None = None) -> list[WeightScheme]:
     """The weight grids one QuantizationMixin modifier attaches (llm-compressor's
     ``resolve_quantization_config``): ``scheme`` (a preset name with ``targets``, or
-    ``{PRESET: targets}``) takes precedence over ``config_groups``."""
-    args = mod.args
+    ``{PRESET: targets}``) takes precedence over ``config_groups``. ``args``: the modifier's
+    quantization arguments when not its own (AWQ's combined form)."""
+    args = mod.args if args is None else args
     ignore = _strings(args.get("ignore"))
     scheme, groups = args.get("scheme"), args.get("config_groups")
     out = []
@@ -111,9 +117,12 @@ def _schemes(mod: Modifier) -> list[WeightScheme]:
     return out
 
 
-def smoothing_plan(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnostic]) -> SmoothingPlan | None:
+def smoothing_plan(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnostic],
+                   release: AwqRelease = CURRENT, own: Mapping[str, Any] | None = None) -> SmoothingPlan | None:
     """The plan of modifier ``m`` (``kind``: ``smoothquant`` or ``awq``); None with a located
-    B001 appended to ``errors`` for each argument value it cannot run."""
+    B001 appended to ``errors`` for each argument value it cannot run. AWQ: ``release`` whose
+    AWQ runs, ``own`` its quantization arguments in the combined form (see the module
+    docstring)."""
     args = m.args
     style = "awq" if kind == "awq" else "smoothquant"
     mappings = None
@@ -159,9 +168,12 @@ def smoothing_plan(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnost
                             "cached inputs where the model runs, or in host memory with 'cpu'",
                             "Write offload_device: cpu, or remove it.", "offload_device"))
         bad = True
-    later = recipe.modifiers[recipe.modifiers.index(m) + 1:]
+    later: list[Modifier] = list(recipe.modifiers[recipe.modifiers.index(m) + 1:])
     schemes: list[WeightScheme] = []
     try:
+        if own:  # the combined form: AWQ's own arguments, and no later modifier's
+            schemes += _schemes(m, own)
+            later = []
         for other in later:
             if other.type in QUANTIZERS:
                 schemes += _schemes(other)
@@ -171,5 +183,6 @@ def smoothing_plan(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnost
         bad = True
     if bad:
         return None
-    return SmoothingPlan("awq", mappings, (), duo_scaling=duo, n_grid=int(n_grid),
-                         offload=device is not None, schemes=tuple(schemes))
+    ignore = _strings((own or {}).get("ignore")) if release.ignore_in_mappings else ()
+    return SmoothingPlan("awq", mappings, ignore, duo_scaling=duo, n_grid=int(n_grid),
+                         offload=device is not None, schemes=tuple(schemes), release=release)

@@ -44,15 +44,19 @@ class MeanAbs:
     """The running per-channel sum of ``|x|`` and the token count of the balance layers'
     input (an observer: ``add(x, sequences)``, ``x`` ``[tokens, channels]`` float32)."""
 
-    def __init__(self, ops: SmoothingOps):
+    def __init__(self, ops: SmoothingOps, first_call_sum: bool = False):
         self.ops = ops
         self.total: Any = None
         self.tokens = 0
         self.samples = 0
+        #: llm-compressor 0.9 and before: the first call's sum counts once per token of it
+        self.first_call_sum = first_call_sum
 
     def add(self, x: Array, sequences: int) -> None:
         """Fold one input into the sum."""
         part = self.ops.sum(self.ops.abs(x), 0)
+        if self.total is None and self.first_call_sum:
+            part = part * float(x.shape[0])
         self.total = part if self.total is None else self.total + part
         self.tokens += int(x.shape[0])
         self.samples += sequences
@@ -64,11 +68,23 @@ class MeanAbs:
         return self.total / float(self.tokens)
 
 
-def grid(duo_scaling: bool | str, n_grid: int) -> list[tuple[float, bool]]:
+def grid(duo_scaling: bool | str, n_grid: int, to_one: bool = True) -> list[tuple[float, bool]]:
     """The ``(ratio, duo)`` pairs searched, in order (llm-compressor's
     ``_get_grid_search_params``): ``True`` puts ``(0.0, False)`` (no scaling) first, then
     ``n_grid - 1`` ratios with duo scaling; ``False`` ``n_grid`` ratios without; ``"both"``
-    ``n_grid // 2`` ratios, each without then with duo scaling."""
+    ``n_grid // 2`` ratios, each without then with duo scaling. ``to_one=False``: llm-compressor
+    0.10 and before, ``n`` ratios ``i / n`` (``n``: ``n_grid``, or ``n_grid // 2`` for
+    ``"both"``) with the one duo flag, or each without then with it for ``"both"``.
+
+    >>> grid(True, 4, to_one=False)
+    [(0.0, True), (0.25, True), (0.5, True), (0.75, True)]
+    """
+    if not to_one:
+        if duo_scaling not in DUO_SCALING:
+            raise ValueError(f"duo_scaling must be true, false or 'both', got {duo_scaling!r}")
+        n = int(n_grid / 2) if duo_scaling == "both" else n_grid
+        flags = (False, True) if duo_scaling == "both" else (bool(duo_scaling),)
+        return [(i / n, duo) for i in range(n) for duo in flags]
     if duo_scaling == "both":
         n = int(n_grid / 2)
         return [(i / (n - 1), duo) for i in range(n) for duo in (False, True)]
@@ -142,18 +158,19 @@ class SearchResult:
 
 
 def search(ops: SmoothingOps, x_mean: Array, weights: Sequence[tuple[Array, QuantArgs | None]],
-           duo_scaling: bool | str, n_grid: int, run: Callable[[Sequence[Array | None]], float]) -> SearchResult:
+           duo_scaling: bool | str, n_grid: int, run: Callable[[Sequence[Array | None]], float],
+           to_one: bool = True) -> SearchResult:
     """Search the grid for one mapping. ``weights``: each balance layer's original ``(out, in)``
     float32 weight and its grid (None: not quantized, left as it is during the search).
     ``run(candidate)``: the loss of the parent module with each quantized balance layer's
-    weight replaced by ``candidate[i]`` (None: unchanged). Raises ValueError when no grid
-    point gives a finite loss."""
+    weight replaced by ``candidate[i]`` (None: unchanged); ``to_one``: which grid
+    (:func:`grid`). Raises ValueError when no grid point gives a finite loss."""
     quantized = [(w, a) for w, a in weights if a is not None]
     w_mean = layer_means(ops, quantized) if duo_scaling is not False and quantized else None
     best: SearchResult | None = None
     best_loss = float("inf")
     history: list[tuple[float, bool, float]] = []
-    for ratio, duo in grid(duo_scaling, n_grid):
+    for ratio, duo in grid(duo_scaling, n_grid, to_one):
         scales = candidate_scales(ops, x_mean, w_mean, ratio, duo)
         candidate = [None if a is None else _quantized_over_scales(ops, w, scales, a) for w, a in weights]
         loss = float(run(candidate))
