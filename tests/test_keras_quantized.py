@@ -27,13 +27,13 @@ from recipe_spec.one_shot.calibration import prepare  # noqa: E402
 from recipe_spec.pruning.second_order.gptq import gptq_quantize  # noqa: E402
 from recipe_spec.pruning.second_order.hessian import GPTQHessianStats  # noqa: E402
 from recipe_spec.quantization import QuantArgs, minmax_qparams  # noqa: E402
-from recipe_spec.quantization.activations import (  # noqa: E402
+from recipe_spec.quantization.args import preset_weights  # noqa: E402
+from recipe_spec.quantization.grid import dequantize, quantize  # noqa: E402
+from recipe_spec.quantization.scheme import (  # noqa: E402
     PRESET_ACTIVATIONS,
     ActivationArgs,
     preset_activations,
 )
-from recipe_spec.quantization.args import preset_weights  # noqa: E402
-from recipe_spec.quantization.grid import dequantize, quantize  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CASES = ROOT.parent / "shared" / "conformance" / "llmcompressor"

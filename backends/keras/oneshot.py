@@ -31,8 +31,9 @@ a block's output takes the hidden states' place for the next block.
 whose inputs are named ``token_ids``/``padding_mask`` (keras-hub) gets them under those
 names, in each input's dtype.
 
-**Quantized weights**: ``set_quantized`` / ``finish`` (:mod:`.quantized_host`); ``save``
-first turns the recorded layers into Keras's own quantized layers, and then writes
+**Quantized weights**: ``attach_quantization`` / ``set_quantized`` / ``finish``
+(:mod:`.quantized_host`); leaving the host (the end of a ``oneshot`` run) and ``save`` turn
+the recorded layers into Keras's own quantized layers; ``save`` then writes
 ``model.keras`` (``keras.saving.load_model`` restores them) even for a keras-hub model, whose
 preset loader (keras-hub 0.32) rebuilds quantized layers as float ones.
 
@@ -162,6 +163,8 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls):
 
     def __exit__(self, *exc: Any) -> None:
         self._grad.__exit__(*exc)
+        if exc[0] is None and getattr(self, "_pending", None):
+            self.finish()  # the run is over: the recorded layers become Keras's quantized layers
 
     # -- the model ---------------------------------------------------------------------------
     def _index(self, model: Any) -> None:

@@ -59,15 +59,16 @@ import numpy as np
 
 import keras
 from recipe_spec.masks.numpy_ops import NUMPY_OPS
-from recipe_spec.quantization.activations import PRESET_ACTIVATIONS, ActivationArgs
 from recipe_spec.quantization.args import PRESET_WEIGHTS, QuantArgs
 from recipe_spec.quantization.grid import dequantize, quantize
+from recipe_spec.quantization.scheme import PRESET_ACTIVATIONS, ActivationArgs
 
 from .layout import linear_axes
 
 __all__ = ["KerasMode", "QuantizationRefused", "QuantizedLayer", "keras_mode", "quantize_layer",
            "describe_scheme", "report_table", "saved_config_is_lost", "keras_weight",
-           "check_quantizable", "on_grid", "group_index"]
+           "check_quantizable", "on_grid", "group_index", "hub_backbone_layers", "weight_only_int8",
+           "keras_version", "WEIGHT_ONLY_INT8_LOST"]
 
 
 class QuantizationRefused(NotImplementedError, ValueError):
@@ -369,17 +370,36 @@ def keras_weight(layer: Any) -> np.ndarray:
     return _from_kernel(k, kin + kout, int(np.prod([k.shape[i] for i in kin])))
 
 
+#: Why a keras-hub model holding weight-only int8 layers is not saved.
+WEIGHT_ONLY_INT8_LOST = ("weight-only int8 layers of a keras-hub model come back from a saved preset or .keras "
+                         "file quantizing their inputs (keras-hub saves their dtype policy, not their quantization "
+                         "config); save with W8A8 or an int4 scheme, or use the model in memory (no output_dir)")
+
+
+def keras_version() -> str:
+    """The installed Keras version (named in refusals)."""
+    return str(keras.__version__)
+
+
+def weight_only_int8(args: QuantArgs, activations: ActivationArgs | None) -> bool:
+    """Whether a scheme becomes Keras's ``int8`` layer without an activation quantizer."""
+    return activations is None and args.type == "int" and args.num_bits == 8
+
+
+def hub_backbone_layers(model: Any) -> set[int]:
+    """The ids of the layers inside a keras-hub ``Backbone`` of ``model``."""
+    out: set[int] = set()
+    for layer in model._flatten_layers(include_self=True, recursive=True):
+        if any(c.__name__ == "Backbone" and c.__module__.startswith("keras_hub") for c in type(layer).__mro__):
+            out.update(id(inner) for inner in layer._flatten_layers(include_self=False, recursive=True))
+    return out
+
+
 def saved_config_is_lost(model: Any) -> list[str]:
     """The paths of weight-only ``int8`` layers inside a keras-hub backbone: a saved preset or
     ``.keras`` file keeps their dtype policy and not their quantization config, so they come
     back quantizing their inputs."""
-    lost = []
-    for layer in model._flatten_layers(include_self=True, recursive=True):
-        is_hub_backbone = any(c.__name__ == "Backbone" and c.__module__.startswith("keras_hub")
-                              for c in type(layer).__mro__)
-        if not is_hub_backbone:
-            continue
-        for inner in layer._flatten_layers(include_self=False, recursive=True):
-            if inner.quantization_mode == "int8" and getattr(inner, "inputs_quantizer", 1) is None:
-                lost.append(inner.path)
-    return lost
+    inside = hub_backbone_layers(model)
+    return [layer.path for layer in model._flatten_layers(include_self=True, recursive=True)
+            if id(layer) in inside and layer.quantization_mode == "int8"
+            and getattr(layer, "inputs_quantizer", 1) is None]

@@ -25,16 +25,20 @@ from typing import Any
 
 import numpy as np
 
-from recipe_spec.quantization.activations import ActivationArgs
 from recipe_spec.quantization.args import QuantArgs
+from recipe_spec.quantization.scheme import ActivationArgs
 
 from .quantized import (
+    WEIGHT_ONLY_INT8_LOST,
     QuantizationRefused,
     QuantizedLayer,
     check_quantizable,
+    hub_backbone_layers,
+    keras_version,
     on_grid,
     quantize_layer,
     saved_config_is_lost,
+    weight_only_int8,
 )
 
 __all__ = ["QuantizedWeights"]
@@ -71,7 +75,10 @@ class QuantizedWeights:
                 if any(matches(t, info.name, info.classes) for t in group.get("targets") or []):
                     weights = group.get("weights")
                     if weights is None:
-                        break
+                        raise QuantizationRefused(
+                            f"{info.name}: Keras {keras_version()} has no quantized layer for a scheme without "
+                            "weights (input activations only: its quantized layers quantize the kernel); give "
+                            "the scheme weights, or leave the layer out of the targets (ignore:)")
                     args = QuantArgs.from_config({k: v for k, v in weights.items() if v is not None})
                     acts = ActivationArgs.from_config(group.get("input_activations"))
                     self._refuse_reverse(info.name)
@@ -97,6 +104,19 @@ class QuantizedWeights:
                               activations=acts, write=weight is not None,
                               input_scale=None if input_scale is None else float(np.asarray(input_scale).reshape(-1)[0]))
 
+    def check_save(self, output_dir: str) -> None:
+        """Before any weight changes, when ``oneshot(output_dir=...)`` will save: refuse
+        (:class:`~.quantized.QuantizationRefused`) the schemes attached so far whose layers
+        :meth:`check_saveable` would refuse to save (weight-only int8 inside a keras-hub
+        backbone), naming the first such layer."""
+        del output_dir
+        self._quantized_state()
+        inside = hub_backbone_layers(self.model)
+        for name, (args, acts) in self._schemes.items():
+            layer = self._linear[name].layer
+            if id(layer) in inside and weight_only_int8(args, acts):
+                raise QuantizationRefused(f"{name}: {WEIGHT_ONLY_INT8_LOST}")
+
     def _refuse_reverse(self, name: str) -> None:
         if self._linear[name].reverse:
             raise QuantizationRefused(f"{name}: the reverse embeddings of a ReversibleEmbedding have no quantized "
@@ -109,7 +129,7 @@ class QuantizedWeights:
         """Record module ``name``'s weight on the grid of ``scale`` / ``zero_point`` (``args``:
         :class:`~recipe_spec.quantization.QuantArgs`; ``g_idx``: each input column's group;
         ``activations``: the scheme's
-        :class:`~recipe_spec.quantization.activations.ActivationArgs`, None for weight-only;
+        :class:`~recipe_spec.quantization.scheme.ActivationArgs`, None for weight-only;
         ``input_scale``: a static FP8 input scale) and, with ``write``, write it dequantized, so
         that calibration sees float weights; :meth:`finish` makes the Keras layer. A scheme
         Keras cannot hold is refused here (:class:`~.quantized.QuantizationRefused`), before
@@ -146,7 +166,4 @@ class QuantizedWeights:
         (:func:`~.quantized.saved_config_is_lost`)."""
         lost = saved_config_is_lost(self.model)
         if lost:
-            raise QuantizationRefused(f"{', '.join(lost)}: weight-only int8 layers of a keras-hub model come back "
-                                      "from a saved preset or .keras file quantizing their inputs (keras-hub saves "
-                                      "their dtype policy, not their quantization config); save with W8A8 or an "
-                                      "int4 scheme, or use the model in memory")
+            raise QuantizationRefused(f"{', '.join(lost)}: {WEIGHT_ONLY_INT8_LOST}")

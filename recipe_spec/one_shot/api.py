@@ -184,9 +184,7 @@ def apply_oneshot(
             shape_errors = check_quant_shapes(recipe, quantizers, host.modules())
             if shape_errors:
                 raise RecipeError(shape_errors)
-            for m in quantizers:  # as llm-compressor initialises them: every one before any runs
-                assert m.quant is not None
-                host.attach_quantization(m.quant.config)
+            _attach(recipe, host, quantizers, backend.name, output_dir)
         calibration = prepare(host, dataset, num_calibration_samples=num_calibration_samples,
                               shuffle=shuffle_calibration_samples, batch_size=batch_size,
                               seed=seed) if needs_data else None
@@ -249,3 +247,27 @@ def _need_data(recipe: Recipe, mod: Any) -> Any:
 
     return codes.B001(f"{mod.type} needs calibration data and no dataset was given",
                       "Pass dataset= (tokenised samples) to oneshot().", mod.entry.span).in_file(recipe.path)
+
+
+def _attach(recipe: Recipe, host: Any, quantizers: Sequence[Any], backend: str,
+            output_dir: str | os.PathLike[str] | None) -> None:
+    """Attach every quantization modifier's config to the host, as llm-compressor initialises
+    them: every one before any runs. A scheme the host cannot hold (``NotImplementedError``,
+    naming the layer), or, with an ``output_dir``, cannot save (the host's optional
+    ``check_save``), is a :class:`RecipeError` located at the modifier's scheme, before any
+    weight changes."""
+    from ..diagnostics import codes
+
+    check_save = getattr(host, "check_save", None) if output_dir is not None else None
+    for m in quantizers:
+        assert m.quant is not None
+        try:
+            host.attach_quantization(m.quant.config)
+            if check_save is not None:
+                check_save(os.fspath(output_dir))  # type: ignore[arg-type]
+        except NotImplementedError as exc:
+            span = m.entry.key_span("scheme" if "scheme" in m.entry.args else "config_groups")
+            raise RecipeError([codes.B001(
+                f"{m.type} is not run by recipe_spec.oneshot on the {backend} backend: {exc}",
+                f"Pick a scheme the {backend} backend holds (docs/oneshot.md, Quantization), leave the layer out "
+                "with `ignore:`, or run this recipe on another backend.", span).in_file(recipe.path)]) from None

@@ -112,8 +112,9 @@ class CalibrationHost(Protocol):
         compressed-tensors' ``apply_quantization_config`` does: each gets its scheme and its
         (not yet filled) quantization parameters. Called for every quantization modifier before
         any weight changes; quantization stays off while the pipeline runs (activations are
-        never fake-quantized during calibration). A host that cannot quantize raises
-        ``NotImplementedError`` saying so."""
+        never fake-quantized during calibration). A host that cannot quantize, or has no
+        quantized layer for a scheme, raises ``NotImplementedError`` saying so and naming the
+        layer (``oneshot`` reports it located at the modifier's scheme)."""
 
     def set_quantized(self, name: str, weight: Any, qparams: Mapping[str, Any]) -> None:
         """Record module ``name`` as quantized: ``weight`` (``(out, in)``, the dequantized
@@ -122,6 +123,11 @@ class CalibrationHost(Protocol):
         ``weight_zero_point``, ``input_scale``, ``input_zero_point``; ``weight_g_idx`` where
         given), in compressed-tensors' shapes, as float arrays; the host stores each in the
         parameter's own dtype (int8 or FP8 zero points)."""
+
+    # Optional: ``check_save(output_dir)``, called after ``attach_quantization`` when the run
+    # will save, raises ``NotImplementedError`` (naming the layer) for what ``save`` would
+    # refuse to write, before any weight changes (the Keras host: weight-only int8 in a
+    # keras-hub model). A host without it saves whatever it holds.
 
     def save(self, output_dir: str, recipe_text: str) -> list[str]:
         """Save the model (``save_pretrained`` when it has one; a quantized model compressed

@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .scheme import PRESET_SCHEMES
+
 __all__ = ["QuantArgs", "PRESET_WEIGHTS", "preset_weights", "STRATEGIES", "FP8_E4M3_MAX"]
 
 #: The weight strategies the grid supports: one scale per tensor, per output row, or per
@@ -94,18 +96,10 @@ def _whole(x: object) -> bool:
 
 #: The weights of compressed-tensors' preset schemes (``scheme: W4A16`` ...; 0.19's
 #: ``PRESET_SCHEMES``), those on an int or FP8 grid with tensor, channel or group scales (not
-#: the block, FP4 and MX ones); their activation halves are not a weight's grid.
-PRESET_WEIGHTS: dict[str, QuantArgs] = {
-    **{f"W{bits}A{act}": QuantArgs(bits, "int", True, "group", 128)
-       for bits, acts in ((2, (4, 8, 16)), (3, (4, 8, 16)), (4, (4, 8, 16)), (5, (8, 16)), (6, (8, 16)),
-                          (7, (8, 16)), (8, (16,))) for act in acts},
-    "W4A16_ASYM": QuantArgs(4, "int", False, "group", 128),
-    "W4AFP8": QuantArgs(4, "int", True, "group", 128),
-    "W8A8": QuantArgs(8, "int", True, "channel"),
-    "INT8": QuantArgs(8, "int", True, "channel"),
-    "FP8": QuantArgs(8, "float", True, "tensor"),
-    "FP8_DYNAMIC": QuantArgs(8, "float", True, "channel"),
-}
+#: the block, FP4 and MX ones), read from :data:`~.scheme.PRESET_SCHEMES`; their activation
+#: halves are :data:`~.scheme.PRESET_ACTIVATIONS`.
+PRESET_WEIGHTS: dict[str, QuantArgs] = {name: QuantArgs.from_config(scheme["weights"])
+                                        for name, scheme in PRESET_SCHEMES.items()}
 
 
 def preset_weights(name: str) -> QuantArgs:

@@ -20,20 +20,32 @@ it is and the saved ``quantization_config`` comes out field for field as llm-com
 - GPTQ: ``actorder`` left out of the modifier turns each group's ``actorder: null`` into
   ``static``; ``actorder: null`` on the modifier turns it off.
 
+A scheme's ``input_activations`` as a layer's call depends on them (bits, int or FP8,
+symmetric, per token at run time or one calibrated scale per tensor) are :class:`ActivationArgs`;
+the presets' are read from :data:`PRESET_SCHEMES` (:data:`PRESET_ACTIVATIONS`), as a weight's
+grid is (:data:`~.args.PRESET_WEIGHTS`), so each preset is defined once, here.
+
 >>> c = resolve_config({"scheme": "W4A16", "targets": ["Linear"], "ignore": ["lm_head"]}, gptq=True)
 >>> w = c["config_groups"]["group_0"]["weights"]
 >>> w["num_bits"], w["strategy"], w["group_size"], w["actorder"], w["observer"]
 (4, 'group', 128, 'static', 'memoryless_minmax')
+>>> preset_activations("W8A8")
+ActivationArgs(num_bits=8, type='int', strategy='token', symmetric=True, dynamic=True, group_size=None)
+>>> preset_activations("W4A16") is None
+True
+>>> ActivationArgs.from_config({"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False}).describe()
+'float8 per tensor static'
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["PRESET_SCHEMES", "UNSUPPORTED_PRESETS", "ARG_FIELDS", "complete_args", "resolve_config",
-           "is_preset"]
+           "is_preset", "ActivationArgs", "ACTIVATION_STRATEGIES", "PRESET_ACTIVATIONS", "preset_activations"]
 
 #: ``QuantizationArgs`` fields, in compressed-tensors' order.
 ARG_FIELDS = ("num_bits", "type", "symmetric", "group_size", "strategy", "block_structure", "dynamic",
@@ -82,6 +94,74 @@ PRESET_SCHEMES: dict[str, dict[str, Any]] = {
 #: (block, FP4, MX scales) or that quantize nothing.
 UNSUPPORTED_PRESETS = frozenset({"UNQUANTIZED", "FP8_BLOCK", "NVFP4A16", "NVFP4", "MXFP4A16", "MXFP4",
                                  "MXFP8A16", "MXFP8"})
+
+
+#: The activation strategies compressed-tensors 0.19 names: one scale per token (row of the
+#: flattened input), per tensor, per group of columns, or per tensor and group (NVFP4).
+ACTIVATION_STRATEGIES = ("token", "tensor", "group", "tensor_group")
+_ACTIVATION_IGNORED = frozenset({"observer", "observer_kwargs", "actorder", "block_structure", "scale_dtype",
+                                 "zp_dtype"})
+
+
+@dataclass(frozen=True)
+class ActivationArgs:
+    """A scheme's ``input_activations``, the half of a scheme a deployed layer's call depends on
+    besides the weight's grid (:class:`~.args.QuantArgs`): ``num_bits``, ``type`` (``"int"`` or
+    ``"float"``), ``strategy`` (:data:`ACTIVATION_STRATEGIES`), ``symmetric``, ``dynamic``
+    (scales computed at run time; ``"local"``, NVFP4's, counts as dynamic) and ``group_size``."""
+
+    num_bits: int = 8
+    type: str = "int"
+    strategy: str = "token"
+    symmetric: bool = True
+    dynamic: bool = True
+    group_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.type not in ("int", "float"):
+            raise ValueError(f"activation type must be 'int' or 'float', got {self.type!r}")
+        if self.strategy not in ACTIVATION_STRATEGIES:
+            raise ValueError(f"activation strategy must be one of {', '.join(ACTIVATION_STRATEGIES)}, "
+                             f"got {self.strategy!r}")
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any] | None) -> ActivationArgs | None:
+        """Read a recipe's ``input_activations:`` mapping (None: weight-only), with
+        compressed-tensors' defaults (8 bits, int, symmetric, static; the strategy ``tensor``
+        unless ``group_size`` is given)."""
+        if config is None:
+            return None
+        unknown = sorted(set(config) - {"num_bits", "type", "strategy", "symmetric", "dynamic", "group_size"}
+                         - _ACTIVATION_IGNORED)
+        if unknown:
+            raise ValueError(f"unknown input_activations argument(s) {', '.join(unknown)}")
+        group_size = config.get("group_size")
+        strategy = config.get("strategy") or ("tensor" if group_size is None else "group")
+        dynamic = config.get("dynamic", False)
+        return cls(num_bits=int(config.get("num_bits", 8)), type=str(config.get("type", "int")),
+                   strategy=str(strategy), symmetric=bool(config.get("symmetric", True)),
+                   dynamic=bool(dynamic), group_size=group_size)
+
+    def describe(self) -> str:
+        """``int8 per token dynamic``, ``float8 per tensor static``, ..."""
+        kind = f"{self.type}{self.num_bits}"
+        where = {"token": "per token", "tensor": "per tensor"}.get(self.strategy, self.strategy)
+        sym = "" if self.symmetric else " asymmetric"
+        return f"{kind} {where}{sym} {'dynamic' if self.dynamic else 'static'}"
+
+
+#: The input activations of compressed-tensors 0.19's preset schemes, read from
+#: :data:`PRESET_SCHEMES`: None where the scheme is weight-only.
+PRESET_ACTIVATIONS: dict[str, ActivationArgs | None] = {
+    name: ActivationArgs.from_config(scheme.get("input_activations")) for name, scheme in PRESET_SCHEMES.items()}
+
+
+def preset_activations(name: str) -> ActivationArgs | None:
+    """The input activations of a preset scheme, by its name (None: weight-only)."""
+    try:
+        return PRESET_ACTIVATIONS[name]
+    except KeyError:
+        raise ValueError(f"unknown preset scheme {name!r}: one of {', '.join(PRESET_ACTIVATIONS)}") from None
 
 
 def is_preset(name: Any) -> bool:
