@@ -2,8 +2,8 @@
 (``recipe_spec_keras.quantized``): the integers survive in the layer, its call equals a NumPy
 reference computed from them (with Keras's own activation quantization written out by hand),
 ``model.save`` / ``keras.saving.load_model`` round-trip it, schemes without a Keras layer are
-refused; and GPTQ on a keras-hub Llama built from conformance cases 06 and 10 lands on
-llm-compressor's grid points.
+refused. GPTQ and round to nearest through ``recipe_spec.oneshot`` on a keras-hub Llama
+(conformance cases 06, 08, 10) are ``test_oneshot_quant_keras.py``'s.
 
 The file runs on the process's Keras backend (TensorFlow in the suite); ``test_keras_backends.py``
 runs it again on JAX and torch.
@@ -21,11 +21,7 @@ import pytest
 
 keras = pytest.importorskip("keras")
 
-import recipe_spec  # noqa: E402
 from recipe_spec.masks.numpy_ops import NUMPY_OPS  # noqa: E402
-from recipe_spec.one_shot.calibration import prepare  # noqa: E402
-from recipe_spec.pruning.second_order.gptq import gptq_quantize  # noqa: E402
-from recipe_spec.pruning.second_order.hessian import GPTQHessianStats  # noqa: E402
 from recipe_spec.quantization import QuantArgs, minmax_qparams  # noqa: E402
 from recipe_spec.quantization.args import preset_weights  # noqa: E402
 from recipe_spec.quantization.grid import dequantize, quantize  # noqa: E402
@@ -293,7 +289,7 @@ def test_the_protocols_attach_and_set_quantized_take_a_resolved_compressed_tenso
     assert issubclass(QuantizationRefused, ValueError)
 
 
-# -- GPTQ on a keras-hub Llama: llm-compressor's grid points -------------------------------------
+# -- keras-hub: why weight-only int8 is not saved ------------------------------------------------
 def _case(name: str) -> dict:
     return json.loads((CASES / name / "case.json").read_text())
 
@@ -304,68 +300,6 @@ def _folder(tmp: pathlib.Path, name: str) -> pathlib.Path:
     (folder / "config.json").write_text(json.dumps(dict(_case(name)["model_config"], architectures=["LlamaForCausalLM"])))
     shutil.copy(CASES / name / "initial.safetensors", folder / "model.safetensors")
     return folder
-
-
-def _samples(name: str) -> list[dict]:
-    return [{"input_ids": ids, "attention_mask": [1] * len(ids)} for ids in _case(name)["calibration"]["token_ids"]]
-
-
-def _gptq(host: object, name: str, args: QuantArgs, block_size: int, dampening: float,
-          actorder: str | None = None) -> None:
-    """The sequential pipeline by hand: each decoder block's Hessians from the host's observers,
-    GPTQ per layer, the block run again on the quantized weights for the next one."""
-    calibration = prepare(host, _samples(name), num_calibration_samples=16, shuffle=False, batch_size=1)
-    blocks = host.repeated_blocks(None)
-    with host:
-        inputs = host.capture(blocks[0], calibration.batches, False)
-        for k, block in enumerate(blocks):
-            names = [m.name for m in host.modules() if m.prunable and m.name.startswith(block + ".")]
-            stats = {n: GPTQHessianStats(NUMPY_OPS, host.weight(n).shape[1], host.weight(n)) for n in names}
-            host.run_block(block, inputs, {n: stats[n].add for n in names}, propagate=False)
-            for n in names:
-                r = gptq_quantize(NUMPY_OPS, host.weight(n), stats[n].hessian, args=args, block_size=block_size,
-                                  dampening_frac=dampening, actorder=actorder)
-                host.record_quantized(n, r.weight, r.scale, r.zero_point, args, r.g_idx)
-            if k + 1 < len(blocks):
-                inputs = host.run_block(block, inputs, {}, propagate=True)
-
-
-def _same_grid_points(host: object, name: str, args: QuantArgs) -> dict[str, float]:
-    """Per layer, the fraction of weights whose integer (read from the Keras layer) is
-    llm-compressor's (its final weight over its scale)."""
-    from recipe_spec_keras.quantized import keras_weight
-    from safetensors.numpy import load_file
-
-    final = load_file(str(CASES / name / "final.safetensors"))
-    out = {}
-    for row in host.quantized:
-        scale = final[f"{row.name}.weight_scale"]
-        if args.strategy == "group":
-            scale = np.repeat(scale, int(args.group_size or 1), axis=1)
-        ours = keras_weight(host._linear[row.name].layer)
-        out[row.name] = float((np.round(ours / scale) == np.round(final[f"{row.name}.weight"] / scale)).mean())
-    return out
-
-
-@needs_hub
-def test_gptq_int8_channel_on_a_keras_hub_llama_lands_on_llm_compressors_grid_points(
-        tmp_path: pathlib.Path) -> None:
-    """Case 06: int8 symmetric per channel, weight-only (Keras int8 without an activation
-    quantizer), block_size 32, dampening_frac 0.05."""
-    name = "06_gptq_int8_channel_explicit"
-    model = keras_hub.models.LlamaCausalLM.from_preset(str(_folder(tmp_path, name)), preprocessor=None)
-    host = _host(model)
-    args = QuantArgs(8, "int", True, "channel")
-    _gptq(host, name, args, block_size=32, dampening=0.05)
-    rows = host.finish()
-    assert len(rows) == 14 and {r.mode for r in rows} == {"int8"}
-    agreement = _same_grid_points(host, name, args)
-    assert min(agreement.values()) >= 0.98, agreement
-    print(f"case 06 on {keras.backend.backend()}: same grid point", min(agreement.values()), "(worst layer)")
-    from recipe_spec_keras.quantized import QuantizationRefused
-
-    with pytest.raises(QuantizationRefused, match="model.layers.0.self_attn.q_proj|query"):
-        host.save(str(tmp_path / "out"), "")
 
 
 @needs_hub
@@ -384,29 +318,3 @@ def test_keras_hub_presets_drop_a_weight_only_int8_config(tmp_path: pathlib.Path
     model.backbone.save_to_preset(str(tmp_path / "preset"))
     with pytest.raises(ValueError, match="feedforward_gate_dense"):
         keras_hub.models.Backbone.from_preset(str(tmp_path / "preset"))
-
-
-@needs_hub
-def test_sparse_gptq_w4a16_on_a_keras_hub_llama_lands_on_llm_compressors_grid_points(
-        tmp_path: pathlib.Path) -> None:
-    """Case 10: SparseGPT 2:4 through ``recipe_spec.oneshot``, then GPTQ W4A16 (int4 group
-    128, actorder static as llm-compressor resolves it; Keras int4 sub-channel); the saved model reloads and computes the same hidden states."""
-    name = "10_staged_sparse24_gptq_w4a16"
-    model = keras_hub.models.LlamaCausalLM.from_preset(str(_folder(tmp_path, name)), preprocessor=None)
-    sparsity = _case(name)["recipe_yaml"].split("quantization_stage:")[0]
-    recipe_spec.oneshot(model=model, recipe=sparsity, dataset=_samples(name), num_calibration_samples=16,
-                        shuffle_calibration_samples=False, batch_size=1)
-    host = _host(model)
-    args = preset_weights("W4A16")
-    _gptq(host, name, args, block_size=128, dampening=0.01, actorder="static")  # the resolved recipe's
-    rows = host.finish()
-    assert len(rows) == 14 and {r.mode for r in rows} == {"int4/128"} and {r.scheme for r in rows} == {"W4A16"}
-    agreement = _same_grid_points(host, name, args)
-    assert min(agreement.values()) >= 0.98, agreement
-    print(f"case 10 on {keras.backend.backend()}: same grid point", min(agreement.values()), "(worst layer)")
-    ids = {"token_ids": np.asarray([_samples(name)[0]["input_ids"][:20]], "int32"), "padding_mask": np.ones((1, 20), "int32")}
-    before = _np(model.backbone(ids))
-    host.save(str(tmp_path / "out"), "")
-    loaded = keras.saving.load_model(tmp_path / "out" / "model.keras").backbone
-    assert loaded.transformer_layers[0]._self_attention_layer._query_dense.quantization_mode == "int4"
-    np.testing.assert_array_equal(_np(loaded(ids)), before)
