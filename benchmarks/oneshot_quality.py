@@ -48,7 +48,7 @@ REPO = Path(__file__).resolve().parent.parent
 ANCHOR = REPO.parent / "shared" / "conformance" / "llmcompressor" / "quality"
 SETTINGS = ("dense", "sparsegpt_unstructured_0.5", "sparsegpt_2of4", "wanda_unstructured_0.5",
             "wanda_2of4", "magnitude_unstructured_0.5")
-#: The quantization settings (PyTorch only for now).
+#: The quantization settings (PyTorch; Keras: benchmarks/oneshot_quality_keras.py).
 QUANT_SETTINGS = ("gptq_w4a16_g128", "rtn_w4a16_g128", "rtn_w8a8")
 ALL_SETTINGS = SETTINGS + QUANT_SETTINGS
 #: SparseGPT must beat Wanda at the same sparsity pattern, GPTQ round to nearest at W4A16.

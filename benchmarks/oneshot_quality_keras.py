@@ -1,5 +1,5 @@
-"""One-shot pruning quality on a keras-hub Llama against llm-compressor 0.14 on its own quality
-anchor.
+"""One-shot pruning and quantization quality on a keras-hub Llama against llm-compressor 0.14 on
+its own quality anchor.
 
 The anchor (``shared/conformance/llmcompressor/quality/``, see its README) is a small trained
 Llama (5.5M parameters, 4 decoder layers), 256 calibration windows of 512 tokens, 403 public
@@ -14,7 +14,16 @@ the backbone and its output projection, the NLL of tokens 2..512 summed in float
 ``exp(sum / targets)``. It prints, per setting: our perplexity, llm-compressor's
 (``results.json``), their ratio, the oneshot wall time (ours, llm-compressor's), the peak
 resident memory of the process after oneshot (model load + compression, evaluation excluded,
-as in ``results.json``) and the sparsity of the 28 decoder Linear weights.
+as in ``results.json``) and the sparsity of the 28 decoder Linear weights (quantized: the share
+of the weights the Keras layers compute with that are 0).
+
+The quantization settings (``gptq_w4a16_g128``, ``rtn_w4a16_g128``, ``rtn_w8a8``) score the
+model as ``oneshot`` leaves it: Keras's own quantized layers (``int4`` group 128 holding the
+run's integers for W4A16; ``int8`` for W8A8). **W8A8's input activations are quantized on
+Keras's own int8 grid**, not compressed-tensors': Keras's ``int8`` layer quantizes each token's
+inputs with its ``AbsMaxQuantizer`` (scale ``127 / absmax``, range ±127), where
+compressed-tensors (llm-compressor's forward pass) uses ``absmax / 127.5`` and -128..127; the
+weights are on the same grid in both.
 
     python benchmarks/oneshot_quality_keras.py [--keras-backend tensorflow|jax|torch]
         [--settings dense,sparsegpt_2of4] [--threads 2] [--blas-threads 1] [--limit-windows N]
@@ -33,7 +42,8 @@ perplexity to it. ``--torch-baseline`` also runs recipe-spec on the PyTorch mode
 checkpoint (the same recipe, samples and windows; scored by ``perplexity.py``) and prints, per
 setting, the Keras/PyTorch perplexity ratio and the lowest agreement, over the 28 layers, of the
 two runs' zero patterns (with its layer). ``--check`` exits non-zero when a setting's perplexity is more than 2% above
-llm-compressor's, or SparseGPT is not better than Wanda at the same sparsity (full run only).
+llm-compressor's, SparseGPT is not better than Wanda at the same sparsity, or GPTQ W4A16 not
+better than round to nearest W4A16 (full run only).
 
 The magnitude recipe is llm-compressor's ``MagnitudePruningModifier`` form; llm-compressor 0.14
 prunes nothing with it in oneshot, so its row compares with the anchor's own per-layer magnitude
@@ -58,7 +68,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from oneshot_quality import SETTINGS, peak_rss_mb  # noqa: E402  (the PyTorch benchmark's settings and rules)
+from oneshot_quality import ALL_SETTINGS, QUANT_SETTINGS, peak_rss_mb  # noqa: E402  (the PyTorch benchmark's settings and rules)
 from oneshot_quality import failures as torch_failures  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -110,13 +120,33 @@ def torch_dense_perplexity(anchor: Path, windows: np.ndarray) -> float:
     return float(module.perplexity(str(anchor / "model"), torch.tensor(windows), batch_size=EVAL_BATCH))
 
 
-def target_sparsity(model: Any) -> float:
-    """The share of exact zeros in the decoder Linear weights (the anchor's 28 targets)."""
+def decoder_linears(model: Any) -> dict[str, Any]:
+    """The anchor's 28 targets (the decoder Linear layers), by checkpoint name: read before
+    the run, since a quantized layer is no longer a module the host compresses."""
     from recipe_spec_keras.oneshot import KerasCalibrationHost
 
     host = KerasCalibrationHost(model)
-    weights = [host.weight(m.name) for m in host.modules() if m.prunable and m.name.startswith("model.layers.")]
-    return sum(int((w == 0).sum()) for w in weights) / sum(w.size for w in weights)
+    return {m.name: host._linear[m.name] for m in host.modules() if m.prunable and m.name.startswith("model.layers.")}
+
+
+def decoder_weights(linears: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Each target's ``(out, in)`` weight as its layer computes with it (a quantized layer:
+    read back from its integers and scales)."""
+    from recipe_spec_keras.quantized import keras_weight
+
+    return {name: keras_weight(lin.layer) if lin.layer.quantization_mode is not None else lin.weight()
+            for name, lin in linears.items()}
+
+
+def target_sparsity(weights: dict[str, np.ndarray]) -> float:
+    """The share of exact zeros in the decoder Linear weights (the anchor's 28 targets)."""
+    return sum(int((w == 0).sum()) for w in weights.values()) / sum(w.size for w in weights.values())
+
+
+def quantized_modes(linears: dict[str, Any]) -> str:
+    """The Keras quantization modes of the targets (``int4`` x28), empty when none is."""
+    modes = [str(lin.layer.quantization_mode) for lin in linears.values() if lin.layer.quantization_mode]
+    return ", ".join(f"{m} x{modes.count(m)}" for m in sorted(set(modes)))
 
 
 def run_torch_setting(setting: str, anchor: Path, limit_windows: int | None, samples: int,
@@ -179,19 +209,18 @@ def run_setting(setting: str, anchor: Path, limit_windows: int | None, samples: 
     """Load the model, compress it with ``setting``'s recipe, score it: one result dict
     (``masks_to``: where to write its zero patterns, :func:`save_masks`)."""
     from recipe_spec_keras.hub import load_causal_lm
-    from recipe_spec_keras.oneshot import KerasCalibrationHost
 
     model = load_causal_lm(anchor / "model", dtype="float32")
+    linears = decoder_linears(model)
     elapsed = compress(model, setting, anchor, samples)
     rss = peak_rss_mb()
-    host = KerasCalibrationHost(model)
-    save_masks({m.name: host.weight(m.name) == 0 for m in host.modules()
-                if m.prunable and m.name.startswith("model.layers.")}, masks_to)
+    weights = decoder_weights(linears)
+    save_masks({name: w == 0 for name, w in weights.items()}, masks_to)
     windows = load_windows(anchor, limit_windows)
     start = time.perf_counter()
     ppl = keras_perplexity(model, windows)
     result = {"setting": setting, "ppl": ppl, "oneshot_s": elapsed, "eval_s": time.perf_counter() - start,
-              "peak_rss_mb": rss, "sparsity": target_sparsity(model)}
+              "peak_rss_mb": rss, "sparsity": target_sparsity(weights), "keras_modes": quantized_modes(linears)}
     if torch_dense and setting == "dense":
         result["ppl_torch"] = torch_dense_perplexity(anchor, windows)
     return result
@@ -263,7 +292,7 @@ def failures(results: dict[str, dict[str, Any]], reference: dict[str, Any]) -> l
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--keras-backend", choices=BACKENDS, default="tensorflow")
-    p.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated settings")
+    p.add_argument("--settings", default=",".join(ALL_SETTINGS), help="comma-separated settings")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--blas-threads", type=int, default=1, help="NumPy BLAS threads (0: BLAS default)")
     p.add_argument("--limit-windows", type=int, default=None, help="score the first N eval windows only")
@@ -289,9 +318,9 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(run_setting(a.one, anchor, a.limit_windows, a.samples, a.torch_dense, a.masks_to)))
         return 0
     settings = [s.strip() for s in a.settings.split(",") if s.strip()]
-    unknown = [s for s in settings if s not in SETTINGS]
+    unknown = [s for s in settings if s not in ALL_SETTINGS]
     if unknown:
-        p.error(f"unknown setting(s) {', '.join(unknown)}; choose from {', '.join(SETTINGS)}")
+        p.error(f"unknown setting(s) {', '.join(unknown)}; choose from {', '.join(ALL_SETTINGS)}")
     reference = json.loads((anchor / "results.json").read_text())["settings"]
     results: dict[str, dict[str, Any]] = {}
     torch_results: dict[str, dict[str, Any]] = {}
@@ -311,6 +340,11 @@ def main(argv: list[str] | None = None) -> int:
     if torch_results:
         print("recipe-spec on PyTorch (the Hugging Face model, perplexity.py), same samples and windows:")
         print("\n".join(torch_table(results, torch_results)))
+    quantized = {s: r["keras_modes"] for s, r in results.items() if s in QUANT_SETTINGS and r.get("keras_modes")}
+    for s, modes in quantized.items():
+        print(f"{s}: Keras quantized layers {modes}"
+              + ("; input activations on Keras's own int8 grid (AbsMaxQuantizer per token: 127/absmax, "
+                 "range ±127; compressed-tensors: absmax/127.5, -128..127)" if s == "rtn_w8a8" else ""))
     dense = results.get("dense", {})
     if "ppl_torch" in dense:
         print(f"dense: keras-hub {dense['ppl']:.6f}, PyTorch (perplexity.py, same windows) {dense['ppl_torch']:.6f}; "

@@ -109,7 +109,10 @@ def oneshot(
     Quantization (QuantizationModifier, GPTQModifier) leaves compressed-tensors' quantization
     parameters on each quantized module (``weight_scale``, ``weight_zero_point``, static
     ``input_scale`` / ``input_zero_point``) and saves the model with compressed-tensors
-    (``config.json`` ``quantization_config``, packed weights; see docs/oneshot.md).
+    (``config.json`` ``quantization_config``, packed weights); on Keras the quantized layers
+    end the run as Keras's own quantized layers and save as ``model.keras`` (see
+    docs/oneshot.md). A scheme the backend has no layer for is refused (located B001) before
+    any weight changes.
 
     Raises :class:`~recipe_spec.RecipeError` (every problem located in the recipe) before any
     weight changes when the recipe is invalid or holds a modifier or argument this backend does
