@@ -106,7 +106,7 @@ def test_index_says_what_recipe_spec_does() -> None:
     assert runs_as(sparsegpt) == "validated and linted; runs in `recipe_spec.oneshot` on the `keras` and `torch` backends"
     assert runs_as(constant) in index
     (gptq,) = core_variants("GPTQModifier")
-    assert runs_as(gptq) == "validated and linted; runs in `recipe_spec.oneshot` on the `torch` backend"
+    assert runs_as(gptq) == "validated and linted; runs in `recipe_spec.oneshot` on the `keras` and `torch` backends"
     (autoround,) = core_variants("AutoRoundModifier")
     assert runs_as(autoround) == "validated and linted; run by llm-compressor"
     (distil,) = core_variants("OutputDistillationModifier")
