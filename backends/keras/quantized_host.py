@@ -104,18 +104,19 @@ class QuantizedWeights:
                               activations=acts, write=weight is not None,
                               input_scale=None if input_scale is None else float(np.asarray(input_scale).reshape(-1)[0]))
 
-    def check_save(self, output_dir: str) -> None:
-        """Before any weight changes, when ``oneshot(output_dir=...)`` will save: refuse
-        (:class:`~.quantized.QuantizationRefused`) the schemes attached so far whose layers
-        :meth:`check_saveable` would refuse to save (weight-only int8 inside a keras-hub
-        backbone), naming the first such layer."""
-        del output_dir
+    def save_problem(self, quantized: bool) -> str | None:
+        """Why :meth:`save` could not write the model with the schemes attached so far
+        (``quantized``: the run quantizes), or None: weight-only int8 inside a keras-hub
+        backbone (:meth:`check_saveable`), naming the first such layer. Asked before any
+        weight changes when ``oneshot(output_dir=...)`` will save."""
+        if not quantized:
+            return None
         self._quantized_state()
         inside = hub_backbone_layers(self.model)
         for name, (args, acts) in self._schemes.items():
-            layer = self._linear[name].layer
-            if id(layer) in inside and weight_only_int8(args, acts):
-                raise QuantizationRefused(f"{name}: {WEIGHT_ONLY_INT8_LOST}")
+            if id(self._linear[name].layer) in inside and weight_only_int8(args, acts):
+                return f"{name}: {WEIGHT_ONLY_INT8_LOST}"
+        return None
 
     def _refuse_reverse(self, name: str) -> None:
         if self._linear[name].reverse:

@@ -257,20 +257,24 @@ def _attach(recipe: Recipe, host: Any, quantizers: Sequence[Any], backend: str,
     """Attach every quantization modifier's config to the host, as llm-compressor initialises
     them: every one before any runs. A scheme the host cannot hold (``NotImplementedError``,
     naming the layer), or, with an ``output_dir``, cannot save (the host's optional
-    ``check_save``), is a :class:`RecipeError` located at the modifier's scheme, before any
-    weight changes."""
+    ``save_problem``, asked again once the modifier's schemes are attached), is a
+    :class:`RecipeError` located at the modifier's scheme, before any weight changes."""
     from ..diagnostics import codes
 
-    check_save = getattr(host, "check_save", None) if output_dir is not None else None
+    save_problem = getattr(host, "save_problem", None) if output_dir is not None else None
     for m in quantizers:
         assert m.quant is not None
+        span = m.entry.key_span("scheme" if "scheme" in m.entry.args else "config_groups")
         try:
             host.attach_quantization(m.quant.config)
-            if check_save is not None:
-                check_save(os.fspath(output_dir))  # type: ignore[arg-type]
         except NotImplementedError as exc:
-            span = m.entry.key_span("scheme" if "scheme" in m.entry.args else "config_groups")
             raise RecipeError([codes.B001(
                 f"{m.type} is not run by recipe_spec.oneshot on the {backend} backend: {exc}",
                 f"Pick a scheme the {backend} backend holds (docs/oneshot.md, Quantization), leave the layer out "
                 "with `ignore:`, or run this recipe on another backend.", span).in_file(recipe.path)]) from None
+        problem = save_problem(True) if save_problem is not None else None
+        if problem is not None:
+            raise RecipeError([codes.B001(
+                f"{m.type} quantizes and output_dir= is given, but {problem}",
+                f"Leave output_dir out (the model stays quantized in memory), or pick a scheme the {backend} "
+                "backend saves.", span).in_file(recipe.path)])

@@ -124,10 +124,11 @@ class CalibrationHost(Protocol):
         given), in compressed-tensors' shapes, as float arrays; the host stores each in the
         parameter's own dtype (int8 or FP8 zero points)."""
 
-    # Optional: ``check_save(output_dir)``, called after ``attach_quantization`` when the run
-    # will save, raises ``NotImplementedError`` (naming the layer) for what ``save`` would
-    # refuse to write, before any weight changes (the Keras host: weight-only int8 in a
-    # keras-hub model). A host without it saves whatever it holds.
+    # Optional: ``save_problem(quantized) -> str | None``: why ``save`` could not write the
+    # model once it is quantized, or None. With ``output_dir``, oneshot asks it before any
+    # ``attach_quantization`` (PyTorch: compressed-tensors needs a Hugging Face model) and again
+    # after each (Keras: weight-only int8 in a keras-hub model), and refuses the run, located,
+    # before any weight changes. A host without it saves whatever it holds.
 
     def save(self, output_dir: str, recipe_text: str) -> list[str]:
         """Save the model (``save_pretrained`` when it has one; a quantized model compressed
