@@ -51,9 +51,13 @@ def test_a_changed_declaration_no_longer_matches_its_file() -> None:
 
 def test_docgen_writes_and_checks_the_schema_files(tmp_path: Path) -> None:
     files = docgen.generate()
+    from recipe_spec.core_dialect.schema import stage_names
+
+    stage = {f"schemas/stage/{n}.schema.json" for n in stage_names()}
+    assert "GPTQModifier" in stage_names() and "vLLMQuantizationModifier" not in stage_names()  # a rename only
     assert {rel for rel in files if rel.startswith("schemas/")} == {
         schema_path(s) for s in SPECS
-    } | {"schemas/backends.json"}
+    } | stage | {"schemas/backends.json", "schemas/recipe-modifier.schema.json", "schemas/recipe-stage.schema.json"}
     docgen.write(tmp_path)
     assert docgen.check(tmp_path, files) == []
     folder = tmp_path / "schemas" / "modifiers"
