@@ -19,7 +19,11 @@ validates them (``sgpt_base.py``), each problem at the key or value it is about:
 >>> r = load("s_stage:\\n  s_modifiers:\\n    WandaPruningModifier:\\n      sparsity: 0.5\\n"
 ...          "      sparsity_profile: owl\\n      owl_m: 5\\n")
 >>> [(d.code, d.line) for d in owl_diagnostics(r, None)]
-[('M003', 3), ('C007', 5)]
+[('M003', 3)]
+>>> r = load("s_stage:\\n  s_modifiers:\\n    WandaPruningModifier:\\n      sparsity: 0.5\\n"
+...          "      sparsity_profile: owl\\n      owl_m: 5\\n      owl_lmbda: 0.08\\n")
+>>> [(d.code, d.line) for d in owl_diagnostics(r, None)]
+[('C007', 5)]
 """
 
 from __future__ import annotations
