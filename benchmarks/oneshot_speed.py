@@ -51,9 +51,13 @@ RECIPES = {
                    "      targets: [\"Linear\"]\n      ignore: [\"re:.*lm_head\"]\n",
     "wanda50": "sparsity_stage:\n  sparsity_modifiers:\n    WandaPruningModifier:\n      sparsity: 0.5\n"
                "      targets: [\"Linear\"]\n      ignore: [\"re:.*lm_head\"]\n",
+    "gptq_w4a16": "quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      scheme: W4A16\n"
+                  "      targets: [\"Linear\"]\n      ignore: [\"lm_head\"]\n",
+    "rtn_w8a8": "quant_stage:\n  quant_modifiers:\n    QuantizationModifier:\n      scheme: W8A8\n"
+                "      targets: [\"Linear\"]\n      ignore: [\"lm_head\"]\n",
 }
 #: The README's figures (llm-compressor 0.14.0.1, 2 threads, one run each, another moment).
-RECORDED = {"sparsegpt50": (52.5, 666.0), "wanda50": (28.6, 653.0)}
+RECORDED = {"sparsegpt50": (52.5, 666.0), "wanda50": (28.6, 653.0), "gptq_w4a16": (52.9, 667.0)}
 LAYERS = 4
 
 
@@ -181,11 +185,14 @@ def table(runs: dict[tuple[str, str], list[dict[str, Any]]], recipes: list[str],
         if measured:
             theirs = runs[("llmcompressor", recipe)]
 
-            def ratio(key: str, a: list[dict[str, Any]] = ours, b: list[dict[str, Any]] = theirs) -> float:
-                return statistics.median(r[key] for r in a) / statistics.median(r[key] for r in b)
+            def ratio(key: str, a: list[dict[str, Any]] = ours, b: list[dict[str, Any]] = theirs) -> str:
+                den = statistics.median(r[key] for r in b)  # 0 per layer: no layer ran (data-free)
+                return f"{statistics.median(r[key] for r in a) / den:.2f}" if den else "-"
 
-            lines.append(f"{recipe:12} {'ours/theirs':14} {ratio('oneshot_s'):13.2f} {ratio('per_layer_s'):13.2f} "
-                         f"{ratio('setup_s'):11.2f} {ratio('peak_rss_mib'):13.2f}")
+            lines.append(f"{recipe:12} {'ours/theirs':14} {ratio('oneshot_s'):>13} {ratio('per_layer_s'):>13} "
+                         f"{ratio('setup_s'):>11} {ratio('peak_rss_mib'):>13}")
+        elif recipe not in RECORDED:
+            lines.append(f"{recipe:12} {'llmc recorded':14} {'-':>13} {'-':>13} {'-':>11} {'-':>13}  (none recorded)")
         else:
             wall, rss = RECORDED[recipe]
             med = statistics.median(r["oneshot_s"] for r in ours)
