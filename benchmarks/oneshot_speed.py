@@ -1,17 +1,26 @@
-"""One-shot pruning speed and memory against llm-compressor 0.14, measured in the same run.
+"""One-shot pruning and quantization speed and memory against llm-compressor 0.14, measured in
+the same run.
 
 The model and data of ``shared/conformance/llmcompressor/speed/`` (its README): a randomly
 initialised Llama (vocab 1024, hidden 512, intermediate 1536, 4 layers, 8 heads, untied;
 14.7M parameters, seed 0) and 64 calibration samples of 256 random tokens (seed 1), batch 1, no
-shuffling, the ``sparsegpt50`` and ``wanda50`` recipes of ``llmcompressor_speed.py``. Each run
-is a fresh process that builds the model, calls ``oneshot`` once and reports:
+shuffling. The settings, every Linear but ``lm_head``: ``sparsegpt50``, ``wanda50`` and
+``gptq_w4a16`` (GPTQModifier scheme W4A16: int4 groups of 128, static activation order), the
+recipes of ``llmcompressor_speed.py``, and ``rtn_w8a8`` (QuantizationModifier scheme W8A8:
+round to nearest, int8 per channel, dynamic per-token activations; the quality anchor's
+setting of that name), which needs no calibration pass on either side. Each run is a fresh
+process that builds the model, calls ``oneshot`` once and reports:
 
 - the wall time of ``oneshot``;
 - the time per decoder layer: from the first call of the first decoder layer to the end of
   ``oneshot``, divided by the number of layers (each layer is calibrated, compressed and run
   again for the next layer's inputs); the time before it (``setup``: reading the recipe and
-  the data, capturing the first layer's inputs) is shown apart;
-- the process's peak resident memory after ``oneshot``.
+  the data, capturing the first layer's inputs) is shown apart. Where no decoder layer runs
+  (``rtn_w8a8``) it is 0, all of the time is setup, and the table gives no ratio for it;
+- the process's peak resident memory after ``oneshot``;
+- the share of exact zeros in the decoder's Linear weights (``sparsity``: pruned weights, or
+  for GPTQ the weights it put on the grid's 0; round to nearest leaves the weights as they
+  are, as llm-compressor does).
 
 Ours (``recipe_spec.oneshot``) and llm-compressor's (``llmcompressor.oneshot``) runs are
 interleaved (ours, theirs, ours, theirs, ...) so that both see the same load on a shared
@@ -23,7 +32,8 @@ both the same interpreter to compare with the same torch and transformers. When
 llm-compressor cannot be run, the README's recorded times (another run, another moment) are
 shown instead, and the output says so.
 
-    python benchmarks/oneshot_speed.py [--recipes sparsegpt50,wanda50] [--runs 3] [--threads 2]
+    python benchmarks/oneshot_speed.py [--recipes sparsegpt50,wanda50,gptq_w4a16,rtn_w8a8] [--runs 3]
+        [--threads 2]
         [--samples 64] [--llmcompressor-python PATH | --without-llmcompressor]
         [--ours-python PATH] [--profile FILE]
 
@@ -204,7 +214,7 @@ def table(runs: dict[tuple[str, str], list[dict[str, Any]]], recipes: list[str],
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--recipes", default="sparsegpt50,wanda50")
+    p.add_argument("--recipes", default=",".join(RECIPES))
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--samples", type=int, default=64)
@@ -228,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     theirs = None if a.without_llmcompressor else _llmcompressor_python(a.llmcompressor_python)
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    load_before = os.getloadavg()[0]
     for _ in range(a.runs):
         for recipe in recipes:
             for impl, python in (("ours", a.ours_python), ("llmcompressor", theirs)):
@@ -239,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
            "llm-compressor NOT run here: its figures are the README's recorded ones (64 samples, "
            "another run, another moment)")
     print(f"one-shot speed: random Llama 14.7M, {a.samples} x 256 tokens, batch 1, {a.threads} threads, "
-          f"{a.runs} run(s) each, min/median; {how}")
+          f"{a.runs} run(s) each, min/median; {how}; load average (1 min) {load_before:.1f} before, "
+          f"{os.getloadavg()[0]:.1f} after, on {os.cpu_count()} CPUs")
     print("\n".join(table(runs, recipes, theirs is not None)))
     return 0
 
