@@ -184,6 +184,8 @@ def _llmcompressor_python(given: str | None) -> str | None:
 
 
 def _cell(values: list[float], fmt: str) -> str:
+    if fmt == "s":  # seconds: two decimals under 10 s (round to nearest takes a fraction of one)
+        return "/".join(f"{v:.2f}" if v < 10 else f"{v:.1f}" for v in (min(values), statistics.median(values)))
     return f"{fmt.format(min(values))}/{fmt.format(statistics.median(values))}"
 
 
@@ -197,9 +199,9 @@ def table(runs: dict[tuple[str, str], list[dict[str, Any]]], recipes: list[str],
         if measured:
             rows.append(("llm-compressor", runs[("llmcompressor", recipe)]))
         for label, rs in rows:
-            lines.append(f"{recipe:12} {label:14} {_cell([r['oneshot_s'] for r in rs], '{:.1f}'):>13} "
+            lines.append(f"{recipe:12} {label:14} {_cell([r['oneshot_s'] for r in rs], 's'):>13} "
                          f"{_cell([r['per_layer_s'] for r in rs], '{:.2f}'):>13} "
-                         f"{_cell([r['setup_s'] for r in rs], '{:.1f}'):>11} "
+                         f"{_cell([r['setup_s'] for r in rs], 's'):>11} "
                          f"{_cell([r['peak_rss_mib'] for r in rs], '{:.0f}'):>13} {rs[0]['sparsity']:8.4f}")
         if measured:
             theirs = runs[("llmcompressor", recipe)]
