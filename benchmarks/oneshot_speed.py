@@ -1,17 +1,28 @@
-"""One-shot pruning speed and memory against llm-compressor 0.14, measured in the same run.
+"""One-shot pruning and quantization speed and memory against llm-compressor 0.14, measured in
+the same run.
 
 The model and data of ``shared/conformance/llmcompressor/speed/`` (its README): a randomly
 initialised Llama (vocab 1024, hidden 512, intermediate 1536, 4 layers, 8 heads, untied;
 14.7M parameters, seed 0) and 64 calibration samples of 256 random tokens (seed 1), batch 1, no
-shuffling, the ``sparsegpt50`` and ``wanda50`` recipes of ``llmcompressor_speed.py``. Each run
-is a fresh process that builds the model, calls ``oneshot`` once and reports:
+shuffling. The settings, every Linear but ``lm_head``: ``sparsegpt50``, ``wanda50`` and
+``gptq_w4a16`` (GPTQModifier scheme W4A16: int4 groups of 128, static activation order), the
+recipes of ``llmcompressor_speed.py``, and ``rtn_w8a8`` (QuantizationModifier scheme W8A8:
+round to nearest, int8 per channel, dynamic per-token activations; the quality anchor's
+setting of that name), which needs no calibration pass on either side. Each run is a fresh
+process that builds the model, calls ``oneshot`` once and reports:
 
-- the wall time of ``oneshot``;
+- the wall time of ``oneshot`` (the modules each side imports are imported before the clock
+  starts: llm-compressor's with ``from llmcompressor import oneshot``, ours with
+  ``recipe_spec.one_shot``, the torch host and compressed-tensors' quantization);
 - the time per decoder layer: from the first call of the first decoder layer to the end of
   ``oneshot``, divided by the number of layers (each layer is calibrated, compressed and run
   again for the next layer's inputs); the time before it (``setup``: reading the recipe and
-  the data, capturing the first layer's inputs) is shown apart;
-- the process's peak resident memory after ``oneshot``.
+  the data, capturing the first layer's inputs) is shown apart. Where no decoder layer runs
+  (``rtn_w8a8``) it is 0, all of the time is setup, and the table gives no ratio for it;
+- the process's peak resident memory after ``oneshot``;
+- the share of exact zeros in the decoder's Linear weights (``sparsity``: pruned weights, or
+  for GPTQ the weights it put on the grid's 0; round to nearest leaves the weights as they
+  are, as llm-compressor does).
 
 Ours (``recipe_spec.oneshot``) and llm-compressor's (``llmcompressor.oneshot``) runs are
 interleaved (ours, theirs, ours, theirs, ...) so that both see the same load on a shared
@@ -23,7 +34,8 @@ both the same interpreter to compare with the same torch and transformers. When
 llm-compressor cannot be run, the README's recorded times (another run, another moment) are
 shown instead, and the output says so.
 
-    python benchmarks/oneshot_speed.py [--recipes sparsegpt50,wanda50] [--runs 3] [--threads 2]
+    python benchmarks/oneshot_speed.py [--recipes sparsegpt50,wanda50,gptq_w4a16,rtn_w8a8] [--runs 3]
+        [--threads 2]
         [--samples 64] [--llmcompressor-python PATH | --without-llmcompressor]
         [--ours-python PATH] [--profile FILE]
 
@@ -51,9 +63,13 @@ RECIPES = {
                    "      targets: [\"Linear\"]\n      ignore: [\"re:.*lm_head\"]\n",
     "wanda50": "sparsity_stage:\n  sparsity_modifiers:\n    WandaPruningModifier:\n      sparsity: 0.5\n"
                "      targets: [\"Linear\"]\n      ignore: [\"re:.*lm_head\"]\n",
+    "gptq_w4a16": "quant_stage:\n  quant_modifiers:\n    GPTQModifier:\n      scheme: W4A16\n"
+                  "      targets: [\"Linear\"]\n      ignore: [\"lm_head\"]\n",
+    "rtn_w8a8": "quant_stage:\n  quant_modifiers:\n    QuantizationModifier:\n      scheme: W8A8\n"
+                "      targets: [\"Linear\"]\n      ignore: [\"lm_head\"]\n",
 }
 #: The README's figures (llm-compressor 0.14.0.1, 2 threads, one run each, another moment).
-RECORDED = {"sparsegpt50": (52.5, 666.0), "wanda50": (28.6, 653.0)}
+RECORDED = {"sparsegpt50": (52.5, 666.0), "wanda50": (28.6, 653.0), "gptq_w4a16": (52.9, 667.0)}
 LAYERS = 4
 
 
@@ -95,7 +111,14 @@ def run_once(impl: str, recipe: str, samples: int, profile: str | None = None) -
     stamps = _first_calls(model)
     text = RECIPES[recipe]
     if impl == "ours":
+        import importlib.util
+
         import recipe_spec
+        import recipe_spec.one_shot  # noqa: F401  imports before the clock, as llm-compressor's
+        import recipe_spec_torch.oneshot  # noqa: F401
+
+        if importlib.util.find_spec("compressed_tensors"):  # what quantizing on torch imports
+            import compressed_tensors.quantization  # noqa: F401
 
         data: Any = [{"input_ids": s, "attention_mask": [1] * len(s)} for s in ids]
 
@@ -161,6 +184,8 @@ def _llmcompressor_python(given: str | None) -> str | None:
 
 
 def _cell(values: list[float], fmt: str) -> str:
+    if fmt == "s":  # seconds: two decimals under 10 s (round to nearest takes a fraction of one)
+        return "/".join(f"{v:.2f}" if v < 10 else f"{v:.1f}" for v in (min(values), statistics.median(values)))
     return f"{fmt.format(min(values))}/{fmt.format(statistics.median(values))}"
 
 
@@ -174,18 +199,21 @@ def table(runs: dict[tuple[str, str], list[dict[str, Any]]], recipes: list[str],
         if measured:
             rows.append(("llm-compressor", runs[("llmcompressor", recipe)]))
         for label, rs in rows:
-            lines.append(f"{recipe:12} {label:14} {_cell([r['oneshot_s'] for r in rs], '{:.1f}'):>13} "
+            lines.append(f"{recipe:12} {label:14} {_cell([r['oneshot_s'] for r in rs], 's'):>13} "
                          f"{_cell([r['per_layer_s'] for r in rs], '{:.2f}'):>13} "
-                         f"{_cell([r['setup_s'] for r in rs], '{:.1f}'):>11} "
+                         f"{_cell([r['setup_s'] for r in rs], 's'):>11} "
                          f"{_cell([r['peak_rss_mib'] for r in rs], '{:.0f}'):>13} {rs[0]['sparsity']:8.4f}")
         if measured:
             theirs = runs[("llmcompressor", recipe)]
 
-            def ratio(key: str, a: list[dict[str, Any]] = ours, b: list[dict[str, Any]] = theirs) -> float:
-                return statistics.median(r[key] for r in a) / statistics.median(r[key] for r in b)
+            def ratio(key: str, a: list[dict[str, Any]] = ours, b: list[dict[str, Any]] = theirs) -> str:
+                den = statistics.median(r[key] for r in b)  # 0 per layer: no layer ran (data-free)
+                return f"{statistics.median(r[key] for r in a) / den:.2f}" if den else "-"
 
-            lines.append(f"{recipe:12} {'ours/theirs':14} {ratio('oneshot_s'):13.2f} {ratio('per_layer_s'):13.2f} "
-                         f"{ratio('setup_s'):11.2f} {ratio('peak_rss_mib'):13.2f}")
+            lines.append(f"{recipe:12} {'ours/theirs':14} {ratio('oneshot_s'):>13} {ratio('per_layer_s'):>13} "
+                         f"{ratio('setup_s'):>11} {ratio('peak_rss_mib'):>13}")
+        elif recipe not in RECORDED:
+            lines.append(f"{recipe:12} {'llmc recorded':14} {'-':>13} {'-':>13} {'-':>11} {'-':>13}  (none recorded)")
         else:
             wall, rss = RECORDED[recipe]
             med = statistics.median(r["oneshot_s"] for r in ours)
@@ -197,7 +225,7 @@ def table(runs: dict[tuple[str, str], list[dict[str, Any]]], recipes: list[str],
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--recipes", default="sparsegpt50,wanda50")
+    p.add_argument("--recipes", default=",".join(RECIPES))
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--samples", type=int, default=64)
@@ -221,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     theirs = None if a.without_llmcompressor else _llmcompressor_python(a.llmcompressor_python)
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    load_before = os.getloadavg()[0]
     for _ in range(a.runs):
         for recipe in recipes:
             for impl, python in (("ours", a.ours_python), ("llmcompressor", theirs)):
@@ -232,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
            "llm-compressor NOT run here: its figures are the README's recorded ones (64 samples, "
            "another run, another moment)")
     print(f"one-shot speed: random Llama 14.7M, {a.samples} x 256 tokens, batch 1, {a.threads} threads, "
-          f"{a.runs} run(s) each, min/median; {how}")
+          f"{a.runs} run(s) each, min/median; {how}; load average (1 min) {load_before:.1f} before, "
+          f"{os.getloadavg()[0]:.1f} after, on {os.cpu_count()} CPUs")
     print("\n".join(table(runs, recipes, theirs is not None)))
     return 0
 

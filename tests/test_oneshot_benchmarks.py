@@ -5,6 +5,7 @@ every thread, and the thread count given back."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,12 +39,43 @@ def test_quality_benchmark_smoke() -> None:
 
 @pytest.mark.slow
 def test_speed_benchmark_smoke() -> None:
+    """Each setting in the quick mode, against the speed README's recorded figures: Wanda prunes
+    half of every weight, GPTQ W4A16 puts some weights on the grid's 0 (not half), round to
+    nearest leaves them as they are (llm-compressor keeps the float weights), and a setting the
+    README has no figure for says so."""
     pytest.importorskip("transformers")
-    out = _run("benchmarks/oneshot_speed.py", "--recipes", "wanda50", "--samples", "2", "--runs", "1",
-               "--without-llmcompressor")
+    pytest.importorskip("compressed_tensors")
+    out = _run("benchmarks/oneshot_speed.py", "--recipes", "wanda50,gptq_w4a16,rtn_w8a8", "--samples", "2",
+               "--runs", "1", "--without-llmcompressor")
     assert "README's recorded ones" in out
-    rows = [line.split() for line in out.splitlines() if line.startswith("wanda50")]
-    assert rows[0][1] == "ours" and rows[0][-1] == "0.5000" and rows[-1][1] == "ours/recorded", out
+    rows = {name: [line.split() for line in out.splitlines() if line.startswith(name + " ")]
+            for name in ("wanda50", "gptq_w4a16", "rtn_w8a8")}
+    wanda, gptq, rtn = rows["wanda50"], rows["gptq_w4a16"], rows["rtn_w8a8"]
+    assert wanda[0][1] == "ours" and wanda[0][-1] == "0.5000" and wanda[-1][1] == "ours/recorded", out
+    assert gptq[0][1] == "ours" and 0.0 < float(gptq[0][-1]) < 0.5 and gptq[1][3:5] == ["52.9", "-"], out
+    assert gptq[-1][1] == "ours/recorded", out
+    assert rtn[0][1] == "ours" and rtn[0][-1] == "0.0000" and rtn[0][3] == "0.00/0.00", out
+    assert "(none recorded)" in " ".join(rtn[-1]), out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/work/lcvenv/bin/python").exists() and not os.environ.get("LLMCOMPRESSOR_PYTHON"),
+                    reason="no Python with llm-compressor 0.14 here ($LLMCOMPRESSOR_PYTHON)")
+def test_speed_benchmark_against_llm_compressor() -> None:
+    """The quantization settings with llm-compressor run in the same call: GPTQ leaves the same
+    share of zeros on both sides, round to nearest none, and the ratio of the time per layer
+    is not given where no layer ran (data-free round to nearest)."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("compressed_tensors")
+    out = _run("benchmarks/oneshot_speed.py", "--recipes", "gptq_w4a16,rtn_w8a8", "--samples", "2",
+               "--runs", "1")
+    assert "llm-compressor measured in this run" in out
+    table = {(r[0], r[1]): r for r in (line.split() for line in out.splitlines()) if len(r) > 2}
+    assert table[("gptq_w4a16", "ours")][-1] == table[("gptq_w4a16", "llm-compressor")][-1], out
+    assert table[("rtn_w8a8", "ours")][-1] == table[("rtn_w8a8", "llm-compressor")][-1] == "0.0000", out
+    ratio = table[("rtn_w8a8", "ours/theirs")]
+    assert ratio[3] == "-" and float(ratio[2]) > 0, out
+    assert float(table[("gptq_w4a16", "ours/theirs")][3]) > 0, out
 
 
 def test_the_serial_column_loop_gives_the_same_bits_and_restores_threads() -> None:

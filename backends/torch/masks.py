@@ -178,7 +178,9 @@ class TorchOps(InPlaceOps):
         return torch.norm(x, p=2, dim=1)
 
     def scale_add(self, x: torch.Tensor, alpha: float, y: torch.Tensor) -> torch.Tensor:
-        return x.mul_(alpha).add_(y)
+        if alpha != 1.0:  # x·1 is x: no pass over x (GPTQ's plain sum adds with alpha 1)
+            x.mul_(alpha)
+        return x.add_(y)
 
     def add_diagonal(self, a: torch.Tensor, values: Any) -> torch.Tensor:
         a.diagonal().add_(values)

@@ -242,7 +242,9 @@ class TorchCalibrationHost:
 
     # -- weights and saving --------------------------------------------------------------------
     def weight(self, name: str) -> torch.Tensor:
-        return self._named[name].weight.detach().float().clone()
+        w = self._named[name].weight.detach()
+        with self.ops.serial(w):  # a copy: the same bits on one thread, and no wait on a busy core
+            return w.float().clone()
 
     def set_weight(self, name: str, value: torch.Tensor) -> None:
         w = self._named[name].weight

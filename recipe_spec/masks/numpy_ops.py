@@ -157,7 +157,8 @@ class NumpyOps(InPlaceOps):
         return np.linalg.norm(x, axis=1)
 
     def scale_add(self, x: np.ndarray, alpha: float, y: np.ndarray) -> np.ndarray:
-        x *= alpha
+        if alpha != 1.0:  # x·1 is x: no pass over x
+            x *= alpha
         x += y
         return x
 

@@ -118,8 +118,9 @@ def quantize_module(host: Any, mod: Any, name: str, group: QuantGroup, stats: Qu
                                 "compressed") from None
             new, loss, note = result.weight, result.loss, result.report or ""
             scale, zero = result.scale, result.zero_point
-        else:
-            scale, zero = minmax_qparams(ops, weight, group.weights)
+        else:  # extremes and elementwise steps: the same bits on one thread, no wait on a busy core
+            with ops.serial(weight):
+                scale, zero = minmax_qparams(ops, weight, group.weights)
         values["weight_scale"], values["weight_zero_point"] = scale, zero
     if stats is not None and stats.inputs is not None:
         values["input_scale"], values["input_zero_point"] = stats.inputs.qparams()

@@ -109,7 +109,8 @@ class SolverOps(FisherOps, QuantOps, Protocol):
 
     def scale_add(self, x: Array, alpha: float, y: Array) -> Array:
         """``x·alpha + y``, rounded after each step (``x *= alpha; x += y``); takes ownership
-        of ``x``. The running means of :mod:`.hessian` update in place with it."""
+        of ``x``; ``alpha`` 1 only adds (``x·1`` is ``x``, bit for bit). The running means
+        of :mod:`.hessian` update in place with it."""
 
     def add_diagonal(self, a: Array, values: Array | float) -> Array:
         """``a`` (square) with ``values`` (one per row, or one for all) added to its diagonal;
