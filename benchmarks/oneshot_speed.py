@@ -26,8 +26,10 @@ process that builds the model, calls ``oneshot`` once and reports:
 
 Ours (``recipe_spec.oneshot``) and llm-compressor's (``llmcompressor.oneshot``) runs are
 interleaved (ours, theirs, ours, theirs, ...) so that both see the same load on a shared
-machine; the table gives the min and median of ``--runs`` runs each and the ratio ours/theirs
-of the medians. llm-compressor runs under ``--llmcompressor-python`` (a Python with
+machine; the table gives the min and median of ``--runs`` runs each, the ratio ours/theirs
+of the medians and that of the minima (``min/min``: the quietest run of each; where the load
+of a shared machine changes between two runs, it falls on one side only, and the medians of
+three runs can carry it). llm-compressor runs under ``--llmcompressor-python`` (a Python with
 ``llmcompressor==0.14.0.1``; default: ``$LLMCOMPRESSOR_PYTHON``, else ``/work/lcvenv/bin/python``
 when it exists). ``--ours-python`` picks the interpreter of our runs (default: this one); give
 both the same interpreter to compare with the same torch and transformers. When
@@ -206,12 +208,14 @@ def table(runs: dict[tuple[str, str], list[dict[str, Any]]], recipes: list[str],
         if measured:
             theirs = runs[("llmcompressor", recipe)]
 
-            def ratio(key: str, a: list[dict[str, Any]] = ours, b: list[dict[str, Any]] = theirs) -> str:
-                den = statistics.median(r[key] for r in b)  # 0 per layer: no layer ran (data-free)
-                return f"{statistics.median(r[key] for r in a) / den:.2f}" if den else "-"
+            for label, pick in (("ours/theirs", statistics.median), ("min/min", min)):
+                def ratio(key: str, a: list[dict[str, Any]] = ours, b: list[dict[str, Any]] = theirs,
+                          pick: Any = pick) -> str:
+                    den = pick(r[key] for r in b)  # 0 per layer: no layer ran (data-free)
+                    return f"{pick(r[key] for r in a) / den:.2f}" if den else "-"
 
-            lines.append(f"{recipe:12} {'ours/theirs':14} {ratio('oneshot_s'):>13} {ratio('per_layer_s'):>13} "
-                         f"{ratio('setup_s'):>11} {ratio('peak_rss_mib'):>13}")
+                lines.append(f"{recipe:12} {label:14} {ratio('oneshot_s'):>13} {ratio('per_layer_s'):>13} "
+                             f"{ratio('setup_s'):>11} {ratio('peak_rss_mib'):>13}")
         elif recipe not in RECORDED:
             lines.append(f"{recipe:12} {'llmc recorded':14} {'-':>13} {'-':>13} {'-':>11} {'-':>13}  (none recorded)")
         else:
