@@ -113,16 +113,17 @@ def checkpoint_lint(path: str, model: Any, variables: Any, samples: int, seq_len
     from .loader import check
     from .one_shot.checkpoint import estimate, model_findings
     from .one_shot.modifiers import runnable
-    from .one_shot.quant_lint import gptq_modifiers, quant_findings
+    from .one_shot.quant_lint import gptq_modifiers, mapping_findings, quant_findings
 
     recipe, _ = check(Path(path), variables)
     if recipe is None:
         return []
     mods = runnable(recipe)
+    smoothing = mapping_findings(recipe, mods, model.modules, model.architecture)
     mods += gptq_modifiers(recipe, mods)
     if mods:
         estimates.append(estimate(mods, model, samples, _seq_len(model.config, seq_len)))
-    return model_findings(recipe, mods, model) + quant_findings(recipe, model.modules)
+    return model_findings(recipe, mods, model) + quant_findings(recipe, model.modules) + smoothing
 
 
 def lint_command(args: argparse.Namespace) -> int:

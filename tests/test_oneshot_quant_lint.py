@@ -146,3 +146,27 @@ def test_gptq_memory_estimate_is_sparsegpts_hessian(tmp_path: Path) -> None:
     assert cost.block_bytes == sum(c * c * 4 for n, c in columns.items() if n.startswith("model.layers.0."))
     assert cost.statistic_flops == sum(2.0 * 16 * 32 * c * c for n, c in columns.items()
                                        if n.startswith("model.layers.0."))
+
+
+def _p006(recipe_text: str, folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> list[dict]:
+    recipe = tmp_path / "s.yaml"
+    recipe.write_text(recipe_text)
+    main(["lint", str(recipe), "--model", str(folder), "--compat", "llmcompressor==0.14", "--format", "json",
+          "--num-samples", "16", "--seq-len", "32"])
+    return [d for d in json.loads(capsys.readouterr().out)["files"][0]["diagnostics"] if d["code"] == "P006"]
+
+
+def test_a_smoothing_mapping_that_resolves_to_no_layer_is_named(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A SmoothQuant mapping whose balance pattern matches no layer of the checkpoint (a typo:
+    `gate_projj`) is one P006 at that entry; the entry that resolves, and Llama's default
+    mappings, give none."""
+    folder = _checkpoint("06_gptq_int8_channel_explicit", tmp_path / "ckpt")
+    head = "smooth_stage:\n  smooth_modifiers:\n    SmoothQuantModifier:\n      smoothing_strength: 0.8\n"
+    mappings = ("      mappings:\n"
+                "        - [['re:.*q_proj', 're:.*k_proj', 're:.*v_proj'], 're:.*input_layernorm']\n"
+                "        - [['re:.*gate_projj', 're:.*up_proj'], 're:.*post_attention_layernorm']\n")
+    (found,) = _p006(head + mappings, folder, tmp_path, capsys)
+    assert found["line"] == 7 and "mappings[1]" in found["message"] and "re:.*gate_projj" in found["message"]
+    assert "re:.*up_proj" not in found["message"].split("this model:")[1]
+    assert _p006(head, folder, tmp_path, capsys) == []

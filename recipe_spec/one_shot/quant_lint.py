@@ -13,6 +13,10 @@ RECIPE --model DIR``): no weight is read, no quantization runs.
   when it is smaller passes that check and stops at calibration, in the weight observer
   (``RuntimeError: unflatten``; conformance case 12); ``bypass_divisibility_checks`` skips only
   the first, the observer fails all the same.
+- :func:`mapping_findings`: **P006** for every SmoothQuant/AWQ mapping entry (written in
+  ``mappings``, or the architecture's defaults) that resolves to no layer of the model
+  (:func:`recipe_spec.one_shot.smoothing.unresolved_for`), naming its patterns that match
+  nothing.
 - :func:`gptq_modifiers`: GPTQModifiers as :class:`~.modifiers.OneShotModifier` (kind
   ``gptq``) for the cost estimate (:func:`.checkpoint.estimate`: a Hessian of
   ``in_features² × 4`` bytes per target, as SparseGPT's).
@@ -34,7 +38,8 @@ from ..text.frozen import thaw
 from .host import ModuleInfo
 from .modifiers import OneShotModifier, select_modules
 
-__all__ = ["WeightGroup", "TENSOR_GROUP_PRESETS", "weight_groups", "quant_findings", "gptq_modifiers"]
+__all__ = ["WeightGroup", "TENSOR_GROUP_PRESETS", "weight_groups", "quant_findings", "mapping_findings",
+           "gptq_modifiers"]
 
 QUANTIZERS = ("GPTQModifier", "QuantizationModifier")
 #: Presets whose weights are quantized per group outside :data:`PRESET_WEIGHTS`
@@ -166,6 +171,40 @@ def quant_findings(recipe: Recipe, modules: Sequence[ModuleInfo]) -> list[Diagno
     for m in recipe.modifiers:
         if m.type in QUANTIZERS:
             out += _indivisible(recipe, m, modules)
+    return out
+
+
+def mapping_findings(recipe: Recipe, mods: Sequence[OneShotModifier], modules: Sequence[ModuleInfo],
+                     architecture: str) -> list[Diagnostic]:
+    """P006 for each SmoothQuant/AWQ mapping entry of ``mods`` (from
+    :func:`~.modifiers.runnable`) that resolves to no module of a model with ``modules`` and
+    class ``architecture``: llm-compressor finds out only after loading the model."""
+    from .smoothing import unresolved_for
+
+    names = [i.name for i in modules]
+    out: list[Diagnostic] = []
+    for mod in mods:
+        try:
+            missing = unresolved_for(mod, names, architecture)
+        except ValueError as exc:
+            out.append(codes.P006(f"{mod.type}: {exc}", "Write its `mappings` for this model.",
+                                  mod.entry.span).in_file(recipe.path))
+            continue
+        written = mod.entry.args.get("mappings") is not None
+        for entry in missing:
+            what = (f"mappings[{entry.index}]" if written else
+                    f"the default mapping {entry.index} for {architecture}")
+            patterns = entry.missing or entry.mapping.patterns
+            out.append(codes.P006(
+                f"{mod.type} {what} ({entry.mapping.smooth} -> {', '.join(entry.mapping.balance)}) "
+                f"resolves to no layer of this model: {', '.join(patterns)} "
+                f"{'matches' if len(patterns) == 1 else 'match'} "
+                f"{'nothing' if entry.missing else 'no complete set'}",
+                "Write `mappings` whose smooth and balance layers this model has (e.g. "
+                "[[['re:.*q_proj', 're:.*k_proj', 're:.*v_proj'], 're:.*input_layernorm']]), or "
+                "remove the entry.",
+                mod.entry.value_span("mappings", entry.index) if written else mod.entry.span,
+            ).in_file(recipe.path))
     return out
 
 
