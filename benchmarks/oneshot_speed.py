@@ -115,9 +115,10 @@ def run_once(impl: str, recipe: str, samples: int, profile: str | None = None) -
     if impl == "ours":
         import importlib.util
 
+        import recipe_spec_torch.oneshot  # noqa: F401
+
         import recipe_spec
         import recipe_spec.one_shot  # noqa: F401  imports before the clock, as llm-compressor's
-        import recipe_spec_torch.oneshot  # noqa: F401
 
         if importlib.util.find_spec("compressed_tensors"):  # what quantizing on torch imports
             import compressed_tensors.quantization  # noqa: F401

@@ -21,14 +21,12 @@ refused, located at the source, with the validator's words.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..core_dialect import Compat
 from ..core_dialect.catalogue import variant_in
 from ..diagnostics.base import Severity
 from ..fix.edits import Edit, FixNotPossible, entry_lines
 from ..fix.engine import finding_key, fix_text
-from ..fix.stage import DROP_UNSAFE
+from ..fix.stage import DROP_UNSAFE, siblings
 from ..loader import check
 from ..recipe.model import Modifier, Recipe
 from ..text.frozen import thaw
@@ -100,19 +98,10 @@ def _split_awq(text: str, path: str, compat: Compat) -> tuple[str, list[Note], l
     return (t.apply(edits) if edits and not refused else text), notes, refused
 
 
-def _siblings(m: Modifier) -> set[str]:
-    doc = m.document
-    assert doc is not None
-    group: Any = doc.value
-    for key in m.path[:-1]:
-        group = group[key]
-    return {str(k) for k in group}
-
-
 def _split_one(t: Text, m: Modifier, moved: list[str]) -> list[Edit]:
     doc = m.document
     assert doc is not None
-    if "QuantizationModifier" in _siblings(m):
+    if "QuantizationModifier" in siblings(m):
         raise FixNotPossible("its group has a QuantizationModifier already")
     _, last = entry_lines(t, doc, m.path)
     taken: list[str] = []

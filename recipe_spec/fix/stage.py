@@ -35,7 +35,7 @@ from ..recipe.model import Modifier, Recipe
 from .edits import Edit, Fix, FixNotPossible, Text, delete_entry, rename_key, replace_value
 from .names import choose
 
-__all__ = ["stage_fixes", "DROP_EXACT", "DROP_UNSAFE"]
+__all__ = ["stage_fixes", "siblings", "DROP_EXACT", "DROP_UNSAFE"]
 
 #: (modifier, argument) -> the values whose deletion is exact where the argument is gone
 #: (None: any value): the release does the same without it.
@@ -97,11 +97,11 @@ def _modifier_fixes(t: Text, m: Modifier, p: Problem) -> Iterator[Fix]:
         new = core_variants(m.type)[0].renamed_to
     elif p.kind == "unknown_modifier":
         new, safe = choose([m.type], core_names()).get(m.type, (None, False))
-    if new is not None and new not in _siblings(m):
+    if new is not None and new not in siblings(m):
         yield _fix(m, p, f"rename {m.type} to {new}", safe, rename_key(t, doc, m.path, new))
 
 
-def _siblings(m: Modifier) -> set[str]:
+def siblings(m: Modifier) -> set[str]:
     """The other modifier names of ``m``'s group."""
     doc = m.document
     assert doc is not None
