@@ -34,6 +34,10 @@ SCRIPT = textwrap.dedent(
     inputs = keras.Input((16,))
     h = keras.layers.Dense(32, activation="relu", name="fc1")(inputs)
     model = keras.Model(inputs, keras.layers.Dense(4, name="fc2")(h))
+    init = np.random.default_rng(0)  # Keras's torch backend draws kernels on the GPU, from another stream
+    for w in model.weights:
+        if w.path.endswith("kernel"):
+            w.assign((init.normal(size=tuple(w.shape)) * w.shape[0] ** -0.5).astype("float32"))
     rng = np.random.default_rng(1)
     x = rng.normal(size=(64, 16)).astype("float32")
     y = (x @ rng.normal(size=(16, 4)) / 4).astype("float32")
