@@ -205,8 +205,9 @@ def test_trainable_params_freeze_and_restore_under_fit() -> None:
 def test_a_step_with_no_event_does_no_work_per_weight_outside_the_compiled_step(monkeypatch: pytest.MonkeyPatch) -> None:
     """Masks held, no event due: the compiled train step enforces them (gradients masked, the
     held masks applied after the update, where the optimizer's momentum would move a pruned
-    weight), and the recipe's callback neither reads, writes nor assigns any weight or mask."""
-    from recipe_spec_keras import jax_state, pruning
+    weight), and the recipe's callback neither reads, writes nor assigns any weight or mask, nor
+    reads a flag from the device."""
+    from recipe_spec_keras import jax_state, optim, pruning
 
     model, manager, callbacks = setup(
         "modifiers:\n  - !GMPruningModifier {params: __ALL_PRUNABLE__, init_sparsity: 0.5, "
@@ -227,7 +228,7 @@ def test_a_step_with_no_event_does_no_work_per_weight_outside_the_compiled_step(
 
     for owner, name in [(pruning.MaskSet, "apply"), (pruning.MaskSet, "update"), (pruning, "_assign_masked"),
                         (jax_state.StateAccess, "read"), (jax_state.StateAccess, "write"),
-                        (jax_state.StateAccess, "sync")]:
+                        (jax_state.StateAccess, "sync"), (optim, "host_flag")]:
         counting(owner, name)
     seen: list[dict[str, int]] = []
 

@@ -146,7 +146,8 @@ def _present(optimizer: Any, trainable_variables: Any) -> list[Any]:
 
 def mask_gradients(optimizer: Any, masks: Sequence[tuple[Any, Any]],
                    update_masks: Sequence[tuple[Any, Any]] = (), pending: Any = None,
-                   after_masks: Sequence[tuple[Any, Any]] = ()) -> None:
+                   after_masks: Sequence[tuple[Any, Any]] = (),
+                   pending_now: Callable[[], bool] | None = None) -> None:
     """Mask every update of ``optimizer`` inside the compiled step, as SparseML's gradient hook
     and pre-step mask update do on PyTorch:
 
@@ -185,7 +186,7 @@ def mask_gradients(optimizer: Any, masks: Sequence[tuple[Any, Any]],
             out.append(g)
         if zeroing:
             with_grad = {id(v) for g, v in zip(grads, present, strict=False) if g is not None}
-            _zero_pending([(v, m) for v, m in zeroing if id(v) in with_grad], pending)
+            _zero_pending([(v, m) for v, m in zeroing if id(v) in with_grad], pending, pending_now)
         return out + grads[len(out):]
 
     def mask_after(grads: list[Any], trainable_variables: Any) -> None:
@@ -201,10 +202,12 @@ def mask_gradients(optimizer: Any, masks: Sequence[tuple[Any, Any]],
     _wrap_apply(optimizer, "mask", select, mask_after if after_by_id else None)
 
 
-def _zero_pending(pairs: Sequence[tuple[Any, Any]], pending: Any) -> None:
+def _zero_pending(pairs: Sequence[tuple[Any, Any]], pending: Any,
+                  pending_now: Callable[[], bool] | None = None) -> None:
     """``variable = where(mask, variable, 0)`` for each pair when ``pending`` holds True (a graph
     condition on TensorFlow: a step with no new mask does no work; on JAX one ``where`` per
-    variable inside the compiled step)."""
+    variable inside the compiled step; on torch, eager, ``pending_now()`` when given, else the
+    flag read from the device)."""
     if keras.backend.backend() == "jax":
         flag = keras.ops.logical_not(pending.value)
         for variable, mask in pairs:
@@ -212,11 +215,17 @@ def _zero_pending(pairs: Sequence[tuple[Any, Any]], pending: Any) -> None:
             variable.assign(keras.ops.where(keep, variable.value, keras.ops.zeros((), dtype=variable.dtype)))
         return
     if keras.backend.backend() != "tensorflow":
-        if bool(keras.ops.convert_to_numpy(pending.value)):
+        if pending_now() if pending_now is not None else host_flag(pending):
             for variable, mask in pairs:
                 variable.assign(keras.ops.where(mask.value, variable.value, keras.ops.zeros((), dtype=variable.dtype)))
         return
     _tf_zero(pairs, pending)
+
+
+def host_flag(flag: Any) -> bool:
+    """A bool scalar variable's value read to the host: a sync with the device (a step that
+    reads it waits for the device to finish the work queued before it)."""
+    return bool(keras.ops.convert_to_numpy(flag.value))
 
 
 def _tf_zero(pairs: Sequence[tuple[Any, Any]], pending: Any) -> None:

@@ -278,7 +278,7 @@ class StepMasks:
             track(optimizer, [*self.gradient.values(), *self.update.values(), *self.after.values(), self.pending])
         mask_gradients(optimizer, [(variables[n], v) for n, v in self.gradient.items()],
                        [(variables[n], v) for n, v in self.update.items()], self.pending,
-                       [(variables[n], v) for n, v in self.after.items()])
+                       [(variables[n], v) for n, v in self.after.items()], lambda: self._pending)
         self.optimizer = optimizer
         self.masks.defer_zeroing = True
         return True
