@@ -159,7 +159,29 @@ def sparseml_fast_block() -> type | None:
 
 
 def ms(t: float) -> str:
-    return f"{t * 1e3:9.1f} ms"
+    return f"{t * 1e3:9.3f} ms" if t < 0.01 else f"{t * 1e3:9.1f} ms"
+
+
+def stages(g: torch.Tensor, block: int, damp: float, repeats: int, device: torch.device) -> str:
+    """Where a build's time goes: the Gram product, the Cholesky factorisation of ``M``, and
+    ``R⁻¹`` by the batched triangular solve (what a GPU runs) and by doubling (the CPU's)."""
+    from recipe_spec_torch.masks import TORCH_OPS
+
+    f = fisher_inverse(g, damp, block)
+    lo = f._blocks(g, f.num_blocks)  # type: ignore[attr-defined]
+    gram = torch.matmul(lo, lo.transpose(1, 2)).double()
+    a = gram / damp + torch.eye(g.shape[0], dtype=torch.float64, device=device) * g.shape[0]
+    r = torch.linalg.cholesky_ex(a.transpose(1, 2))[0]
+    eye = torch.eye(r.shape[-1], dtype=r.dtype, device=device).expand(r.shape)
+    times = best_alternating({
+        "Gram": lambda: torch.matmul(lo, lo.transpose(1, 2)),
+        "Cholesky": lambda: torch.linalg.cholesky_ex(a.transpose(1, 2)),
+        "R⁻¹ triangular solve": lambda: torch.linalg.solve_triangular(r, eye, upper=False),
+        "R⁻¹ doubling": lambda: f._lower_inverse(r),  # type: ignore[attr-defined]
+    }, repeats, device)
+    used = "triangular solve" if TORCH_OPS.lower_inverse(r[:1]) is not None else "doubling"
+    return (", ".join(f"{name} {min(ts) * 1e3:.3f} ms" for name, ts in times.items())
+            + f" (this device uses the {used})")
 
 
 def main() -> int:
@@ -201,11 +223,13 @@ def main() -> int:
     times.update(best_alternating({"diag": f.diag, "mul": lambda: f.mul(v)}, args.repeats, device))  # type: ignore[attr-defined]
     best = {name: min(ts) for name, ts in times.items()}
     bmm_gflops = flops / best["bmm"] / 1e9
-    print(f"  build   {ms(best['build'])}   (all: {', '.join(f'{t * 1e3:.0f}' for t in times['build'])} ms)")
-    print(f"  diag()  {ms(best['diag'])}")
+    print(f"  build   {ms(best['build'])}   (all: {', '.join(f'{t * 1e3:.3g}' for t in times['build'])} ms)")
+    if not args.quick:
+        print(f"    stages: {stages(g, block, damp, args.repeats, device)}")
+    print(f"  diag()  {ms(best['diag'])}   = {best['diag'] / best['bmm']:.2f}x bmm (target <= 5x)")
     print(f"  mul(v)  {ms(best['mul'])}")
     print(f"  bare bmm {ms(best['bmm'])}  ({bmm_gflops:.0f} GFLOP/s; all: "
-          f"{', '.join(f'{t * 1e3:.0f}' for t in times['bmm'])} ms); with the second operand a "
+          f"{', '.join(f'{t * 1e3:.3g}' for t in times['bmm'])} ms); with the second operand a "
           f"transposed view (as the Gram product reads it) {ms(best['bmm_t']).strip()}")
     ratio = best["build"] / best["bmm"]
     total = best["build"] + best["diag"] + best["mul"]

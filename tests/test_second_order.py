@@ -40,6 +40,28 @@ def test_inverse_equals_dense(m: int, d: int, block: int | None) -> None:
     assert np.array_equal(g, g)  # the gradients are not modified
 
 
+@pytest.mark.parametrize(("m", "d", "block"), [(4, 30, 7), (8, 40, 10), (5, 9, 3)])
+def test_the_gpu_path_equals_dense(m: int, d: int, block: int) -> None:
+    """What a GPU runs (``R⁻¹`` by one batched triangular solve, ``diag`` in pieces of its
+    working size), forced on the CPU, gives the dense inverse too."""
+    from recipe_spec_torch.masks import TorchOps
+
+    class GpuLike(TorchOps):
+        def lower_inverse(self, r: torch.Tensor) -> torch.Tensor:
+            eye = torch.eye(r.shape[-1], dtype=r.dtype).expand(r.shape)
+            return torch.linalg.solve_triangular(r, eye, upper=False)
+
+        def working_entries(self, like: torch.Tensor) -> int:
+            return 2 * m * block  # two blocks per piece: several pieces
+
+    rng = np.random.default_rng(m + d)
+    g, v = rng.standard_normal((m, d)), rng.standard_normal(d)
+    want = dense_inverse(g, 0.05, block)
+    f = FisherInverse(GpuLike(), torch.tensor(g), 0.05, block)
+    np.testing.assert_allclose(f.diag().numpy(), np.diag(want), rtol=1e-10)
+    np.testing.assert_allclose(f.mul(torch.tensor(v)).numpy(), want @ v, rtol=1e-9, atol=1e-12)
+
+
 @pytest.mark.parametrize(("m", "block"), [(3, 8), (12, 8), (5, None)])
 def test_diag_blocks_equal_dense_sub_blocks(m: int, block: int | None) -> None:
     rng = np.random.default_rng(m)

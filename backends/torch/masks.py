@@ -136,6 +136,15 @@ class TorchOps(InPlaceOps):
     def solve(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return torch.linalg.solve(a, b)
 
+    def lower_inverse(self, r: torch.Tensor) -> torch.Tensor | None:
+        if r.device.type == "cpu":  # one LAPACK call per matrix: the caller's doubling instead
+            return None
+        eye = torch.eye(r.shape[-1], dtype=r.dtype, device=r.device).expand(r.shape)
+        return torch.linalg.solve_triangular(r, eye, upper=False)
+
+    def working_entries(self, like: torch.Tensor) -> int:
+        return 1 << 20 if like.device.type == "cpu" else 1 << 24
+
     def sum(self, x: torch.Tensor, axis: int) -> torch.Tensor:
         return x.sum(axis)
 

@@ -113,6 +113,12 @@ class NumpyOps(InPlaceOps):
     def solve(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.linalg.solve(a, b)
 
+    def lower_inverse(self, r: np.ndarray) -> None:
+        return None  # NumPy has no batched triangular solve: inverted by doubling
+
+    def working_entries(self, like: np.ndarray) -> int:
+        return 1 << 20
+
     def sum(self, x: np.ndarray, axis: int) -> np.ndarray:
         return np.sum(x, axis=axis)
 

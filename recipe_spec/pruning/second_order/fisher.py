@@ -50,8 +50,9 @@ from .ops import FisherOps
 
 __all__ = ["FisherInverse", "block_layout", "fisher_bytes"]
 
-#: Entries of ``V`` that :meth:`FisherInverse.diag` squares at a time (its temporaries' size).
-_CHUNK = 1 << 20
+#: The most entries of ``V`` that :meth:`FisherInverse.diag` squares at a time (its
+#: temporaries' size; ``FisherOps.working_entries`` gives the size on each device).
+_CHUNK = 1 << 24
 
 
 def block_layout(d: int, block_size: int | None) -> tuple[int, int]:
@@ -158,7 +159,10 @@ class FisherInverse:
             inv_l, den = self._ldl_inverse(a)
             return inv_l * big, den
         scale = ops.diagonal(r)  # (nb, m)
-        return self._lower_inverse(r) * ops.reshape(scale * big, (-1, m, 1)), scale * scale
+        inv_r = ops.lower_inverse(r)
+        if inv_r is None:
+            inv_r = self._lower_inverse(r)
+        return inv_r * ops.reshape(scale * big, (-1, m, 1)), scale * scale
 
     def _lower_inverse(self, r: Array) -> Array:
         """``R⁻¹`` for a batch of lower triangular ``n x n`` matrices, by doubling: the
@@ -232,7 +236,7 @@ class FisherInverse:
                 continue
             coeffs, den, _ = data
             weights = ops.cast(ops.reshape(1.0 / den, (count, 1, self.m)), coeffs)
-            step = max(1, _CHUNK // (self.m * self.block))  # blocks at a time: small temporaries
+            step = max(1, min(_CHUNK, ops.working_entries(coeffs)) // (self.m * self.block))  # blocks at a time
             for lo in range(0, count, step):
                 vc = self._vectors(data, lo, lo + step)  # Σᵢ vᵢ²/denᵢ as a (1 x m)·(m x B) product per block
                 pieces.append(ops.matmul(weights[lo:lo + step], vc * vc) * -1.0 + 1.0 / self.damp)

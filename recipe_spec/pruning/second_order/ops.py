@@ -57,6 +57,17 @@ class FisherOps(ArrayOps, Protocol):
     def solve(self, a: Array, b: Array) -> Array:
         """``a⁻¹ b`` for a batch of square ``a`` and ``b`` of shape ``(..., n, 1)``."""
 
+    def lower_inverse(self, r: Array) -> Array | None:
+        """``r⁻¹`` for a batch of lower triangular matrices by one batched triangular solve,
+        where the library's is fast for many small matrices (a GPU); else None, and the
+        caller inverts by doubling with batched products (one small LAPACK call per matrix
+        stalls on a busy CPU)."""
+
+    def working_entries(self, like: Array) -> int:
+        """How many entries a temporary may hold on ``like``'s device: the size of the pieces
+        a long computation is cut into (small on a CPU, for its caches; large on a GPU, where
+        each piece costs a launch)."""
+
     def sum(self, x: Array, axis: int) -> Array:
         """The sum along ``axis`` (removed)."""
 
