@@ -1,29 +1,69 @@
 #!/usr/bin/env bash
-# The GPU checks, in one run on a CUDA machine: the `cuda` tests, then the GPU benchmarks (masks,
-# step overhead, second-order inverse). Logs go to $OUT (or ./gpu-out). Needs torch with CUDA;
-# the core's own dependencies may come as wheels in .whl/ (installed offline into /tmp/site).
+# The GPU checks, in one run on a CUDA machine: the GPU benchmarks (M-FAC's inverse, Keras's
+# per-step overhead on JAX and torch, PyTorch's masks and step overhead) and the `cuda` tests.
+# Logs go to $OUT (or ./gpu-out). Needs python3 with torch (CUDA) and, for Keras, jax; the
+# project's own dependencies and Keras may come as wheels in .whl/ (installed offline into
+# /tmp/site). The project itself is used from this checkout (no build step): its backends
+# through links, its entry points from a small dist-info.
+#
+#     bash benchmarks/gpu.sh               # everything, at most about 10 minutes
+#     GPU_QUICK=1 bash benchmarks/gpu.sh   # fewer rounds
 set -uo pipefail
 cd "$(dirname "$0")/.."
+root=$PWD
 out=${OUT:-gpu-out}
 mkdir -p "$out"
+site=/tmp/site
+mkdir -p "$site"
 if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .whl/*.whl \
+    || { echo "wheel install failed" | tee "$out/device.txt"; exit 1; }
 fi
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site . || exit 1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
-nvidia-smi -L | tee "$out/device.txt"
-python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(0))" | tee -a "$out/device.txt"
+mkdir -p /tmp/shim "$site/recipe_spec-0.1.0.dist-info"
+ln -sfn "$root/backends/torch" /tmp/shim/recipe_spec_torch
+ln -sfn "$root/backends/keras" /tmp/shim/recipe_spec_keras
+url=$(sed -n 's/^Documentation = "\(.*\)"/\1/p' pyproject.toml)
+printf 'Metadata-Version: 2.1\nName: recipe-spec\nVersion: 0.1.0\nProject-URL: Documentation, %s\n' "$url" \
+  > "$site/recipe_spec-0.1.0.dist-info/METADATA"
+printf '[recipe_spec.backends]\ntorch = recipe_spec_torch:backend\nkeras = recipe_spec_keras:backend\n' \
+  > "$site/recipe_spec-0.1.0.dist-info/entry_points.txt"
+export PYTHONPATH=$site:$root:/tmp/shim PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false TF_CPP_MIN_LOG_LEVEL=2
+steps=60 rounds=5
+[ -n "${GPU_QUICK:-}" ] && steps=20 rounds=2
+bench=$out/benchmarks.log
+{
+  nvidia-smi -L
+  python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(0))"
+  python3 -c "import importlib.util as u; print('installed:', *[m for m in ('transformers', 'accelerate', 'lightning', 'keras', 'jax', 'compressed_tensors', 'safetensors') if u.find_spec(m)])"
+  python3 -c "import jax; print('jax', jax.__version__, jax.devices())"
+  python3 -c "import recipe_spec, recipe_spec_torch; from recipe_spec.registry import available_backends; print('recipe_spec backends:', available_backends())"
+} 2>&1 | tee "$out/device.txt"
 status=0
-# each cuda test runs on the GPU and compares with the same run on the CPU; those needing
-# transformers, accelerate, lightning, keras or jax skip themselves where these are missing
-python3 -c "import importlib.util as u; print('installed:', *[m for m in ('transformers', 'accelerate', 'lightning', 'keras', 'jax') if u.find_spec(m)])" \
-  | tee -a "$out/device.txt"
-timeout 420 python3 -m pytest -q -rs -p no:cacheprovider -o addopts="" -m cuda --junitxml="$out/cuda_tests.xml" \
+step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to the benchmarks file
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name ($(date +%T))" | tee -a "$bench"
+  timeout "$limit" "$@" 2>&1 | grep -v -E "^(I0000|W0000|WARNING: All log messages)" | tee -a "$bench"
+  local rc=${PIPESTATUS[0]}
+  [ "$rc" -eq 0 ] || { echo "=== $name: exit $rc" | tee -a "$bench"; status=1; }
+}
+step "M-FAC inverse, m=64 d=1M B=2000" 60 python3 benchmarks/bench_second_order.py --device cuda --repeats 20
+for backend in jax torch; do
+  step "Keras overhead, $backend" 120 python3 benchmarks/bench_keras_overhead.py --keras-backend "$backend" \
+    --steps "$steps" --rounds "$rounds"
+done
+# each cuda test runs on the GPU and compares with the same run on the CPU (or with stored
+# llm-compressor runs); those needing a framework not installed here skip themselves
+echo "=== cuda tests ($(date +%T))" | tee -a "$bench"
+timeout 300 python3 -m pytest -q -rs -p no:cacheprovider -o addopts="" -m cuda -n 8 --timeout 240 \
+  --junitxml="$out/cuda_tests.xml" \
   tests/test_masks_cuda.py tests/test_second_order_cuda.py tests/test_features_cuda.py \
-  tests/test_features_cuda_runs.py tests/test_keras_cuda.py \
-  2>&1 | tee "$out/cuda_tests.log" || status=1
+  tests/test_features_cuda_runs.py tests/test_keras_cuda.py tests/test_oneshot_cuda.py \
+  tests/test_keras_oneshot_cuda.py \
+  > "$out/cuda_tests.log" 2>&1 || status=1
+tail -n 40 "$out/cuda_tests.log"
 # which cuda tests ran, and which skipped (and why)
-[ -f "$out/cuda_tests.xml" ] && python3 - "$out/cuda_tests.xml" <<'PY' | tee "$out/cuda_tests_summary.txt"
+[ -f "$out/cuda_tests.xml" ] && python3 - "$out/cuda_tests.xml" <<'PY' | tee -a "$bench"
 import collections, sys, xml.etree.ElementTree as ET
 counts = collections.defaultdict(collections.Counter)
 for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
@@ -35,7 +75,6 @@ for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
 for name, c in sorted(counts.items()):
     print(name, dict(c))
 PY
-python3 benchmarks/bench_torch_masks.py --device cuda 2>&1 | tee "$out/bench_masks.log" || status=1
-python3 benchmarks/bench_torch_manager.py --device cuda --batch 64 --rounds 5 2>&1 | tee "$out/bench_manager.log" || status=1
-python3 benchmarks/bench_second_order.py --device cuda 2>&1 | tee "$out/bench_second_order.log" || status=1
+step "PyTorch masks" 45 python3 benchmarks/bench_torch_masks.py --device cuda
+step "PyTorch step overhead" 60 python3 benchmarks/bench_torch_manager.py --device cuda --batch 64 --steps 30 --rounds 5 --threads 4
 exit $status
