@@ -19,14 +19,18 @@ differ from the CPU's in the last bits, and two kinds of near tie then go either
 rounding (the error it carries on moves later entries of the row), and the symmetric grids'
 ``absmax / 7.5`` (``/ 127.5``), which puts each group's largest negative weight exactly on a
 rounding tie, so an AWQ grid search may pick a neighbouring ratio whose loss differs by 1%. The
-CUDA tolerances below were sized by running the CPU with the calibration activations perturbed
-by 1e-7 and 1e-6 relative (the worst of 12 runs, with a margin).
+CUDA tolerances below were sized by running the CUDA branches on the CPU with the calibration
+activations perturbed by 1e-7 and 1e-6 relative (up to 2 of AWQ's 8 mappings flipped, 98.9%
+of a GPTQ weight on the same grid point at worst; all passed; at 1e-5 the smoothed norms'
+1e-5 bound is the first to fail).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -63,18 +67,29 @@ RECIPES = {"gptq_w4_g32": GPTQ_W4, "rtn_w8a8": RTN.format("W8A8")}
 CUDA_GRID = (0.98, 0.99)
 
 
+@contextlib.contextmanager
+def _full_float32(device: str) -> Iterator[None]:
+    """On the GPU, float32 products without TF32 (torch's default, set here in case an earlier
+    test changed it; left alone where it was set through torch's newer per-backend flags)."""
+    try:
+        before = torch.get_float32_matmul_precision() if device != "cpu" else None
+    except RuntimeError:
+        before = None
+    if before is not None:
+        torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        if before is not None:
+            torch.set_float32_matmul_precision(before)
+
+
 def _oneshot(recipe: str, device: str, data: bool = True, **options: Any) -> tuple[Any, dict[str, Any], Any]:
     """The fixture's Llama on ``device`` after ``oneshot``: the model, its state on the CPU, the report."""
     model = ref.model().to(device)
-    precision = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")  # float32 products, no TF32, whatever the machine's default
-    try:
-        with placement_checked():
-            recipe_spec.oneshot(model=model, recipe=recipe, num_calibration_samples=8,
-                                shuffle_calibration_samples=False, **({"dataset": ref.samples()} if data else {}),
-                                **options)
-    finally:
-        torch.set_float32_matmul_precision(precision)
+    with _full_float32(device), placement_checked():
+        recipe_spec.oneshot(model=model, recipe=recipe, num_calibration_samples=8, shuffle_calibration_samples=False,
+                            **({"dataset": ref.samples()} if data else {}), **options)
     report = last_report()
     assert report is not None
     if "output_dir" not in options:  # saving leaves the model compressed (compressed-tensors' own tensors)
@@ -105,6 +120,7 @@ def _rel(got: Any, want: Any) -> float:
 
 def _same_grid(model: Any, a: dict[str, Any], b: dict[str, Any], keys: list[str], per_tensor: float,
                pooled: float) -> None:
+    assert keys
     same = total = 0
     for key in keys:
         base = key[: -len("weight")]
