@@ -8,6 +8,8 @@
 #
 #     bash benchmarks/gpu.sh               # everything, at most about 10 minutes
 #     GPU_QUICK=1 bash benchmarks/gpu.sh   # fewer rounds
+#     GPU_PARTS="tests keras" bash benchmarks/gpu.sh   # some of: bench keras tests torch
+#     GPU_PARTS=tests GPU_TESTS=tests/test_features_cuda.py bash benchmarks/gpu.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -28,7 +30,8 @@ printf 'Metadata-Version: 2.1\nName: recipe-spec\nVersion: 0.1.0\nProject-URL: D
 printf '[recipe_spec.backends]\ntorch = recipe_spec_torch:backend\nkeras = recipe_spec_keras:backend\n' \
   > "$site/recipe_spec-0.1.0.dist-info/entry_points.txt"
 export PYTHONPATH=$site:$root:/tmp/shim PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false TF_CPP_MIN_LOG_LEVEL=2
-steps=60 rounds=5
+parts=" ${GPU_PARTS:-bench keras tests torch} "
+steps=${GPU_STEPS:-60} rounds=${GPU_ROUNDS:-5}
 [ -n "${GPU_QUICK:-}" ] && steps=20 rounds=2
 bench=$out/benchmarks.log
 {
@@ -47,21 +50,21 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to the benc
   local rc=${PIPESTATUS[0]}
   [ "$rc" -eq 0 ] || { echo "=== $name: exit $rc" | tee -a "$bench"; status=1; }
 }
-step "M-FAC inverse, m=64 d=1M B=2000" 60 python3 benchmarks/bench_second_order.py --device cuda --repeats 20
-for backend in jax torch; do
+[[ $parts == *" bench "* ]] && step "M-FAC inverse, m=64 d=1M B=2000" 60 python3 benchmarks/bench_second_order.py --device cuda --repeats 20
+[[ $parts == *" keras "* ]] && for backend in jax torch; do
   step "Keras overhead, $backend" 120 python3 benchmarks/bench_keras_overhead.py --keras-backend "$backend" \
     --steps "$steps" --rounds "$rounds"
 done
 # each cuda test runs on the GPU and compares with the same run on the CPU (or with stored
 # llm-compressor runs); those needing a framework not installed here skip themselves
-echo "=== cuda tests ($(date +%T))" | tee -a "$bench"
+[[ $parts == *" tests "* ]] && { echo "=== cuda tests ($(date +%T))" | tee -a "$bench"
 timeout 300 python3 -m pytest -q -rs -p no:cacheprovider -o addopts="" -m cuda -n 8 --timeout 240 \
   --junitxml="$out/cuda_tests.xml" \
-  tests/test_masks_cuda.py tests/test_second_order_cuda.py tests/test_features_cuda.py \
+  ${GPU_TESTS:-tests/test_masks_cuda.py tests/test_second_order_cuda.py tests/test_features_cuda.py \
   tests/test_features_cuda_runs.py tests/test_keras_cuda.py tests/test_oneshot_cuda.py \
-  tests/test_keras_oneshot_cuda.py \
+  tests/test_keras_oneshot_cuda.py} \
   > "$out/cuda_tests.log" 2>&1 || status=1
-tail -n 40 "$out/cuda_tests.log"
+tail -n 40 "$out/cuda_tests.log"; }
 # which cuda tests ran, and which skipped (and why)
 [ -f "$out/cuda_tests.xml" ] && python3 - "$out/cuda_tests.xml" <<'PY' | tee -a "$bench"
 import collections, sys, xml.etree.ElementTree as ET
@@ -75,6 +78,6 @@ for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
 for name, c in sorted(counts.items()):
     print(name, dict(c))
 PY
-step "PyTorch masks" 45 python3 benchmarks/bench_torch_masks.py --device cuda
-step "PyTorch step overhead" 60 python3 benchmarks/bench_torch_manager.py --device cuda --batch 64 --steps 30 --rounds 5 --threads 4
+[[ $parts == *" torch "* ]] && step "PyTorch masks" 45 python3 benchmarks/bench_torch_masks.py --device cuda
+[[ $parts == *" torch "* ]] && step "PyTorch step overhead" 60 python3 benchmarks/bench_torch_manager.py --device cuda --batch 64 --steps 30 --rounds 5 --threads 4
 exit $status

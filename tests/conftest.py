@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,3 +50,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture(autouse=True)
+def _full_float32_on_gpus(request: pytest.FixtureRequest) -> Any:
+    """A ``cuda`` test compares the GPU's run with the CPU's: float32 products and convolutions
+    in full float32 there (torch lets cuDNN use TF32, ~1e-3 relative, by default)."""
+    if "cuda" not in request.keywords or "torch" not in sys.modules:
+        yield
+        return
+    import torch
+
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before

@@ -314,9 +314,14 @@ def test_qat(device: str) -> None:
     if device != "cpu":
         ref = train(QAT, "cpu", 3 * S, dtype=torch.float32)
         ref_fakes = [m for m in ref.manager.runtime.model.modules() if isinstance(m, FakeQuantize)]
+        # after QAT starts, a fake-quantized value the GPU's rounding puts on the other side of a
+        # half step moves the paths apart a little (an observer's scale by ~4e-4 on an H200)
         for a, b in zip(ref_fakes, fakes, strict=True):
-            torch.testing.assert_close(b.scale.cpu(), a.scale, rtol=1e-4, atol=1e-7)
-        assert_same(ref.weights, run.weights, rtol=1e-3, atol=1e-4)  # a quantization step may round the other way
+            torch.testing.assert_close(b.scale.cpu(), a.scale, rtol=5e-3, atol=1e-7)
+        for name, want in ref.weights.items():  # the masks, set before QAT, exactly; the weights close
+            got = run.weights[name]
+            assert torch.equal(want == 0, got == 0), name
+            assert float((got - want).norm() / want.norm()) <= 0.05, name
 
 
 def test_qat_observers_are_made_on_the_layers_device() -> None:

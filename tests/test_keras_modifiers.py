@@ -251,3 +251,37 @@ def test_a_step_with_no_event_does_no_work_per_weight_outside_the_compiled_step(
         value = keras.ops.convert_to_numpy(entry.variable.value)
         assert not value[~entry.mask].any(), entry.name
         assert value[entry.mask].any(), entry.name  # the kept weights still train
+
+
+def test_batch_ends_run_asynchronously_and_a_step_ends_the_same_either_way() -> None:
+    """The recipe's callback alone lets Keras dispatch batch ends from a worker thread (no read
+    of the losses after every batch) where the backend allows it; the fit is the same step for
+    step as one where another callback's batch-end hook makes Keras call them in the fit's
+    thread, which sees each step already ended (its step counter advanced)."""
+    from keras.src import backend
+
+    recipe = ("modifiers:\n  - !GMPruningModifier {params: __ALL_PRUNABLE__, init_sparsity: 0.3, "
+              "final_sparsity: 0.7, start_epoch: 0, end_epoch: 2, update_frequency: 0.5}\n")
+    x, y = data()
+    results = []
+    for extra in (False, True):
+        model, manager, callbacks = setup(recipe)
+        seen: list[int] = []
+
+        class Ends(keras.callbacks.Callback):
+            def __init__(self, runtime: object, seen: list[int]) -> None:
+                super().__init__()
+                self.runtime, self.seen = runtime, seen
+
+            def on_train_batch_end(self, batch, logs=None):
+                self.seen.append(self.runtime.step_count)
+
+        listed = [*callbacks, *([Ends(manager.runtime, seen)] if extra else [])]
+        assert keras.callbacks.CallbackList(listed, model=model)._async_train == (backend.IS_THREAD_SAFE and not extra)
+        model.fit(x, y, batch_size=BATCH, epochs=3, shuffle=False, verbose=0, callbacks=listed)
+        assert manager.runtime.step_count == 3 * S
+        if extra:
+            assert seen == list(range(1, 3 * S + 1))
+        results.append([keras.ops.convert_to_numpy(w) for w in model.weights])
+    for a, b in zip(*results, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -13,6 +13,7 @@ From a custom training loop, call ``runtime.step_begin()`` before each optimizer
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -55,13 +56,24 @@ STATE_VERSION = RecipeRuntime.state_version
 
 
 class RecipeCallback(keras.callbacks.Callback):
-    """Applies a recipe during ``model.fit``: events before each batch, masks after it."""
+    """Applies a recipe during ``model.fit``: a batch's events before it, ``step_end()`` after.
+
+    Its batch-end hook is marked as Keras' default one: a hook of one's own makes Keras read
+    every batch's losses back to the host, which stalls a GPU (the host cannot queue the next
+    step while the device runs this one). Where another callback of the fit has a batch-end
+    hook (or on TensorFlow), Keras calls the hooks in the fit's thread and this one ends the
+    step there, before the hooks after it; else Keras calls them from a worker thread, this
+    one leaves the step to end when the next batch starts, when the epoch or fit ends, or
+    before the state is saved or the recipe finalized (:meth:`KerasManager.settle`)."""
 
     def __init__(self, runtime: KerasManager):
         super().__init__()
         self.runtime = runtime
+        self._thread = threading.get_ident()
 
     def on_train_begin(self, logs: Any = None) -> None:
+        self._thread = threading.get_ident()
+        self.runtime.settle()  # a fit stopped by an exception left its last step open
         # weights may have been written since the last fit (set_weights, load_weights): mask
         # them again before the first step
         self.runtime.masks.invalidate()
@@ -71,10 +83,21 @@ class RecipeCallback(keras.callbacks.Callback):
             self.runtime.second_order_steps.prepare_fit(self.model)
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        self.runtime.settle()
         self.runtime.step_begin()
+        self.runtime.end_due = True
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        self.runtime.step_end()
+        if threading.get_ident() == self._thread:  # not from Keras' worker thread
+            self.runtime.settle()
+
+    on_train_batch_end._is_default = True  # type: ignore[attr-defined]  # Keras' mark: see above
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self.runtime.settle()
+
+    def on_train_end(self, logs: Any = None) -> None:
+        self.runtime.settle()
 
 
 class KerasManager(RecipeRuntime):
@@ -98,6 +121,8 @@ class KerasManager(RecipeRuntime):
         self.distillation = KerasDistillation([], "disable")  # modify() attaches the recipe's
         #: the masks the optimizer's update reads in the compiled step (:meth:`_mask_updates`)
         self.step_masks = StepMasks(self.masks)
+        #: RecipeCallback began a step whose :meth:`step_end` has not run yet (:meth:`settle`)
+        self.end_due = False
 
     # -- setting up -----------------------------------------------------------------------
     def modify(self, model: Any, optimizer: Any, steps_per_epoch: int, epoch: float = 0.0,
@@ -189,9 +214,20 @@ class KerasManager(RecipeRuntime):
             raise RuntimeError("call modify(model, optimizer, steps_per_epoch) before loss_update()")
         return self.distillation.loss_update(loss, self.step_count, student_outputs, student_inputs, teacher_inputs)
 
+    def settle(self) -> None:
+        """Run the :meth:`step_end` that :class:`RecipeCallback` left due, if any."""
+        if self.end_due:
+            self.end_due = False
+            self.step_end()
+
+    def state_dict(self) -> dict[str, Any]:
+        self.settle()
+        return super().state_dict()
+
     def finalize(self, model: Any = None) -> None:
         """Apply the masks a last time, stop enforcing them, drop the teachers (the model's
         own ``compute_loss`` back) and stop watching gradients."""
+        self.settle()
         super().finalize(model)
         self.step_masks.uninstall()  # all True: a step traced with the wrapper keeps it
         untolerate_frozen(self.optimizer)
@@ -200,6 +236,7 @@ class KerasManager(RecipeRuntime):
             self.second_order_steps.stop()
 
     def detach(self) -> None:
+        self.settle()
         super().detach()
         self.step_masks.uninstall()
         if self.second_order_steps is not None:

@@ -235,6 +235,9 @@ class TorchOps(InPlaceOps):
     def round_even(self, x: torch.Tensor) -> torch.Tensor:
         return torch.round(x)
 
+    def divide(self, x: torch.Tensor, value: float) -> torch.Tensor:
+        return x / torch.tensor(value, dtype=x.dtype, device=x.device)
+
     def clip(self, x: torch.Tensor, low: float, high: float) -> torch.Tensor:
         return torch.clamp(x, low, high)
 

@@ -205,6 +205,9 @@ class NumpyOps(InPlaceOps):
     def round_even(self, x: np.ndarray) -> np.ndarray:
         return np.round(x)
 
+    def divide(self, x: np.ndarray, value: float) -> np.ndarray:
+        return x / np.asarray(value, dtype=x.dtype)
+
     def clip(self, x: np.ndarray, low: float, high: float) -> np.ndarray:
         return np.clip(x, low, high)
 

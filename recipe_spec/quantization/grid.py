@@ -96,10 +96,10 @@ def qparams(ops: QuantOps, min_vals: Array, max_vals: Array, args: QuantArgs) ->
     qmin, qmax = args.q_range
     span = float(qmax - qmin)
     if args.symmetric:
-        scale = ops.maximum(ops.abs(low), ops.abs(high)) / (span / 2)
+        scale = ops.divide(ops.maximum(ops.abs(low), ops.abs(high)), span / 2)
         zero = scale * 0.0  # +0.0: the scale is >= 0
     else:
-        scale = (high - low) / span
+        scale = ops.divide(high - low, span)
         empty = scale == 0
         zero = ops.where(empty, 0.0, ops.clip(float(qmin) - low / ops.where(empty, 1.0, scale),
                                                float(qmin), float(qmax)))

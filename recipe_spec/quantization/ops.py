@@ -41,6 +41,11 @@ class QuantOps(ArrayOps, Protocol):
     def where(self, flags: Array, a: Array, b: Array | float) -> Array:
         """``a`` where ``flags`` is True, else ``b``."""
 
+    def divide(self, x: Array, value: float) -> Array:
+        """``x / value`` with ``value`` held in an array of ``x``'s dtype and device, as
+        compressed-tensors divides by its ``bit_range``: on a GPU, torch divides by a Python
+        number by multiplying with its reciprocal, one unit in the last place off at times."""
+
     def round_fp8_e4m3(self, x: Array) -> Array:
         """Each entry of ``x`` (within ``[-448, 448]``) rounded to the nearest
         ``float8_e4m3fn`` value, ties to even, returned in ``x``'s dtype: torch's
