@@ -171,6 +171,7 @@ def mask_gradients(optimizer: Any, masks: Sequence[tuple[Any, Any]],
     by_id = {id(variable): mask for variable, mask in masks}
     zeroing = list(update_masks)
     after_by_id = {id(variable): mask for variable, mask in after_masks}
+    on_torch = keras.backend.backend() == "torch"  # eager: torch's own ops, not Keras' per-call work
 
     def select(grads: list[Any], trainable_variables: Any) -> list[Any]:
         present = _present(optimizer, trainable_variables)
@@ -182,7 +183,8 @@ def mask_gradients(optimizer: Any, masks: Sequence[tuple[Any, Any]],
                     import tensorflow as tf
 
                     g = tf.convert_to_tensor(g)
-                g = keras.ops.where(mask.value, g, keras.ops.zeros((), dtype=g.dtype))
+                g = (_torch_where(mask.value, g) if on_torch else
+                     keras.ops.where(mask.value, g, keras.ops.zeros((), dtype=g.dtype)))
             out.append(g)
         if zeroing:
             with_grad = {id(v) for g, v in zip(grads, present, strict=False) if g is not None}
@@ -195,6 +197,10 @@ def mask_gradients(optimizer: Any, masks: Sequence[tuple[Any, Any]],
                  if g is not None and id(variable) in after_by_id]
         if keras.backend.backend() == "tensorflow":
             _tf_zero(pairs, None)
+            return
+        if on_torch:  # inside the step's no_grad: in place
+            for variable, mask in pairs:
+                variable.value.copy_(_torch_where(mask.value, variable.value))
             return
         for variable, mask in pairs:
             variable.assign(keras.ops.where(mask.value, variable.value, keras.ops.zeros((), dtype=variable.dtype)))
@@ -220,6 +226,13 @@ def _zero_pending(pairs: Sequence[tuple[Any, Any]], pending: Any,
                 variable.assign(keras.ops.where(mask.value, variable.value, keras.ops.zeros((), dtype=variable.dtype)))
         return
     _tf_zero(pairs, pending)
+
+
+def _torch_where(mask: Any, x: Any) -> Any:
+    """``where(mask, x, 0)`` in one torch call (Keras' torch backend)."""
+    import torch
+
+    return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
 def host_flag(flag: Any) -> bool:

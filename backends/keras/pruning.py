@@ -221,6 +221,62 @@ class MaskSet:
         self.generation += 1
 
 
+class PackedMasks:
+    """The step masks of every weight in one flat uint8 variable, a bit per kind (JAX: the
+    trainer carries each state array through every step, at a cost per array; three bool
+    masks per weight would add three). :meth:`view` reads one weight's bit as a bool mask;
+    :meth:`set` changes the host copy and :meth:`flush` writes it in one assign."""
+
+    def __init__(self, shapes: dict[str, tuple[int, ...]], bits: int):
+        import keras
+
+        self.layout: dict[str, tuple[int, tuple[int, ...]]] = {}
+        offset = 0
+        for name, shape in shapes.items():
+            self.layout[name] = (offset, shape)
+            offset += int(np.prod(shape))
+        self.host = np.full(offset, (1 << bits) - 1, dtype=np.uint8)  # every mask all True
+        self.variable = keras.Variable(self.host.copy(), dtype="uint8", trainable=False, name="step_masks")
+        self.dirty = False
+
+    def view(self, name: str, bit: int) -> PackedMask:
+        offset, shape = self.layout[name]
+        return PackedMask(self, offset, shape, 1 << bit)
+
+    def set(self, view: PackedMask, mask: np.ndarray) -> None:
+        part = self.host[view.offset:view.offset + view.size]
+        flags = np.asarray(mask, dtype=bool).reshape(-1)
+        part[...] = np.where(flags, part | view.bit, part & ~np.uint8(view.bit))
+        self.dirty = True
+
+    def flush(self, write: Any) -> None:
+        if self.dirty:
+            write(self.variable, self.host.copy())
+            self.dirty = False
+
+
+@dataclass
+class PackedMask:
+    """One weight's mask of one kind inside :class:`PackedMasks` (``value``: a bool array of
+    the weight's shape, read from the packed variable's current value, traced or not)."""
+
+    packed: PackedMasks
+    offset: int
+    shape: tuple[int, ...]
+    bit: int
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+    @property
+    def value(self) -> Any:
+        import keras
+
+        part = self.packed.variable.value[self.offset:self.offset + self.size]
+        return keras.ops.not_equal(keras.ops.bitwise_and(keras.ops.reshape(part, self.shape), self.bit), 0)
+
+
 class StepMasks:
     """The masks the optimizer's update reads inside the compiled step, in SparseML's order on
     PyTorch (:func:`recipe_spec_keras.optim.mask_gradients`), for every variable the recipe
@@ -253,6 +309,7 @@ class StepMasks:
         self.update: dict[str, Any] = {}
         self.pending: Any = None
         self.after: dict[str, Any] = {}
+        self.packed: PackedMasks | None = None  # JAX: the step masks in one variable
         self._generation = -1
         self._pending = False  # whether ``pending`` was set True since the last end()
 
@@ -264,18 +321,23 @@ class StepMasks:
         from .optim import mask_gradients
 
         self.uninstall()
-        ones = {n: np.ones(tuple(v.shape), dtype=bool) for n, v in variables.items()}
-        self.gradient = {n: keras.Variable(m, dtype="bool", trainable=False, name="gradient_mask") for n, m in ones.items()}
-        self.update = {n: keras.Variable(m, dtype="bool", trainable=False, name="update_mask") for n, m in ones.items()}
         self.pending = keras.Variable(False, dtype="bool", trainable=False, name="update_mask_pending")
         self._generation = -1
         self._pending = False
+        self.packed = PackedMasks({n: tuple(v.shape) for n, v in variables.items()}, 3) if is_jax() else None
+        kinds: list[dict[str, Any]] = [{}, {}, {}]  # gradient, update, after
+        for n, v in variables.items():
+            for bit, kind in enumerate(kinds):
+                kind[n] = (self.packed.view(n, bit) if self.packed is not None else
+                           keras.Variable(np.ones(tuple(v.shape), dtype=bool), dtype="bool", trainable=False,
+                                          name=("gradient_mask", "update_mask", "after_mask")[bit]))
+        self.gradient, self.update = kinds[0], kinds[1]
         if optimizer is None or not variables:
             return False
-        self.after = {n: keras.Variable(m, dtype="bool", trainable=False, name="after_mask") for n, m in ones.items()}
+        self.after = kinds[2]
         self.masks.in_step = frozenset(self.after)
-        if is_jax():
-            track(optimizer, [*self.gradient.values(), *self.update.values(), *self.after.values(), self.pending])
+        if self.packed is not None:
+            track(optimizer, [self.packed.variable, self.pending])
         mask_gradients(optimizer, [(variables[n], v) for n, v in self.gradient.items()],
                        [(variables[n], v) for n, v in self.update.items()], self.pending,
                        [(variables[n], v) for n, v in self.after.items()], lambda: self._pending)
@@ -289,7 +351,7 @@ class StepMasks:
         from .optim import unmask_gradients
 
         unmask_gradients(self.optimizer)
-        untrack(self.optimizer, [*self.gradient.values(), *self.update.values(), *self.after.values(),
+        untrack(self.optimizer, [*([self.packed.variable] if self.packed is not None else []),
                                  *([self.pending] if self.pending is not None else [])])
         self.optimizer = None
         self.after = {}
@@ -309,14 +371,15 @@ class StepMasks:
         self.masks.in_step_generation = self.masks.generation  # the after masks, once written below
         if self.masks.generation == self._generation and not self.masks.released:
             return
-        write = self.masks.access.write
+        write = self._write
         for name, variable in self.update.items():
             entry = self.masks.params.get(name)
             mask = entry.mask if entry is not None else self.masks.released.get(name)
             write(variable, mask if mask is not None else np.ones(tuple(variable.shape), dtype=bool))
         for name, variable in self.after.items():
             write(variable, self._held(name, variable))
-        write(self.pending, True)
+        self._flush()
+        self.masks.access.write(self.pending, True)
         self._pending = True
 
     def end(self) -> None:
@@ -334,8 +397,19 @@ class StepMasks:
         if not self.gradient or (not force and self.masks.generation == self._generation):
             return
         for name, variable in [*self.gradient.items(), *self.after.items()]:
-            self.masks.access.write(variable, self._held(name, variable))
+            self._write(variable, self._held(name, variable))
+        self._flush()
         self._generation = self.masks.generation
+
+    def _write(self, target: Any, mask: np.ndarray) -> None:
+        if isinstance(target, PackedMask):
+            target.packed.set(target, mask)
+        else:
+            self.masks.access.write(target, mask)
+
+    def _flush(self) -> None:
+        if self.packed is not None:
+            self.packed.flush(self.masks.access.write)
 
     def _held(self, name: str, variable: Any) -> np.ndarray:
         """The mask held for ``name`` now, all True when none is (the shape of ``variable``)."""
