@@ -183,7 +183,7 @@ def mask_gradients(optimizer: Any, masks: Sequence[tuple[Any, Any]],
                     import tensorflow as tf
 
                     g = tf.convert_to_tensor(g)
-                g = (_torch_where(mask.value, g) if on_torch else
+                g = (_torch_keep(mask, g) if on_torch else
                      keras.ops.where(mask.value, g, keras.ops.zeros((), dtype=g.dtype)))
             out.append(g)
         if zeroing:
@@ -200,7 +200,7 @@ def mask_gradients(optimizer: Any, masks: Sequence[tuple[Any, Any]],
             return
         if on_torch:  # inside the step's no_grad: in place
             for variable, mask in pairs:
-                variable.value.copy_(_torch_where(mask.value, variable.value))
+                _torch_keep(mask, variable.value)
             return
         for variable, mask in pairs:
             variable.assign(keras.ops.where(mask.value, variable.value, keras.ops.zeros((), dtype=variable.dtype)))
@@ -228,11 +228,28 @@ def _zero_pending(pairs: Sequence[tuple[Any, Any]], pending: Any,
     _tf_zero(pairs, pending)
 
 
-def _torch_where(mask: Any, x: Any) -> Any:
-    """``where(mask, x, 0)`` in one torch call (Keras' torch backend)."""
+_INT_OF_SIZE = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
+
+
+def _torch_keep(mask: Any, x: Any) -> Any:
+    """``x = where(mask, x, +0.0)`` in place, on Keras' torch backend: the bits of ``x`` ANDed
+    with all-ones where kept and zeros where pruned (NaN and inf become +0.0 too, as
+    ``where`` makes them), one pass in place (a gradient too: Keras' torch trainer hands the
+    parameters' own ``.grad``, as PyTorch's pruning masks them). The bit pattern of each bool mask
+    variable is made again only when the variable changed (torch counts its in-place writes)."""
     import torch
 
-    return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    value = mask.value
+    key = (value.data_ptr(), value._version)
+    cached = getattr(mask, "_recipe_spec_bits", None)  # (data, version, bits)
+    int_dtype = getattr(torch, _INT_OF_SIZE[x.element_size()])
+    if cached is None or cached[:2] != key or cached[2].dtype != int_dtype:
+        bits = torch.where(value, torch.tensor(-1, dtype=int_dtype, device=value.device),
+                           torch.tensor(0, dtype=int_dtype, device=value.device))
+        cached = (*key, bits)
+        mask._recipe_spec_bits = cached
+    x.view(int_dtype).bitwise_and_(cached[2])
+    return x
 
 
 def host_flag(flag: Any) -> bool:
