@@ -6,6 +6,15 @@
 # /tmp/site). The project itself is used from this checkout (no build step): its backends
 # through links, its entry points from a small dist-info.
 #
+# The wheels (CPython 3.12, x86-64) for a machine that lacks them, into .whl/ (git-ignored):
+#     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#       --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+#       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+#       keras==3.15.1 namex==0.1.0 optree==0.20.0 compressed-tensors==0.19.0 pydantic==2.14.4 \
+#       pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 loguru==0.7.3 \
+#       typing_extensions==4.16.0 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 \
+#       referencing==0.37.0 rpds-py==2026.9.1 python-frontmatter==1.3.0
+#
 #     bash benchmarks/gpu.sh               # everything, at most about 10 minutes
 #     GPU_QUICK=1 bash benchmarks/gpu.sh   # fewer rounds
 #     GPU_PARTS="tests keras" bash benchmarks/gpu.sh   # some of: bench keras tests torch
