@@ -5,22 +5,16 @@ masks exactly and its weights within float32 round-off, and must really have run
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
+from keras_subprocess import BACKENDS, run_script
 
-ROOT = Path(__file__).resolve().parent.parent
 #: the GPU only: each GPU run makes its CPU reference itself, and the same recipes run on the CPU
 #: on every backend in the other Keras test files (a process per backend costs seconds)
 DEVICES = [pytest.param("cuda", marks=pytest.mark.cuda)]
-BACKENDS = {"jax": "jax", "torch": "torch"}  # backend: the module it needs
 
 SCRIPT = textwrap.dedent(
     """
@@ -63,23 +57,8 @@ SCRIPT = textwrap.dedent(
 
 def _fit(backend: str, device: str, tmp: Path) -> tuple[str, dict[str, np.ndarray]]:
     """Run the fit on ``backend``, on the CPU or the GPU; the device it ran on and the kernels."""
-    if importlib.util.find_spec("keras") is None or importlib.util.find_spec(BACKENDS[backend]) is None:
-        pytest.skip(f"keras or {BACKENDS[backend]} is not installed")
-    env = dict(os.environ, KERAS_BACKEND=backend, PYTHONHASHSEED="0", JAX_DEFAULT_MATMUL_PRECISION="highest")
-    if device == "cpu":
-        env["JAX_PLATFORMS"] = "cpu"
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    else:
-        env.pop("JAX_PLATFORMS", None)
-    script = tmp / "fit.py"
-    script.write_text(SCRIPT)
-    out = tmp / f"{backend}-{device}.npz"
-    done = subprocess.run([sys.executable, str(script), str(out)], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    with np.load(out) as saved:
-        return report["device"], {k: saved[k] for k in saved.files}
+    report, kernels = run_script(SCRIPT, backend, device, tmp)
+    return report["device"], kernels
 
 
 @pytest.mark.slow

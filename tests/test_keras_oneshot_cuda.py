@@ -16,25 +16,19 @@ the same scales. The scripts run with TensorFlow made unimportable and must not 
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
+from keras_subprocess import BACKENDS, run_script
 
 from recipe_spec.masks.numpy_ops import NUMPY_OPS
 from recipe_spec.pruning.second_order.blockwise import sparsegpt_prune
 
-ROOT = Path(__file__).resolve().parent.parent
 #: the GPU only: each GPU run makes its CPU reference itself, and the same recipes run on the CPU
 #: on every backend in the other Keras test files (a process per backend costs seconds)
 DEVICES = [pytest.param("cuda", marks=pytest.mark.cuda)]
-BACKENDS = {"jax": "jax", "torch": "torch"}  # backend: the module it needs
 LAYERS = ("fc1", "heads")  # the compressed layers; the head is ignored by every recipe
 
 SCRIPT = textwrap.dedent(
@@ -114,24 +108,9 @@ SCRIPT = textwrap.dedent(
 def _run(backend: str, device: str, tmp: Path) -> tuple[set[str], dict[str, np.ndarray]]:
     """The three recipes on ``backend``, on the CPU or the GPU: the devices the compressed
     kernels ended on, and the arrays the script saved."""
-    if importlib.util.find_spec("keras") is None or importlib.util.find_spec(BACKENDS[backend]) is None:
-        pytest.skip(f"keras or {BACKENDS[backend]} is not installed")
-    env = dict(os.environ, KERAS_BACKEND=backend, PYTHONHASHSEED="0", JAX_DEFAULT_MATMUL_PRECISION="highest")
-    if device == "cpu":
-        env["JAX_PLATFORMS"] = "cpu"
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    else:
-        env.pop("JAX_PLATFORMS", None)
-    script = tmp / "oneshot.py"
-    script.write_text(SCRIPT)
-    out = tmp / f"{backend}-{device}.npz"
-    done = subprocess.run([sys.executable, str(script), str(out)], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report, arrays = run_script(SCRIPT, backend, device, tmp)
     assert report["imported"] == [], report  # neither is installed on the GPU machine
-    with np.load(out) as saved:
-        return set(report["devices"].values()), {k: saved[k] for k in saved.files}
+    return set(report["devices"].values()), arrays
 
 
 def _fc1_inputs(arrays: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import pathlib
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
 keras = pytest.importorskip("keras")
+
+from keras_hub_cases import hf_folder, keras_hub, llama, needs_hub  # noqa: E402
 
 from recipe_spec.masks.numpy_ops import NUMPY_OPS  # noqa: E402
 from recipe_spec.quantization import QuantArgs, minmax_qparams  # noqa: E402
@@ -32,15 +33,7 @@ from recipe_spec.quantization.scheme import (  # noqa: E402
 )
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-CASES = ROOT.parent / "shared" / "conformance" / "llmcompressor"
-if not CASES.is_dir():
-    CASES = pathlib.Path("/work/shared/conformance/llmcompressor")
 LCVENV = pathlib.Path("/work/lcvenv/bin/python")
-try:
-    import keras_hub
-except ImportError:  # the keras-hub extra
-    keras_hub = None
-needs_hub = pytest.mark.skipif(keras_hub is None or not CASES.is_dir(), reason="needs keras-hub and the conformance data")
 
 
 def _host(model: object) -> object:
@@ -290,25 +283,12 @@ def test_the_protocols_attach_and_set_quantized_take_a_resolved_compressed_tenso
 
 
 # -- keras-hub: why weight-only int8 is not saved ------------------------------------------------
-def _case(name: str) -> dict:
-    return json.loads((CASES / name / "case.json").read_text())
-
-
-def _folder(tmp: pathlib.Path, name: str) -> pathlib.Path:
-    folder = tmp / name
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(dict(_case(name)["model_config"], architectures=["LlamaForCausalLM"])))
-    shutil.copy(CASES / name / "initial.safetensors", folder / "model.safetensors")
-    return folder
-
-
 @needs_hub
 def test_keras_hub_presets_drop_a_weight_only_int8_config(tmp_path: pathlib.Path) -> None:
     """Why the host refuses to save weight-only int8 in a keras-hub model: reloaded, the layer
     quantizes its inputs (keras-hub's Backbone.get_config keeps dtype policies only); and
     keras-hub 0.32's preset loader does not rebuild quantized layers at all, hence model.keras."""
-    model = keras_hub.models.LlamaCausalLM.from_preset(str(_folder(tmp_path, "06_gptq_int8_channel_explicit")),
-                                                       preprocessor=None)
+    model = llama(hf_folder(tmp_path / "06_gptq_int8_channel_explicit", "06_gptq_int8_channel_explicit"))
     layer = model.backbone.transformer_layers[0]._feedforward_gate_dense
     layer.quantize("int8", config=keras.quantizers.Int8QuantizationConfig(activation_quantizer=None))
     assert layer.inputs_quantizer is None

@@ -27,11 +27,9 @@ of a GPTQ weight on the same grid point at worst; all passed; at 1e-5 the smooth
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import pathlib
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -75,27 +73,10 @@ CUDA_GRID = (0.8, 0.85)
 CUDA_RTN = (1.0, 1.0)
 
 
-@contextlib.contextmanager
-def _full_float32(device: str) -> Iterator[None]:
-    """On the GPU, float32 products without TF32 (torch's default, set here in case an earlier
-    test changed it; left alone where it was set through torch's newer per-backend flags)."""
-    try:
-        before = torch.get_float32_matmul_precision() if device != "cpu" else None
-    except RuntimeError:
-        before = None
-    if before is not None:
-        torch.set_float32_matmul_precision("highest")
-    try:
-        yield
-    finally:
-        if before is not None:
-            torch.set_float32_matmul_precision(before)
-
-
 def _oneshot(recipe: str, device: str, data: bool = True, **options: Any) -> tuple[Any, dict[str, Any], Any]:
     """The fixture's Llama on ``device`` after ``oneshot``: the model, its state on the CPU, the report."""
     model = ref.model().to(device)
-    with _full_float32(device), placement_checked():
+    with placement_checked():  # on a GPU without TF32: tests/conftest.py
         recipe_spec.oneshot(model=model, recipe=recipe, num_calibration_samples=8, shuffle_calibration_samples=False,
                             **({"dataset": ref.samples()} if data else {}), **options)
     report = last_report()

@@ -11,29 +11,23 @@ from __future__ import annotations
 import base64
 import json
 import pathlib
-import shutil
 
 import numpy as np
 import pytest
 
 keras = pytest.importorskip("keras")
 
+from keras_hub_cases import CASES, ROOT, hf_folder, llama, needs_hub  # noqa: E402
+from keras_hub_cases import case as _case  # noqa: E402
+from keras_hub_cases import plain_model as _plain_model  # noqa: E402
+from keras_hub_cases import plain_samples as _plain_samples  # noqa: E402
+from keras_hub_cases import samples as _samples  # noqa: E402
+
 import recipe_spec  # noqa: E402
 from recipe_spec.masks.algorithms import compute_mask  # noqa: E402
 from recipe_spec.masks.numpy_ops import NUMPY_OPS  # noqa: E402
 from recipe_spec.one_shot import last_report  # noqa: E402
 from recipe_spec.pruning.second_order.blockwise import sparsegpt_prune  # noqa: E402
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-CASES = ROOT.parent / "shared" / "conformance" / "llmcompressor"
-if not CASES.is_dir():
-    CASES = pathlib.Path("/work/shared/conformance/llmcompressor")
-try:
-    import keras_hub
-except ImportError:  # the keras-hub extra: pip install 'recipe-spec[keras-hub]'
-    keras_hub = None
-needs_hub = pytest.mark.skipif(keras_hub is None or not CASES.is_dir(),
-                               reason="needs keras-hub and the conformance data")
 
 
 def _host(model: object) -> object:
@@ -43,22 +37,6 @@ def _host(model: object) -> object:
 
 
 # -- plain Keras models --------------------------------------------------------------------------
-def _plain_model() -> keras.Model:
-    keras.utils.set_random_seed(3)
-    ids = keras.Input(shape=(None,), dtype="int32", name="ids")
-    x = keras.layers.Embedding(40, 16, name="embed")(ids)
-    x = keras.layers.Dense(24, activation="relu", name="fc1")(x)
-    x = keras.layers.EinsumDense("btd,dhk->bthk", output_shape=(None, 2, 8), name="heads")(x)
-    x = keras.layers.Reshape((-1, 16))(x)
-    out = keras.layers.Dense(40, name="head")(x)
-    return keras.Model(ids, out)
-
-
-def _plain_samples(n: int = 6, length: int = 10) -> list[dict]:
-    rng = np.random.default_rng(0)
-    return [{"input_ids": rng.integers(0, 40, length).tolist(), "attention_mask": [1] * length} for _ in range(n)]
-
-
 def test_an_einsum_kernel_is_seen_as_its_linear_weight() -> None:
     model = _plain_model()
     host = _host(model)
@@ -121,29 +99,14 @@ def test_schemas_list_the_one_shot_modifiers_keras_runs() -> None:
 
 
 # -- a keras-hub Llama from a Hugging Face checkpoint -------------------------------------------
-def _case(name: str) -> dict:
-    return json.loads((CASES / name / "case.json").read_text())
-
-
 @pytest.fixture(scope="module")
 def hf_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pathlib.Path]:
     """Each case's initial weights and config as a Hugging Face checkpoint folder."""
-    out = {}
-    for name in ("02_sparsegpt_2of4", "04_wanda_2of4"):
-        folder = tmp_path_factory.mktemp(name)
-        config = dict(_case(name)["model_config"], architectures=["LlamaForCausalLM"])
-        (folder / "config.json").write_text(json.dumps(config))
-        shutil.copy(CASES / name / "initial.safetensors", folder / "model.safetensors")
-        out[name] = folder
-    return out
+    return {name: hf_folder(tmp_path_factory.mktemp(name), name) for name in ("02_sparsegpt_2of4", "04_wanda_2of4")}
 
 
 def _llama(folders: dict[str, pathlib.Path], name: str) -> object:
-    return keras_hub.models.LlamaCausalLM.from_preset(str(folders[name]), preprocessor=None)
-
-
-def _samples(name: str) -> list[dict]:
-    return [{"input_ids": ids, "attention_mask": [1] * len(ids)} for ids in _case(name)["calibration"]["token_ids"]]
+    return llama(folders[name])
 
 
 def _zeros(entry: dict) -> np.ndarray:

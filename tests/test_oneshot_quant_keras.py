@@ -11,27 +11,21 @@ runs it again on JAX and torch.
 
 from __future__ import annotations
 
-import json
 import pathlib
-import shutil
 
 import numpy as np
 import pytest
 
 keras = pytest.importorskip("keras")
 
+from keras_hub_cases import CASES, hf_folder, llama, needs_hub  # noqa: E402
+from keras_hub_cases import case as _case  # noqa: E402
+from keras_hub_cases import plain_model as _plain_model  # noqa: E402
+from keras_hub_cases import plain_samples as _plain_samples  # noqa: E402
+from keras_hub_cases import samples as _samples  # noqa: E402
+
 import recipe_spec  # noqa: E402
 from recipe_spec.diagnostics.base import RecipeError  # noqa: E402
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-CASES = ROOT.parent / "shared" / "conformance" / "llmcompressor"
-if not CASES.is_dir():
-    CASES = pathlib.Path("/work/shared/conformance/llmcompressor")
-try:
-    import keras_hub
-except ImportError:  # the keras-hub extra
-    keras_hub = None
-needs_hub = pytest.mark.skipif(keras_hub is None or not CASES.is_dir(), reason="needs keras-hub and the conformance data")
 
 
 def _np(x: object) -> np.ndarray:
@@ -56,22 +50,6 @@ def _unchanged(model: object, before: list[np.ndarray]) -> bool:
 
 
 # -- round to nearest on a plain functional model: compressed-tensors' grid by hand ----------------
-def _plain_model() -> keras.Model:
-    keras.utils.set_random_seed(3)
-    ids = keras.Input(shape=(None,), dtype="int32", name="ids")
-    x = keras.layers.Embedding(40, 16, name="embed")(ids)
-    x = keras.layers.Dense(24, activation="relu", name="fc1")(x)
-    x = keras.layers.EinsumDense("btd,dhk->bthk", output_shape=(None, 2, 8), name="heads")(x)
-    x = keras.layers.Reshape((-1, 16))(x)
-    out = keras.layers.Dense(40, name="head")(x)
-    return keras.Model(ids, out)
-
-
-def _plain_samples(n: int = 6, length: int = 10) -> list[dict]:
-    rng = np.random.default_rng(0)
-    return [{"input_ids": rng.integers(0, 40, length).tolist(), "attention_mask": [1] * length} for _ in range(n)]
-
-
 def _recipe(modifier: str, scheme: str, ignore: str = "[head]") -> str:
     return (f"q_stage:\n  q_modifiers:\n    {modifier}:\n      scheme: {scheme}\n      targets: [Linear]\n"
             f"      ignore: {ignore}\n")
@@ -147,21 +125,9 @@ def test_a_scheme_without_weights_is_refused_at_config_groups() -> None:
 
 
 # -- a keras-hub Llama from conformance cases 06, 08, 10 ----------------------------------------
-def _case(name: str) -> dict:
-    return json.loads((CASES / name / "case.json").read_text())
-
-
 def _llama(tmp: pathlib.Path, name: str) -> object:
     """The case's initial weights as a Hugging Face checkpoint, loaded by keras-hub."""
-    folder = tmp / name
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(dict(_case(name)["model_config"], architectures=["LlamaForCausalLM"])))
-    shutil.copy(CASES / name / "initial.safetensors", folder / "model.safetensors")
-    return keras_hub.models.LlamaCausalLM.from_preset(str(folder), preprocessor=None)
-
-
-def _samples(name: str) -> list[dict]:
-    return [{"input_ids": ids, "attention_mask": [1] * len(ids)} for ids in _case(name)["calibration"]["token_ids"]]
+    return llama(hf_folder(tmp / name, name))
 
 
 def _oneshot(model: object, name: str, **kwargs: object) -> None:

@@ -198,7 +198,7 @@ def mask_gradients(optimizer: Any, masks: Sequence[tuple[Any, Any]],
         if keras.backend.backend() == "tensorflow":
             _tf_zero(pairs, None)
             return
-        if on_torch:  # inside the step's no_grad: in place
+        if on_torch:
             for variable, mask in pairs:
                 _torch_keep(mask, variable.value)
             return
@@ -223,7 +223,7 @@ def _zero_pending(pairs: Sequence[tuple[Any, Any]], pending: Any,
     if keras.backend.backend() != "tensorflow":
         if pending_now() if pending_now is not None else host_flag(pending):
             for variable, mask in pairs:
-                variable.assign(keras.ops.where(mask.value, variable.value, keras.ops.zeros((), dtype=variable.dtype)))
+                _torch_keep(mask, variable.value)
         return
     _tf_zero(pairs, pending)
 
@@ -248,7 +248,8 @@ def _torch_keep(mask: Any, x: Any) -> Any:
                            torch.tensor(0, dtype=int_dtype, device=value.device))
         cached = (*key, bits)
         mask._recipe_spec_bits = cached
-    x.view(int_dtype).bitwise_and_(cached[2])
+    with torch.no_grad():  # a parameter, written in place (Keras' own assign does the same)
+        x.view(int_dtype).bitwise_and_(cached[2])
     return x
 
 
