@@ -184,3 +184,31 @@ def test_mixed_precision_refused_at_modify() -> None:
     optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1))
     with pytest.raises(NotImplementedError, match="LossScaleOptimizer.*KERAS_BACKEND='jax'"):
         manager.modify(keras_twin(), optimizer, S)
+
+
+def test_the_masks_add_one_array_to_the_trainers_state() -> None:
+    """The JAX trainer carries every state array through every step, at a cost per array: the
+    step masks of all the weights travel as one packed uint8 array, with no flag beside it,
+    and a fit with mask events in it ends with the update masks all True again (the zeroing
+    of an event's weights ran at its own step only)."""
+    recipe = ("modifiers:\n  - !GMPruningModifier {params: __ALL_PRUNABLE__, init_sparsity: 0.3, "
+              "final_sparsity: 0.6, start_epoch: 0, end_epoch: 2, update_frequency: 0.5}\n")
+    keras.utils.set_random_seed(0)
+    bare = keras_twin()
+    bare.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss="mse")
+    model = keras_twin()
+    manager = ScheduledModifierManager.from_yaml(recipe)
+    model, optimizer, callbacks = manager.modify(model, keras.optimizers.SGD(0.1, momentum=0.9), S)
+    model.compile(optimizer=optimizer, loss="mse")
+    x, y = _data()
+    bare.fit(x, y, batch_size=4, epochs=1, verbose=0)
+    model.fit(x, y, batch_size=4, epochs=EPOCHS, shuffle=False, verbose=0, callbacks=callbacks)
+    assert len(model.optimizer.variables) == len(bare.optimizer.variables) + 1
+    extra = [v for v in model.optimizer.variables if v.dtype in ("bool", "uint8")]
+    assert [v.dtype for v in extra] == ["uint8"]
+    packed = manager.runtime.step_masks.packed
+    assert extra[0] is packed.variable
+    update_bit = 1 << 1
+    assert np.all(np.asarray(keras.ops.convert_to_numpy(packed.variable.value)) & update_bit)
+    sparsities = [1 - e.mask.mean() for e in manager.runtime.masks.params.values()]
+    assert len(sparsities) == 4 and all(0.55 < s < 0.65 for s in sparsities)

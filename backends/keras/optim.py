@@ -159,8 +159,8 @@ def mask_gradients(optimizer: Any, masks: Sequence[tuple[Any, Any]],
       where(mask, variable, 0)`` after the gradients were taken and before the update, so a
       mask computed at this step zeroes its weights after the step's forward pass saw them
       (SparseML prunes inside ``optimizer.step()``). Under a ``tf.distribute`` strategy this
-      runs on every replica's copy, as Keras' own weight decay does.
-
+      runs on every replica's copy, as Keras' own weight decay does. ``pending`` None (JAX):
+      always, the caller keeping these masks all True at a step with nothing due.
     - ``after_masks``: ``variable = where(mask, variable, 0)`` after the update, inside the
       compiled step, so that a step with no event does no work per weight outside it (on JAX
       the masks could not even be assigned between steps without a sync: the trainer holds the
@@ -176,17 +176,22 @@ def mask_gradients(optimizer: Any, masks: Sequence[tuple[Any, Any]],
     def select(grads: list[Any], trainable_variables: Any) -> list[Any]:
         present = _present(optimizer, trainable_variables)
         out = []
+        kept = []  # torch: masked in place, all at once
         for g, variable in zip(grads, present, strict=False):
             mask = by_id.get(id(variable))
             if g is not None and mask is not None:
-                if hasattr(g, "indices") and hasattr(g, "dense_shape"):  # tf.IndexedSlices
-                    import tensorflow as tf
+                if on_torch:
+                    kept.append((mask, g))
+                else:
+                    if hasattr(g, "indices") and hasattr(g, "dense_shape"):  # tf.IndexedSlices
+                        import tensorflow as tf
 
-                    g = tf.convert_to_tensor(g)
-                g = (_torch_keep(mask, g) if on_torch else
-                     keras.ops.where(mask.value, g, keras.ops.zeros((), dtype=g.dtype)))
+                        g = tf.convert_to_tensor(g)
+                    g = keras.ops.where(mask.value, g, keras.ops.zeros((), dtype=g.dtype))
             out.append(g)
-        if zeroing:
+        if kept:
+            _torch_keep(kept)
+        if zeroing and not (on_torch and pending_now is not None and not pending_now()):
             with_grad = {id(v) for g, v in zip(grads, present, strict=False) if g is not None}
             _zero_pending([(v, m) for v, m in zeroing if id(v) in with_grad], pending, pending_now)
         return out + grads[len(out):]
@@ -199,8 +204,7 @@ def mask_gradients(optimizer: Any, masks: Sequence[tuple[Any, Any]],
             _tf_zero(pairs, None)
             return
         if on_torch:
-            for variable, mask in pairs:
-                _torch_keep(mask, variable.value)
+            _torch_keep([(mask, variable.value) for variable, mask in pairs])
             return
         for variable, mask in pairs:
             variable.assign(keras.ops.where(mask.value, variable.value, keras.ops.zeros((), dtype=variable.dtype)))
@@ -211,46 +215,44 @@ def mask_gradients(optimizer: Any, masks: Sequence[tuple[Any, Any]],
 def _zero_pending(pairs: Sequence[tuple[Any, Any]], pending: Any,
                   pending_now: Callable[[], bool] | None = None) -> None:
     """``variable = where(mask, variable, 0)`` for each pair when ``pending`` holds True (a graph
-    condition on TensorFlow: a step with no new mask does no work; on JAX one ``where`` per
-    variable inside the compiled step; on torch, eager, ``pending_now()`` when given, else the
-    flag read from the device)."""
-    if keras.backend.backend() == "jax":
-        flag = keras.ops.logical_not(pending.value)
+    condition on TensorFlow: a step with no new mask does no work; on torch, eager,
+    ``pending_now()`` when given, else the flag read from the device). On JAX ``pending`` is
+    None and the masks are all True at a step with nothing due: one ``where`` per variable
+    inside the compiled step."""
+    if keras.backend.backend() == "jax":  # no flag: the masks are all True when nothing is due
         for variable, mask in pairs:
-            keep = keras.ops.logical_or(mask.value, flag)
-            variable.assign(keras.ops.where(keep, variable.value, keras.ops.zeros((), dtype=variable.dtype)))
+            variable.assign(keras.ops.where(mask.value, variable.value, keras.ops.zeros((), dtype=variable.dtype)))
         return
     if keras.backend.backend() != "tensorflow":
         if pending_now() if pending_now is not None else host_flag(pending):
-            for variable, mask in pairs:
-                _torch_keep(mask, variable.value)
+            _torch_keep([(mask, variable.value) for variable, mask in pairs])
         return
     _tf_zero(pairs, pending)
 
 
-_INT_OF_SIZE = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
-
-
-def _torch_keep(mask: Any, x: Any) -> Any:
-    """``x = where(mask, x, +0.0)`` in place, on Keras' torch backend: the bits of ``x`` ANDed
-    with all-ones where kept and zeros where pruned (NaN and inf become +0.0 too, as
-    ``where`` makes them), one pass in place (a gradient too: Keras' torch trainer hands the
-    parameters' own ``.grad``, as PyTorch's pruning masks them). The bit pattern of each bool mask
-    variable is made again only when the variable changed (torch counts its in-place writes)."""
+def _torch_keep(pairs: Sequence[tuple[Any, Any]]) -> None:
+    """``x = where(mask, x, +0.0)`` in place for each ``(mask, x)``, on Keras' torch backend:
+    the bits of ``x`` ANDed with all-ones where kept and zeros where pruned (NaN and inf
+    become +0.0 too, as ``where`` makes them), one pass in place (a gradient too: Keras'
+    torch trainer hands the parameters' own ``.grad``, as PyTorch's pruning masks them). The
+    bit pattern of each bool mask variable is made again only when the variable changed (its
+    tensor is assigned in place, and torch counts in-place writes); one ``no_grad`` for all."""
     import torch
 
-    value = mask.value
-    key = (value.data_ptr(), value._version)
-    cached = getattr(mask, "_recipe_spec_bits", None)  # (data, version, bits)
-    int_dtype = getattr(torch, _INT_OF_SIZE[x.element_size()])
-    if cached is None or cached[:2] != key or cached[2].dtype != int_dtype:
-        bits = torch.where(value, torch.tensor(-1, dtype=int_dtype, device=value.device),
-                           torch.tensor(0, dtype=int_dtype, device=value.device))
-        cached = (*key, bits)
-        mask._recipe_spec_bits = cached
-    with torch.no_grad():  # a parameter, written in place (Keras' own assign does the same)
-        x.view(int_dtype).bitwise_and_(cached[2])
-    return x
+    with torch.no_grad():  # parameters, written in place (Keras' own assign does the same)
+        for mask, x in pairs:
+            value = mask._value  # the mask's own tensor (a bool variable no optimizer tracks)
+            cached = mask.__dict__.get("_recipe_spec_bits")  # (tensor, version, bits)
+            size = x.element_size()
+            if (cached is None or cached[0] is not value or cached[1] != value._version
+                    or cached[2].element_size() != size):
+                int_dtype = getattr(torch, f"int{8 * size}")  # int8 .. int64
+                bits = torch.where(value, torch.tensor(-1, dtype=int_dtype, device=value.device),
+                                   torch.tensor(0, dtype=int_dtype, device=value.device))
+                cached = (value, value._version, bits)
+                mask.__dict__["_recipe_spec_bits"] = cached
+            bits = cached[2]
+            x.view(bits.dtype).bitwise_and_(bits)
 
 
 def host_flag(flag: Any) -> bool:

@@ -290,7 +290,10 @@ class StepMasks:
       events; a mask released at this step included): with ``MaskSet.defer_zeroing`` the
       pruning events leave the weights as they are, so the step's forward pass sees the
       previous step's weights, and the update zeroes them after the gradient, before the
-      update. A step whose events changed no mask does not zero anything (``pending``).
+      update. A step whose events changed no mask does not zero anything: the bool scalar
+      ``pending`` says whether one did (on JAX, where the trainer pays per state array per
+      step, there is no flag: the update masks are all True but at a step whose events changed
+      a mask, and :meth:`end` sets them all True again).
 
     - the *after masks* hold the masks in force after this step's events, applied after the
       update: a pruned weight that its optimizer state (momentum) would move stays 0.
@@ -321,10 +324,11 @@ class StepMasks:
         from .optim import mask_gradients
 
         self.uninstall()
-        self.pending = keras.Variable(False, dtype="bool", trainable=False, name="update_mask_pending")
+        self.packed = PackedMasks({n: tuple(v.shape) for n, v in variables.items()}, 3) if is_jax() else None
+        self.pending = (None if self.packed is not None else
+                        keras.Variable(False, dtype="bool", trainable=False, name="update_mask_pending"))
         self._generation = -1
         self._pending = False
-        self.packed = PackedMasks({n: tuple(v.shape) for n, v in variables.items()}, 3) if is_jax() else None
         kinds: list[dict[str, Any]] = [{}, {}, {}]  # gradient, update, after
         for n, v in variables.items():
             for bit, kind in enumerate(kinds):
@@ -337,7 +341,7 @@ class StepMasks:
         self.after = kinds[2]
         self.masks.in_step = frozenset(self.after)
         if self.packed is not None:
-            track(optimizer, [self.packed.variable, self.pending])
+            track(optimizer, [self.packed.variable])
         mask_gradients(optimizer, [(variables[n], v) for n, v in self.gradient.items()],
                        [(variables[n], v) for n, v in self.update.items()], self.pending,
                        [(variables[n], v) for n, v in self.after.items()], lambda: self._pending)
@@ -379,17 +383,23 @@ class StepMasks:
         for name, variable in self.after.items():
             write(variable, self._held(name, variable))
         self._flush()
-        self.masks.access.write(self.pending, True)
+        if self.pending is not None:
+            self.masks.access.write(self.pending, True)
         self._pending = True
 
     def end(self) -> None:
         """After the optimizer step: nothing pending, and the gradient masks follow the masks
         now in force."""
-        if self.pending is not None and self.masks.defer_zeroing and self._pending:
-            self.masks.access.write(self.pending, False)
+        if self.masks.defer_zeroing and self._pending:
+            if self.pending is not None:
+                self.masks.access.write(self.pending, False)
+            else:  # JAX: the update masks all True again (one write with the sync's)
+                for variable in self.update.values():
+                    self._write(variable, np.ones(variable.shape, dtype=bool))
             self._pending = False
         self.masks.released.clear()
         self.sync()
+        self._flush()
 
     def sync(self, force: bool = False) -> None:
         """Assign the held masks (all True where none is held) to the gradient masks, when a
