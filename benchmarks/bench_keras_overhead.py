@@ -17,6 +17,7 @@ For each size, the bare and the managed model (same weights) each run ``--rounds
 of ``--steps`` steps, alternating which goes first. A step's time is the interval between
 consecutive ``on_train_batch_begin`` (one whole step, callbacks included); per fit the median
 interval (the first two steps dropped), per round the managed median over the bare one;
+on JAX also the compiled step's structure (:func:`jax_step_structure`);
 printed: the median ratio over rounds (the figure; target under 3%) and its range, both
 models' median step times, and the same ratio of the process's CPU time per step (the work
 done, which other processes on a busy machine disturb less than the wall clock). After the fits the masked weights are checked to be exactly 0.
@@ -95,6 +96,25 @@ def median_step(model: keras.Model, callbacks: list, x, y, batch: int, steps: in
     return statistics.median(np.diff(stamps.begin[2:])), cpu, whole
 
 
+def jax_step_structure(model: keras.Model, x: np.ndarray, y: np.ndarray) -> tuple[int, int]:
+    """Keras on JAX: (arrays of the train step's state, operations its compiled program launches:
+    the entry computation's fusions, convolutions, products and copies, each one kernel on a
+    GPU) for one batch of ``x``, ``y``. The trainer pays per state array on the host every step."""
+    import re
+
+    import jax
+
+    groups = (model.trainable_variables, model.non_trainable_variables, model.optimizer.variables,
+              model.metrics_variables)
+    state = tuple(tuple(v.value for v in group) for group in groups)
+    text = jax.jit(model.train_step, donate_argnums=0).lower(state, (x, y)).compile().as_text()
+    entry = text[text.index("\nENTRY "):]
+    entry = entry[:entry.index("\n}")]
+    ops = re.findall(r"^\s+(?:ROOT )?\S+ = \S+ ([\w-]+)\(", entry, re.M)
+    free = {"parameter", "tuple", "get-tuple-element", "bitcast", "constant"}
+    return sum(len(s) for s in state), sum(op not in free for op in ops)
+
+
 def measure(size: str, args: argparse.Namespace) -> None:
     width, batch = SIZES[size]
     keras.utils.set_random_seed(0)
@@ -122,6 +142,10 @@ def measure(size: str, args: argparse.Namespace) -> None:
         ratios.append(got[id(model)][0] / got[id(bare)][0])
         cpu_ratios.append(got[id(model)][1] / got[id(bare)][1])
         whole_ratios.append(got[id(model)][2] / got[id(bare)][2])
+    if keras.backend.backend() == "jax":
+        (bare_arrays, bare_ops), (arrays, ops) = (jax_step_structure(m, x[:batch], y[:batch]) for m in (bare, model))
+        print(f"{size}: the compiled step carries {arrays} state arrays (bare: {bare_arrays}) and launches "
+              f"{ops} operations (bare: {bare_ops})")
     masks = manager.runtime.masks.params
     for entry in masks.values():
         value = keras.ops.convert_to_numpy(entry.variable.value)
