@@ -61,7 +61,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to the benc
 }
 [[ $parts == *" bench "* ]] && step "M-FAC inverse, m=64 d=1M B=2000" 60 python3 benchmarks/bench_second_order.py --device cuda --repeats 20
 [[ $parts == *" keras "* ]] && for backend in jax torch; do
-  step "Keras overhead, $backend" 120 python3 benchmarks/bench_keras_overhead.py --keras-backend "$backend" \
+  step "Keras overhead, $backend" 180 python3 benchmarks/bench_keras_overhead.py --keras-backend "$backend" \
     --steps "$steps" --rounds "$rounds"
 done
 # each cuda test runs on the GPU and compares with the same run on the CPU (or with stored

@@ -47,6 +47,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+#: test_keras_backends.py, when its reruns were started at collection (stopped at the end)
+_EARLY: list[Any] = []
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start ``test_keras_backends.py``'s reruns on JAX and torch as soon as one of its tests
+    is selected, so that they run beside the rest of the suite (most of which keeps one core
+    busy) rather than after it. Its tests then read their results."""
+    if session.config.option.collectonly or hasattr(session.config, "workerinput"):
+        return  # nothing runs, or an xdist worker: the module starts them itself
+    for item in session.items:
+        if item.path.name == "test_keras_backends.py" and hasattr(item, "module"):
+            item.module.start_runs()
+            _EARLY.append(item.module)
+            return
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for module in _EARLY:
+        module.stop_runs()  # runs the suite stopped before reading (-x, Ctrl-C)
+
+
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO

@@ -2,8 +2,9 @@
 
 Keras picks its backend once per process (``KERAS_BACKEND``, read at ``import keras``), so the
 rest of the suite runs on TensorFlow and this module runs the chosen files in one pytest
-subprocess per other backend, both started at once (a machine with two cores runs them side by
-side while this process waits). Each file then gets one test per backend here, which fails
+subprocess per other backend, both started at once: when the suite's collection selects a test
+of this module (``tests/conftest.py``), so that they run beside the rest of the suite, which
+mostly keeps one core of a two-core machine busy. Each file then gets one test per backend here, which fails
 with that file's failures and their messages, and also when the file ran no test at all.
 """
 
@@ -47,19 +48,21 @@ def _start(backend: str, tmp: Path) -> None:
     # oldest sessions' folders (this one's, or another run's) while they are in use
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
                f"--basetemp={tmp / (backend + '-tmp')}", *(str(ROOT / "tests" / f) for f in FILES)]
-    _RUNS[backend] = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True)
+    with (tmp / f"{backend}.log").open("w") as log:  # a file: nobody reads a pipe until the tests run
+        _RUNS[backend] = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def _collect(backend: str, tmp: Path) -> tuple[int, str, dict[str, dict[str, list[str] | int]]]:
     if backend not in _RESULTS:
         process = _RUNS[backend]
+        note = ""
         try:
-            output, _ = process.communicate(timeout=TIMEOUT_S)
+            process.wait(timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
             process.kill()
-            output, _ = process.communicate()
-            output += f"\n(killed after {TIMEOUT_S} s)"
+            process.wait()
+            note = f"\n(killed after {TIMEOUT_S} s more)"
+        output = (tmp / f"{backend}.log").read_text(errors="replace") + note
         by_file: dict[str, dict[str, list[str] | int]] = {f: {"ran": 0, "failed": []} for f in FILES}
         report = tmp / f"{backend}.xml"
         if report.exists():
@@ -79,21 +82,37 @@ def _collect(backend: str, tmp: Path) -> tuple[int, str, dict[str, dict[str, lis
     return _RESULTS[backend]
 
 
-@pytest.fixture(scope="module")
-def runs() -> Iterator[Path]:
-    # outside pytest's basetemp root, which concurrent pytest sessions rotate
-    tmp = Path(tempfile.mkdtemp(prefix="recipe-spec-keras-backends-"))
-    try:
+_TMP: list[Path] = []  # where the runs write (one folder, made by start_runs)
+
+
+def start_runs() -> Path:
+    """Start one pytest per installed backend (once; ``tests/conftest.py`` calls this when the
+    suite's collection selects a test of this module, the fixture otherwise); their folder."""
+    if not _TMP:
+        # outside pytest's basetemp root, which concurrent pytest sessions rotate
+        _TMP.append(Path(tempfile.mkdtemp(prefix="recipe-spec-keras-backends-")))
         for backend, module in BACKENDS.items():
             if importlib.util.find_spec(module) is not None:
-                _start(backend, tmp)
-        yield tmp
-    finally:
-        for process in _RUNS.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+                _start(backend, _TMP[0])
+    return _TMP[0]
+
+
+def stop_runs() -> None:
+    """Kill the runs still going and remove their folder."""
+    for process in _RUNS.values():
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    for tmp in _TMP:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def runs() -> Iterator[Path]:
+    try:
+        yield start_runs()
+    finally:
+        stop_runs()
 
 
 @pytest.mark.parametrize("test_file", FILES)
