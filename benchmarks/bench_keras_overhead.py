@@ -17,13 +17,14 @@ For each size, the bare and the managed model (same weights) each run ``--rounds
 of ``--steps`` steps, alternating which goes first. A step's time is the interval between
 consecutive ``on_train_batch_begin`` (one whole step, callbacks included); per fit the median
 interval (the first two steps dropped), per round the managed median over the bare one;
-on JAX also the compiled step's structure (:func:`jax_step_structure`);
+on JAX also the compiled step's structure (:func:`jax_step_structure`), and with
+``--step-pairs`` the train step alone (:func:`step_pairs`);
 printed: the median ratio over rounds (the figure; target under 3%) and its range, both
 models' median step times, and the same ratio of the process's CPU time per step (the work
 done, which other processes on a busy machine disturb less than the wall clock). After the fits the masked weights are checked to be exactly 0.
 
     python benchmarks/bench_keras_overhead.py [--keras-backend tensorflow|jax|torch]
-        [--sizes tiny small large] [--steps 60] [--rounds 5]
+        [--sizes tiny small large] [--steps 60] [--rounds 5] [--step-pairs 0]
 """
 
 from __future__ import annotations
@@ -115,6 +116,26 @@ def jax_step_structure(model: keras.Model, x: np.ndarray, y: np.ndarray) -> tupl
     return sum(len(s) for s in state), sum(op not in free for op in ops)
 
 
+def step_pairs(bare: keras.Model, model: keras.Model, x: np.ndarray, y: np.ndarray, pairs: int, size: str) -> None:
+    """The train step alone, ``pairs`` times each model alternating (``train_on_batch``: the
+    compiled step with the recipe's masking in it, no fit around it and no callback; the
+    callback's own time is in the fits' figure): median ratio of the pairs' wall times."""
+    bare.train_on_batch(x, y)
+    model.train_on_batch(x, y)
+    ratios, cpu_ratios = [], []
+    for i in range(pairs):
+        got = {}
+        for m in ((bare, model) if i % 2 == 0 else (model, bare)):
+            wall, cpu = time.perf_counter(), time.process_time()
+            m.train_on_batch(x, y)
+            got[id(m)] = (time.perf_counter() - wall, time.process_time() - cpu)
+        ratios.append(got[id(model)][0] / got[id(bare)][0])
+        cpu_ratios.append(got[id(model)][1] / got[id(bare)][1])
+    med = statistics.median
+    print(f"{size}: the step alone, {pairs} pairs: {(med(ratios) - 1) * 100:+.2f}% (pairs "
+          f"{(min(ratios) - 1) * 100:+.2f}% .. {(max(ratios) - 1) * 100:+.2f}%), CPU time {(med(cpu_ratios) - 1) * 100:+.2f}%")
+
+
 def measure(size: str, args: argparse.Namespace) -> None:
     width, batch = SIZES[size]
     keras.utils.set_random_seed(0)
@@ -142,6 +163,8 @@ def measure(size: str, args: argparse.Namespace) -> None:
         ratios.append(got[id(model)][0] / got[id(bare)][0])
         cpu_ratios.append(got[id(model)][1] / got[id(bare)][1])
         whole_ratios.append(got[id(model)][2] / got[id(bare)][2])
+    if args.step_pairs:
+        step_pairs(bare, model, x[:batch], y[:batch], args.step_pairs, size)
     if keras.backend.backend() == "jax":
         (bare_arrays, bare_ops), (arrays, ops) = (jax_step_structure(m, x[:batch], y[:batch]) for m in (bare, model))
         print(f"{size}: the compiled step carries {arrays} state arrays (bare: {bare_arrays}) and launches "
@@ -186,6 +209,8 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=["small", "large"])
     parser.add_argument("--steps", type=int, default=60, help="steps of each long fit")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--step-pairs", type=int, default=0,
+                        help="also time the train step alone (train_on_batch), this many pairs")
     parser.add_argument("--keras-backend", choices=("tensorflow", "jax", "torch"), default=None)
     args = parser.parse_args()
     if args.steps < 6 or args.rounds < 1:

@@ -31,7 +31,10 @@ def corpus_rows() -> list[dict[str, str]]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip ``cuda`` tests where torch sees no CUDA device (checked only if one is collected)."""
+    """Put ``test_keras_backends.py``'s tests last (their reruns start at collection and run
+    beside everything before them: :func:`pytest_collection_finish`), and skip ``cuda`` tests
+    where torch sees no CUDA device (checked only if one is collected)."""
+    items.sort(key=lambda item: item.path.name == "test_keras_backends.py")  # stable: order kept otherwise
     cuda_items = [item for item in items if "cuda" in item.keywords]
     if not cuda_items:
         return
