@@ -3,9 +3,10 @@
 Keras picks its backend once per process (``KERAS_BACKEND``, read at ``import keras``), so the
 rest of the suite runs on TensorFlow and this module runs the chosen files in one pytest
 subprocess per other backend, both started at once: when the suite's collection selects a test
-of this module (``tests/conftest.py``), so that they run beside the rest of the suite, which
-mostly keeps one core of a two-core machine busy. Each file then gets one test per backend here, which fails
-with that file's failures and their messages, and also when the file ran no test at all.
+of this module (``tests/conftest.py``, which also puts these tests last), so that they run
+beside the rest of the suite, which mostly keeps one core of a two-core machine busy. Each file
+then gets one test per backend here, which fails with that file's failures and their messages,
+and also when the file ran no test at all.
 """
 
 from __future__ import annotations
