@@ -191,7 +191,7 @@ def mask_gradients(optimizer: Any, masks: Sequence[tuple[Any, Any]],
             out.append(g)
         if kept:
             _torch_keep(kept)
-        if zeroing and not (on_torch and pending_now is not None and not pending_now()):
+        if zeroing:
             with_grad = {id(v) for g, v in zip(grads, present, strict=False) if g is not None}
             _zero_pending([(v, m) for v, m in zeroing if id(v) in with_grad], pending, pending_now)
         return out + grads[len(out):]
