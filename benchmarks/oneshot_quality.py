@@ -57,6 +57,20 @@ PAIRS = (("sparsegpt_unstructured_0.5", "wanda_unstructured_0.5"), ("sparsegpt_2
 TOLERANCE = 1.02
 
 
+def missing_anchor(anchor: Path) -> str | None:
+    """What is missing of the anchor folder (None when it is whole): it is not in the
+    repository (the trained checkpoint and its evaluation windows are 23 MB), only in the
+    project's shared reference folder beside it, or wherever ``--anchor`` points."""
+    need = ("model/config.json", "model/model.safetensors", "calibration.json", "eval_public.json", "perplexity.py",
+            "results.json", "recipes")
+    absent = [n for n in need if not (anchor / n).exists()]
+    if not absent:
+        return None
+    return (f"the quality anchor is not at {anchor} (missing: {', '.join(absent)}). It is llm-compressor's "
+            "quality anchor folder (conformance/llmcompressor/quality of the project's shared reference "
+            "material, ../shared beside the repository); point --anchor at a copy of it.")
+
+
 def perplexity_module(anchor: Path = ANCHOR) -> ModuleType:
     """The anchor's own ``perplexity.py``, imported from the shared folder."""
     spec = importlib.util.spec_from_file_location("anchor_perplexity", anchor / "perplexity.py")
@@ -156,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     anchor = Path(a.anchor)
+    if (why := missing_anchor(anchor)) is not None:
+        print(f"oneshot_quality: {why}", file=sys.stderr)
+        return 2
     if a.one:
         import torch
 

@@ -68,13 +68,11 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from oneshot_quality import ALL_SETTINGS, QUANT_SETTINGS, peak_rss_mb  # noqa: E402  (the PyTorch benchmark's settings and rules)
+from oneshot_quality import ALL_SETTINGS, QUANT_SETTINGS, missing_anchor, peak_rss_mb  # noqa: E402  (the PyTorch benchmark's settings and rules)
 from oneshot_quality import failures as torch_failures  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 ANCHOR = REPO.parent / "shared" / "conformance" / "llmcompressor" / "quality"
-if not ANCHOR.is_dir():
-    ANCHOR = Path("/work/shared/conformance/llmcompressor/quality")
 BACKENDS = ("tensorflow", "jax", "torch")
 #: Evaluation windows per forward pass (the anchor's results use 8).
 EVAL_BATCH = 8
@@ -308,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--masks-to", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     anchor = Path(a.anchor)
+    if (why := missing_anchor(anchor)) is not None:
+        print(f"oneshot_quality_keras: {why}", file=sys.stderr)
+        return 2
     if a.one:
         if a.torch_run:
             import torch

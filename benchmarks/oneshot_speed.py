@@ -59,7 +59,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-SPEED = REPO.parent / "shared" / "conformance" / "llmcompressor" / "speed"
 RECIPES = {
     "sparsegpt50": "sparsity_stage:\n  sparsity_modifiers:\n    SparseGPTModifier:\n      sparsity: 0.5\n"
                    "      targets: [\"Linear\"]\n      ignore: [\"re:.*lm_head\"]\n",

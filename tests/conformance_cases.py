@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from testdata import SPARSEML
 
 from recipe_spec import RecipeError
 from recipe_spec.schedule.events import PlanError
 
-CASES = sorted((Path(__file__).resolve().parents[2] / "shared" / "conformance" / "sparseml").glob("*.json"))
+CASES = sorted(SPARSEML.glob("*.json"))
 #: ``update_frequency * steps_per_epoch`` is not an integer: SPEC's fixed grid, not SparseML's drift
 DRIFT = {"02_gmp_linear_uf05_s5_drift", "34_combined_realistic_variables_eval"}
 

@@ -1,4 +1,4 @@
-"""Shared fixtures: where the repository and the shared reference material are."""
+"""Shared fixtures: where the repository and its test data (``tests/data``) are."""
 
 from __future__ import annotations
 
@@ -8,25 +8,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from testdata import CORPUS, DATA, missing
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
-CORPUS = SHARED / "corpus"
 
 #: The scripts that made the reference fixtures (``tests/fixtures/*/make_reference.py``) run the
-#: original tools in their own environments; they are not collected (several share a name).
-collect_ignore_glob = ["fixtures/*"]
+#: original tools in their own environments; they are not collected (several share a name), nor
+#: is ``tests/data`` (copies of other projects' files and the script that refreshes them).
+collect_ignore_glob = ["fixtures/*", "data/*"]
 
 
 def corpus_rows() -> list[dict[str, str]]:
     """The rows of the corpus INDEX.tsv, with ``path`` resolved to the file."""
     index = CORPUS / "INDEX.tsv"
     if not index.exists():
-        raise RuntimeError(f"the shared corpus is missing: {index} (../shared must sit beside the repo)")
+        raise missing(index)
     with index.open(newline="") as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
     for row in rows:
-        row["path"] = str(SHARED / row["stored_at"].split("/", 1)[1])
+        row["path"] = str(DATA / row["stored_at"].split("/", 1)[1])  # shared/corpus/... -> data/corpus/...
     return rows
 
 

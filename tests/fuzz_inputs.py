@@ -26,6 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from testdata import CORPUS, missing
+
 from recipe_spec import RecipeError
 from recipe_spec.cli import main
 from recipe_spec.lint import lint_recipe
@@ -36,8 +38,6 @@ from recipe_spec.schedule import compile_plan
 from recipe_spec.schedule.events import PlanError
 from recipe_spec.text.source import from_text
 from recipe_spec.validation import validate_recipe
-
-CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus"
 
 #: scalars an attacker puts where a value goes
 HOSTILE_SCALARS = [
@@ -86,7 +86,7 @@ def corpus_texts() -> list[str]:
     """The text of every corpus recipe (YAML and Markdown)."""
     files = sorted(p for p in CORPUS.rglob("*") if p.suffix in (".yaml", ".yml", ".md", ".json") and p.is_file())
     if not files:
-        raise RuntimeError(f"the shared corpus is missing under {CORPUS}")
+        raise missing(CORPUS)
     return [p.read_text(encoding="utf-8", errors="replace") for p in files]
 
 

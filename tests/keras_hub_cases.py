@@ -11,14 +11,15 @@ from typing import Any
 
 import numpy as np
 import pytest
+from testdata import LLMCOMPRESSOR
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-CASES = ROOT.parent / "shared" / "conformance" / "llmcompressor"
+CASES = LLMCOMPRESSOR
 try:
     import keras_hub
 except ImportError:  # the keras-hub extra: pip install 'recipe-spec[keras-hub]'
     keras_hub = None
-needs_hub = pytest.mark.skipif(keras_hub is None or not CASES.is_dir(), reason="needs keras-hub and the conformance data")
+needs_hub = pytest.mark.skipif(keras_hub is None, reason="needs keras-hub")
 
 
 def case(name: str) -> dict[str, Any]:

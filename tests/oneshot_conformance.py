@@ -6,15 +6,15 @@ from __future__ import annotations
 import base64
 import functools
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from testdata import LLMCOMPRESSOR, missing
 
 from recipe_spec.masks.numpy_ops import NUMPY_OPS
 
-ROOT = Path(__file__).resolve().parent.parent.parent / "shared" / "conformance" / "llmcompressor"
+ROOT = LLMCOMPRESSOR
 
 
 @functools.cache
@@ -23,7 +23,7 @@ def case(name: str) -> dict[str, Any]:
     safetensors_numpy = pytest.importorskip("safetensors.numpy")
     folder = ROOT / name
     if not folder.is_dir():
-        pytest.skip(f"the llm-compressor reference data is missing: {folder}")
+        raise missing(folder)
     out: dict[str, Any] = json.loads((folder / "case.json").read_text())
     masks = folder / "masks.json"  # pruning cases only
     out["masks"] = json.loads(masks.read_text())["layers"] if masks.is_file() else {}

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from testdata import llmcompressor_python
 
 from recipe_spec import ScheduledModifierManager, loads
 from recipe_spec.cli import main
@@ -240,7 +241,7 @@ def test_removed_modifier_refused_at_its_line() -> None:
     assert convert_text(text, "d.yaml", Target.parse("llmcompressor==0.8")).ok
 
 
-LCVENV = Path("/work/lcvenv/bin/python")
+LCPYTHON = llmcompressor_python()
 
 _SPLIT_CHECK = r"""
 import json, sys, warnings
@@ -256,7 +257,7 @@ print(json.dumps(shim == ours))
 """
 
 
-@pytest.mark.skipif(not LCVENV.exists(), reason="needs llm-compressor in /work/lcvenv")
+@pytest.mark.skipif(LCPYTHON is None, reason="needs $LLMCOMPRESSOR_PYTHON: a Python with llm-compressor 0.14")
 def test_awq_split_is_what_llm_compressor_makes_of_the_old_form() -> None:
     """llm-compressor 0.14 reads the converted recipe into exactly the two modifiers its
     compatibility shim makes of the old single AWQModifier."""
@@ -265,7 +266,7 @@ def test_awq_split_is_what_llm_compressor_makes_of_the_old_form() -> None:
     old = {"duo_scaling": "both", "scheme": "W4A16_ASYM", "targets": ["Linear"], "ignore": ["lm_head"]}
     import json
 
-    run = subprocess.run([str(LCVENV), "-c", _SPLIT_CHECK, json.dumps(old)], input=result.text,
+    run = subprocess.run([str(LCPYTHON), "-c", _SPLIT_CHECK, json.dumps(old)], input=result.text,
                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": ""})
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip().splitlines()[-1] == "true"

@@ -32,9 +32,11 @@ from recipe_spec.validation import validate
 
 torch = pytest.importorskip("torch")
 
+from testdata import SPARSIFY_CREATE  # noqa: E402
+
 from recipe_spec import create  # noqa: E402
 
-CASES = sorted((Path(__file__).resolve().parents[2] / "shared" / "conformance" / "sparsify-create").glob("*.json"))
+CASES = sorted(SPARSIFY_CREATE.glob("*.json"))
 SUPPORTED = supported_modifiers("torch")
 PRUNING = [True, False, None, "gmp", "acdc", "mfac", "obs", "movement", "constant", "transfer", "sparse-transfer"]
 

@@ -11,7 +11,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHARED, corpus_rows
+from conftest import REPO, corpus_rows
+from testdata import SEEDS
 
 from recipe_spec.cli import main
 from recipe_spec.core_dialect import Compat
@@ -84,7 +85,7 @@ def test_stage_group_corpus_loses_its_renamed_argument_errors() -> None:
 
 
 def test_woodfisher_tutorial_mfac_options_becomes_the_flat_arguments() -> None:
-    seed = (SHARED / "seeds" / "003_8a1cd8bdcd8a2c33.txt").read_text()
+    seed = (SEEDS / "003_8a1cd8bdcd8a2c33.txt").read_text()
     block = re.search(r"```yaml\n(pruning_modifiers:.*?)```", seed, re.S).group(1)
     result = fix_text(block, "tutorial.yaml")
     assert [f.title for f in result.applied] == ["write mfac_options as the flat arguments it groups"]

@@ -33,10 +33,11 @@ from recipe_spec_keras.masks import to_torch_layout  # noqa: E402
 from recipe_spec_keras.params import numpy_value  # noqa: E402
 from recipe_spec_keras.second_order import fisher_inverse  # noqa: E402
 from second_order_cases import recorded  # noqa: E402
+from testdata import SPARSEML_MFAC  # noqa: E402
 
 from recipe_spec import RecipeError, ScheduledModifierManager  # noqa: E402
 
-FOLDER = Path(__file__).resolve().parents[2] / "shared" / "conformance" / "sparseml-mfac"
+FOLDER = SPARSEML_MFAC
 #: relative tolerance on weights and OBS updates (float64 both sides), and on scores
 TOL, SCORE_TOL = 1e-12, 1e-9
 #: PyTorch name -> (Keras layer name, variable)

@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS, REPO
+from conftest import REPO
+from testdata import CORPUS
 
 import recipe_spec
 from recipe_spec.cli import main

@@ -1,23 +1,24 @@
 """Smoke runs of the one-shot benchmarks against llm-compressor (``benchmarks/oneshot_quality.py``
-on the shared quality anchor, ``benchmarks/oneshot_speed.py`` on its random Llama), each cut
+on a small anchor of the quality anchor's form, ``benchmarks/oneshot_speed.py`` on its random Llama), each cut
 to a few samples, and the SparseGPT solver's one-thread column loop: the same bits as with
 every thread, and the thread count given back."""
 
 from __future__ import annotations
 
-import os
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from testdata import QUALITY, llmcompressor_python
 
 from recipe_spec.masks.numpy_ops import NUMPY_OPS
 from recipe_spec.pruning.second_order.blockwise import SolverError, sparsegpt_prune
 
 ROOT = Path(__file__).resolve().parents[1]
-ANCHOR = ROOT.parent / "shared" / "conformance" / "llmcompressor" / "quality"
 
 
 def _run(*args: str) -> str:
@@ -26,12 +27,30 @@ def _run(*args: str) -> str:
     return out.stdout
 
 
+def _small_anchor(folder: Path) -> Path:
+    """An anchor folder of the quality benchmark's form: the anchor's own recipes, results,
+    perplexity script and first calibration samples (tests/data), with a small random Llama of
+    the anchor's vocabulary in place of the trained one and two evaluation windows."""
+    import torch
+    import transformers
+
+    shutil.copytree(QUALITY, folder)
+    config = transformers.LlamaConfig(vocab_size=4096, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512,
+                                      tie_word_embeddings=False)
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(str(folder / "model"))
+    windows = torch.randint(0, 4096, (2, 512), generator=torch.Generator().manual_seed(1)).tolist()
+    (folder / "eval_public.json").write_text(json.dumps({"seq_len": 512, "windows": windows}))
+    return folder
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(not (ANCHOR / "model").is_dir(), reason="the shared quality anchor is not here")
-def test_quality_benchmark_smoke() -> None:
+def test_quality_benchmark_smoke(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
+    anchor = _small_anchor(tmp_path / "anchor")
     out = _run("benchmarks/oneshot_quality.py", "--settings", "sparsegpt_2of4", "--samples", "4",
-               "--limit-windows", "2")
+               "--limit-windows", "2", "--anchor", str(anchor))
     row = next(line for line in out.splitlines() if line.startswith("sparsegpt_2of4"))
     assert row.split()[-1] == "0.5000", out  # every decoder Linear exactly 2:4
     assert "quick run: 4 samples, 2 eval windows" in out
@@ -59,8 +78,7 @@ def test_speed_benchmark_smoke() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not Path("/work/lcvenv/bin/python").exists() and not os.environ.get("LLMCOMPRESSOR_PYTHON"),
-                    reason="no Python with llm-compressor 0.14 here ($LLMCOMPRESSOR_PYTHON)")
+@pytest.mark.skipif(llmcompressor_python() is None, reason="needs $LLMCOMPRESSOR_PYTHON: a Python with llm-compressor 0.14")
 def test_speed_benchmark_against_llm_compressor() -> None:
     """The quantization settings with llm-compressor run in the same call: GPTQ leaves the same
     share of zeros on both sides, round to nearest none, and the ratio of the time per layer

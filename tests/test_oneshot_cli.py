@@ -18,6 +18,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
+from testdata import QUALITY  # noqa: E402
+
 import recipe_spec  # noqa: E402
 from recipe_spec.cli import main  # noqa: E402
 from recipe_spec.commands import InputError  # noqa: E402
@@ -31,7 +33,6 @@ sparsity_stage:
       mask_structure: "2:4"
       ignore: ["re:.*lm_head"]
 """
-QUALITY = Path("/work/shared/conformance/llmcompressor/quality/calibration.json")
 
 
 def _config() -> transformers.LlamaConfig:
@@ -84,10 +85,11 @@ def test_calibration_file_forms(tmp_path: Path) -> None:
         assert read_calibration(str(tmp_path / name), 128) == samples, name
 
 
-@pytest.mark.skipif(not QUALITY.is_file(), reason="shared calibration data not present")
-def test_the_shared_calibration_file_reads() -> None:
-    samples = read_calibration(str(QUALITY), 4096)
-    assert len(samples) == 256 and {len(s) for s in samples} == {512}
+def test_the_quality_anchors_calibration_file_reads() -> None:
+    """llm-compressor's quality anchor's own calibration file (its first samples: tests/data)."""
+    samples = read_calibration(str(QUALITY / "calibration.json"), 4096)
+    assert samples == json.loads((QUALITY / "calibration.json").read_text())["samples"]
+    assert len(samples) == 8 and {len(s) for s in samples} == {512}
 
 
 @pytest.mark.parametrize(("text", "where"), [

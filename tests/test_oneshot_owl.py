@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from testdata import LLMCOMPRESSOR
 
 import recipe_spec
 from recipe_spec.core_dialect.versions import Compat
@@ -25,11 +26,8 @@ from recipe_spec.validation import validate_recipe
 FIXTURE = pathlib.Path(__file__).resolve().parent / "fixtures" / "owl"
 REFERENCE = json.loads((FIXTURE / "reference.json").read_text())
 RUNS = REFERENCE["runs"]
-CASES = pathlib.Path(__file__).resolve().parents[2] / "shared" / "conformance" / "llmcompressor"
-if not CASES.is_dir():
-    CASES = pathlib.Path("/work/shared/conformance/llmcompressor")
+CASES = LLMCOMPRESSOR
 CASE = CASES / "02_sparsegpt_2of4"
-needs_case = pytest.mark.skipif(not CASE.is_dir(), reason="conformance data not present")
 BLOCKS = ["model.layers.0", "model.layers.1", "model.layers.2", "model.layers.3"]
 
 
@@ -112,7 +110,6 @@ def test_owl_sparsities_of_two_blocks_are_the_sparsity_plus_and_minus_lambda() -
         owl_sparsities([2.0, 2.0], 0.5, 0.08)
 
 
-@needs_case
 def test_the_statistics_pass_collects_llm_compressors_activation_norms() -> None:
     from recipe_spec_torch.oneshot import TorchCalibrationHost
 
@@ -130,7 +127,6 @@ def test_the_statistics_pass_collects_llm_compressors_activation_norms() -> None
 
 
 # -- end to end on PyTorch -------------------------------------------------------------------------
-@needs_case
 @pytest.mark.parametrize("name", [n for n, r in RUNS.items() if "error" not in r])
 def test_oneshot_gives_llm_compressors_per_layer_sparsities_and_zeros(name: str) -> None:
     run = RUNS[name]
@@ -147,7 +143,6 @@ def test_oneshot_gives_llm_compressors_per_layer_sparsities_and_zeros(name: str)
         assert float((weight(k) == 0).mean()) == want, k
 
 
-@needs_case
 def test_owl_over_every_linear_prunes_each_decoder_layer_to_its_owl_sparsity() -> None:
     """``targets: [Linear]`` (llm-compressor 0.14 refuses OWL with it: 15 target matches, 2
     sparsities): each layer inside a decoder layer takes that layer's OWL sparsity, which is
@@ -170,7 +165,6 @@ def test_owl_over_every_linear_prunes_each_decoder_layer_to_its_owl_sparsity() -
 _HEAD = "sparsity_stage:\n  sparsity_modifiers:\n    SparseGPTModifier:\n"
 
 
-@needs_case
 @pytest.mark.parametrize(("body", "code", "line"), [
     ("      sparsity: [0.3, 0.6]\n", "M005", 4),  # targets [Linear]: 15 matches
     ("      sparsity: 0.5\n      sparsity_profile: owl\n      owl_m: 5\n      owl_lmbda: 0.6\n", "M005", 7),

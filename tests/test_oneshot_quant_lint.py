@@ -12,16 +12,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from testdata import LLMCOMPRESSOR
 
 from recipe_spec import load
 from recipe_spec.cli import main
 from recipe_spec.one_shot.checkpoint import estimate, read_model
 from recipe_spec.one_shot.quant_lint import gptq_modifiers, quant_findings, weight_groups
 
-CASES = Path(__file__).resolve().parents[2] / "shared" / "conformance" / "llmcompressor"
-if not CASES.is_dir():
-    CASES = Path("/work/shared/conformance/llmcompressor")
-pytestmark = pytest.mark.skipif(not (CASES / "12_error_cases").is_dir(), reason="conformance data not present")
+CASES = LLMCOMPRESSOR
 
 
 def _case(name: str) -> dict:

@@ -17,16 +17,15 @@ transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 ct = pytest.importorskip("compressed_tensors")
 
+from testdata import LLMCOMPRESSOR  # noqa: E402
+
 import recipe_spec  # noqa: E402
 from recipe_spec.diagnostics.base import RecipeError  # noqa: E402
 from recipe_spec.one_shot import last_report  # noqa: E402
 from recipe_spec.quantization.scheme import PRESET_SCHEMES, resolve_config  # noqa: E402
 from recipe_spec.text.frozen import thaw  # noqa: E402
 
-CASES = pathlib.Path(__file__).resolve().parents[2] / "shared" / "conformance" / "llmcompressor"
-if not CASES.is_dir():
-    CASES = pathlib.Path("/work/shared/conformance/llmcompressor")
-pytestmark = pytest.mark.skipif(not CASES.is_dir(), reason="conformance data not present")
+CASES = LLMCOMPRESSOR
 QUANT_CASES = ["06_gptq_int8_channel_explicit", "08_rtn_fp8_dynamic", "10_staged_sparse24_gptq_w4a16"]
 
 

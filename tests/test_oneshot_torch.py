@@ -15,6 +15,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
+from testdata import LLMCOMPRESSOR  # noqa: E402
+
 import recipe_spec  # noqa: E402
 from recipe_spec.diagnostics.base import RecipeError  # noqa: E402
 from recipe_spec.masks.algorithms import compute_mask  # noqa: E402
@@ -22,10 +24,7 @@ from recipe_spec.masks.numpy_ops import NUMPY_OPS  # noqa: E402
 from recipe_spec.one_shot import last_report, prepare  # noqa: E402
 from recipe_spec.pruning.second_order.hessian import HessianStats  # noqa: E402
 
-CASES = pathlib.Path(__file__).resolve().parents[2] / "shared" / "conformance" / "llmcompressor"
-if not CASES.is_dir():
-    CASES = pathlib.Path("/work/shared/conformance/llmcompressor")
-pytestmark = pytest.mark.skipif(not CASES.is_dir(), reason="conformance data not present")
+CASES = LLMCOMPRESSOR
 
 
 def _case(name: str) -> dict:

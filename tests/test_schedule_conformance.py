@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from testdata import SPARSEML
 
 import recipe_spec
 from recipe_spec.schedule import compile_plan
@@ -59,7 +60,7 @@ from recipe_spec.schedule.events import PlanError
 from recipe_spec.schedule.plan import GRADUAL_PRUNING
 from recipe_spec.validation import validate_recipe
 
-CASES_DIR = Path(__file__).parents[2] / "shared" / "conformance" / "sparseml"
+CASES_DIR = SPARSEML
 CASES = sorted(CASES_DIR.glob("*.json"))
 
 #: The cases whose update grid drifts in SparseML (README "Update drift"); detected generically

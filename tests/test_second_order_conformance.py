@@ -28,11 +28,12 @@ torch = pytest.importorskip("torch")
 
 from recipe_spec_torch import fisher_inverse  # noqa: E402
 from second_order_cases import recorded  # noqa: E402
+from testdata import SPARSEML_MFAC  # noqa: E402
 
 from recipe_spec import RecipeError, ScheduledModifierManager  # noqa: E402
 from recipe_spec.schedule import compile_plan  # noqa: E402
 
-FOLDER = Path(__file__).resolve().parents[2] / "shared" / "conformance" / "sparseml-mfac"
+FOLDER = SPARSEML_MFAC
 CASES = sorted(FOLDER.glob("*.json"))
 TOL = 1e-9
 #: SparseML errors that are genuine recipe (or call) mistakes: refused before training here.

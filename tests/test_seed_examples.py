@@ -33,11 +33,10 @@ import re
 from pathlib import Path
 
 import pytest
+from testdata import SEEDS, missing
 
 from recipe_spec import Severity, loads
 from recipe_spec.validation import validate
-
-SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
 
 #: steps per epoch for the runs: enough for the M-FAC example's gradient buffer (num_grads 256
 #: at its first pruning step, epoch 1) so the recipe is accepted as written
@@ -111,7 +110,7 @@ def _squash(text: str) -> str:
 
 def _seed_files() -> list[Path]:
     if not SEEDS.is_dir():
-        raise RuntimeError(f"the seed documents are missing: {SEEDS} (../shared must sit beside the repo)")
+        raise missing(SEEDS)
     return sorted(p for p in SEEDS.iterdir() if p.is_file())
 
 

@@ -25,10 +25,11 @@ from recipe_spec_torch.masks import (  # noqa: E402
     nm_mask,
     unstructured_mask,
 )
+from testdata import SPARSEML  # noqa: E402
 
 from recipe_spec.masks.types import parse_mask_type  # noqa: E402
 
-CASES_DIR = Path(__file__).parents[2] / "shared" / "conformance" / "sparseml"
+CASES_DIR = SPARSEML
 #: The conformance model's prunable weights (README, "How the values were measured").
 NET_SHAPES = {
     "conv1.weight": (8, 3, 3, 3),

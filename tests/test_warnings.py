@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
+from testdata import CORPUS
 
 from recipe_spec.cli import main
 from recipe_spec.validation import validate
@@ -113,12 +114,7 @@ def test_no_warning_after_one_shot_apply(tmp_path: Path) -> None:
 
 
 def test_a_deprecation_repeated_in_every_modifier_is_said_once() -> None:
-    path = REPO.parent / "shared" / "corpus" / "real" / \
-        "sparseml__integrations__huggingface-transformers__recipes__20sparselong.yaml"
-    if not path.exists():
-        path = Path("/work/shared/corpus/real") / path.name
-    if not path.exists():
-        pytest.skip("corpus not here")
+    path = CORPUS / "real" / "sparseml__integrations__huggingface-transformers__recipes__20sparselong.yaml"
     found = [d for d in validate(path) if d.code == "M007"]
     assert len(found) == 1
     assert "also on lines 26, 38" in found[0].message and "65 more" in found[0].message
