@@ -200,19 +200,23 @@ def test_output_dir_holds_the_keras_hub_preset_and_the_recipe(hf_folders: dict[s
 
 
 @needs_hub
-def test_a_keras_hub_llama_loaded_by_load_causal_lm_computes_the_checkpoints_logits() -> None:
-    """keras-hub 0.32's Llama converter drops ``rms_norm_eps``; the quality checkpoint has 1e-5
-    (keras-hub's default is 1e-6), and its logits are those of transformers only with it."""
+def test_a_keras_hub_llama_loaded_by_load_causal_lm_computes_the_checkpoints_logits(tmp_path: pathlib.Path) -> None:
+    """keras-hub 0.32's Llama converter drops ``rms_norm_eps``; a checkpoint with 1e-5 (as
+    llm-compressor's quality anchor has; keras-hub's default is 1e-6) gives transformers'
+    logits only with it. A small random Llama of that configuration, saved by transformers."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from recipe_spec_keras.hub import load_causal_lm
 
-    folder = CASES / "quality" / "model"
-    if not folder.is_dir():
-        pytest.skip("needs the quality checkpoint")
+    config = transformers.LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5,
+                                      max_position_embeddings=128, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    folder = tmp_path / "llama"
+    transformers.LlamaForCausalLM(config).save_pretrained(str(folder))
     model = load_causal_lm(folder)
-    assert model.backbone.layer_norm_epsilon == json.loads((folder / "config.json").read_text())["rms_norm_eps"]
-    ids = np.asarray(json.loads((CASES / "quality" / "calibration.json").read_text())["samples"][0][:48])
+    assert model.backbone.layer_norm_epsilon == 1e-5
+    ids = np.random.default_rng(0).integers(0, 512, 48)
     hidden = model.backbone({"token_ids": ids[None].astype("int32"), "padding_mask": np.ones((1, ids.size), "int32")})
     ours = keras.ops.convert_to_numpy(model.backbone.token_embedding(hidden, reverse=True))[0]
     torch.set_num_threads(1)

@@ -473,8 +473,6 @@ def test_conformance_layerwise_counts(path: Path) -> None:
 
 def test_conformance_block_1x4_conv1_error() -> None:
     path = CASES_DIR / "12_gmp_block_1x4_list_conv1.json"
-    if not path.exists():
-        pytest.skip("conformance data missing")
     error = json.loads(path.read_text())["error"]
     with pytest.raises(MaskShapeError) as info:
         compute_mask(randn(*NET_SHAPES["conv1.weight"]), 0.05, [1, 4])
