@@ -55,8 +55,12 @@ def replacing(path: str | os.PathLike[str], suffix: str | None = None) -> Iterat
 def replacing_dir(path: str | os.PathLike[str]) -> Iterator[str]:
     """Yield a new empty folder next to ``path`` for the caller to fill; when the block ends
     without an error it takes ``path``'s name (an existing folder there is moved aside first
-    and removed after, so a reader sees the old folder or the new one, never a mix). A failed
-    block removes the temporary folder and leaves ``path`` as it was.
+    and removed after, so a reader sees the old folder or the new one, never a mix, and no file
+    of the old folder survives beside the new ones). A failed or interrupted block (an error,
+    ``KeyboardInterrupt``) removes the temporary folder and leaves ``path`` as it was, also
+    when the last rename fails. A ``path`` that is a link to a folder: the folder it names is
+    replaced and the link kept. What may be written there is checked by
+    :func:`recipe_spec.output_folder.check_output_dir`.
 
     >>> import tempfile, pathlib
     >>> out = pathlib.Path(tempfile.mkdtemp()) / "model"
@@ -67,7 +71,7 @@ def replacing_dir(path: str | os.PathLike[str]) -> Iterator[str]:
     """
     import shutil
 
-    target = os.path.abspath(os.fspath(path))
+    target = os.path.realpath(os.fspath(path))
     parent = os.path.dirname(target)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=parent)
@@ -83,10 +87,29 @@ def replacing_dir(path: str | os.PathLike[str]) -> Iterator[str]:
             old = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", suffix=".old", dir=parent)
             os.replace(target, os.path.join(old, "previous"))
         os.replace(tmp, target)
+        _fsync_dir(parent)
     finally:
+        if old is not None:  # the new folder did not take the name: the old one takes it back
+            previous = os.path.join(old, "previous")
+            if os.path.lexists(previous) and not os.path.lexists(target):
+                os.replace(previous, target)
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def _fsync_dir(directory: str) -> None:
+    """The renames in ``directory`` on disk (POSIX; nothing where a folder cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> None:
