@@ -13,7 +13,8 @@ folder this user may not write to is refused, naming the path and what to do.
 **The writer** (:func:`writing`): everything (weights, config, ``recipe.yaml``, the tokenizer)
 is written into a temporary folder beside the target, which takes the target's name only when
 all of it is on disk (:func:`recipe_spec.atomic.replacing_dir`). A failed write (a full disk)
-or an interrupted one leaves no temporary folder and the target as it was.
+or an interrupted one (an error, Ctrl-C, SIGTERM) leaves no temporary folder and the target
+as it was.
 
 >>> import tempfile, pathlib
 >>> out = pathlib.Path(tempfile.mkdtemp()) / "model"
@@ -109,7 +110,7 @@ def writing(path: str | os.PathLike[str], overwrite: bool = False,
     from .atomic import replacing_dir
 
     try:
-        with replacing_dir(target) as folder:
+        with _cleaning_up_on_sigterm(), replacing_dir(target) as folder:
             yield folder
     except OutputDirError:
         raise
@@ -117,6 +118,24 @@ def writing(path: str | os.PathLike[str], overwrite: bool = False,
         raise OutputDirError(f"{names[0]} {os.fspath(path)}: writing the model failed ({_reason(exc)}); nothing "
                              "was written and the folder is as it was (the compressed model is still in memory: "
                              "free some space and save it again)") from exc
+
+
+@contextlib.contextmanager
+def _cleaning_up_on_sigterm() -> Iterator[None]:
+    """While a folder is written from Python with SIGTERM at its default (the process ends at
+    once), SIGTERM removes the temporary folder first and then ends the process as the default
+    would. A program with its own SIGTERM handler (the command line's
+    :func:`sigterm_interrupts`) keeps it."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    try:
+        with sigterm_interrupts():
+            yield
+    except Terminated:
+        os.kill(os.getpid(), signal.SIGTERM)  # the default action, now that the handler is back
+        raise
 
 
 class Terminated(KeyboardInterrupt):

@@ -324,6 +324,24 @@ def test_the_command_refuses_a_folder_it_cannot_write_before_loading(
         assert len(out.err.strip().splitlines()) == 1
 
 
+def _folder_with(folder: Path, files: dict[str, str]) -> Path:
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def _wait_for(marker: Path, proc: subprocess.Popen[str]) -> Path:
+    """The temporary folder a subprocess is writing, once it says so in ``marker``."""
+    deadline = time.monotonic() + 120
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marker.exists(), proc.communicate(timeout=30)
+    temporary = Path(marker.read_text())
+    assert temporary.is_dir() and any(temporary.iterdir())  # the signal comes mid-write
+    return temporary
+
+
 _SLOW_SAVE = """
 import os, sys, time
 from pathlib import Path
@@ -344,18 +362,13 @@ sys.exit(main(sys.argv[2:]))
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_while_the_command_writes_leaves_no_temporary_folder(
         checkpoint: Path, files: dict[str, Path], tmp_path: Path, signum: int, code: int) -> None:
-    files["out"].mkdir()
-    (files["out"] / "recipe.yaml").write_text("the previous run's\n")
+    _folder_with(files["out"], {"recipe.yaml": "the previous run's\n"})
     marker = tmp_path / "writing"
     proc = subprocess.Popen([sys.executable, "-c", _SLOW_SAVE, str(marker), *_argv(checkpoint, files, "--force")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
-        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert marker.exists(), proc.communicate(timeout=30)
-        temporary = Path(marker.read_text())
-        assert temporary.is_dir() and temporary.parent == files["out"].parent  # the signal comes mid-write
+        temporary = _wait_for(marker, proc)
+        assert temporary.parent == files["out"].parent
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -366,3 +379,41 @@ def test_a_signal_while_the_command_writes_leaves_no_temporary_folder(
     assert "Traceback" not in err
     assert not temporary.exists() and _siblings(files["out"]) == []
     assert _tree(files["out"]) == {"recipe.yaml": b"the previous run's\n"}
+
+
+_SLOW_API_SAVE = """
+import os, sys, time
+from pathlib import Path
+import torch
+import recipe_spec
+import recipe_spec_torch.oneshot as host
+
+def save(self, folder, text):
+    Path(folder, "pytorch_model.bin").write_text("half")
+    Path(sys.argv[1] + ".part").write_text(folder)
+    os.replace(sys.argv[1] + ".part", sys.argv[1])
+    time.sleep(60)
+
+host.TorchCalibrationHost.save = save
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+recipe_spec.oneshot(model=model, recipe=sys.argv[3], output_dir=sys.argv[2], overwrite_output_dir=True)
+"""
+
+
+def test_sigterm_while_oneshot_writes_from_python_leaves_no_temporary_folder(tmp_path: Path) -> None:
+    """A script with SIGTERM at its default: the temporary folder is removed, then the process
+    ends by SIGTERM as it would have."""
+    out = _folder_with(tmp_path / "out", {"recipe.yaml": "the previous run's\n"})
+    marker = tmp_path / "writing"
+    proc = subprocess.Popen([sys.executable, "-c", _SLOW_API_SAVE, str(marker), str(out), MAGNITUDE],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        temporary = _wait_for(marker, proc)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGTERM, err
+    assert not temporary.exists() and _siblings(out) == [] and _tree(out) == {"recipe.yaml": b"the previous run's\n"}
