@@ -242,7 +242,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     except InputError as exc:
         print(f"recipe-spec: error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt as exc:  # Ctrl-C 130; SIGTERM during a one-shot write 143 (output_folder.Terminated)
+    except KeyboardInterrupt as exc:  # Ctrl-C 130; SIGTERM during a one-shot write 143 (atomic.Terminated)
         return int(getattr(exc, "exit_code", 130))
     except BrokenPipeError:  # e.g. `recipe-spec validate ... | head`: stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)

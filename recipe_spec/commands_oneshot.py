@@ -8,7 +8,7 @@ the recipe (``validate``'s rules for llm-compressor's newest release, and what
 ``recipe_spec.oneshot`` runs), the checkpoint's headers (N:M structures, sequential targets),
 then the calibration file. Only then are torch and transformers imported and the model
 loaded. ``--output`` follows ``oneshot(output_dir=...)``'s rule and is written by its writer
-(:mod:`recipe_spec.output_folder`): new or empty unless ``--force``, which replaces the whole
+(:mod:`recipe_spec.atomic`): new or empty unless ``--force``, which replaces the whole
 folder; written atomically; SIGTERM, as Ctrl-C, leaves no temporary folder (exit 143).
 """
 
@@ -244,7 +244,7 @@ def _check_paths(args: argparse.Namespace) -> None:
     if not os.path.isfile(args.calibration):
         raise UsageError(f"--calibration {args.calibration}: no such file")
     if args.output is not None:  # the rule oneshot(output_dir=...) follows, with the flags' names
-        from .output_folder import OutputDirError, check_output_dir
+        from .atomic import OutputDirError, check_output_dir
 
         try:
             check_output_dir(args.output, args.force, _OUTPUT_NAMES)
@@ -356,8 +356,8 @@ class _Tokenizer:
 def _run_and_save(args: argparse.Namespace, recipe: Any, model: Any, samples: list[list[int]]) -> int:
     """Run the recipe on the loaded model with a progress bar, write ``--output`` atomically
     (SIGTERM unwinds as Ctrl-C does), print the per-layer summary."""
+    from .atomic import sigterm_interrupts
     from .one_shot.api import apply_oneshot
-    from .output_folder import sigterm_interrupts
 
     progress = _Progress()
     dataset = [{"input_ids": s} for s in samples]

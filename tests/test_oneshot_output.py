@@ -1,4 +1,4 @@
-"""The output folder of a one-shot run (:mod:`recipe_spec.output_folder`) on every surface:
+"""The output folder of a one-shot run (:mod:`recipe_spec.atomic`) on every surface:
 ``recipe_spec.oneshot(output_dir=...)`` on PyTorch and on Keras, the manager, and
 ``recipe-spec oneshot --output``. A folder that cannot be written, or may not be replaced, is
 refused before the model changes; a write that fails leaves no temporary folder and the old
@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 
 import recipe_spec
-from recipe_spec import output_folder
+from recipe_spec import atomic
+from recipe_spec.atomic import OutputDirError
 from recipe_spec.cli import main
-from recipe_spec.output_folder import OutputDirError
 
 MAGNITUDE = ("s_stage:\n  s_modifiers:\n    MagnitudePruningModifier:\n      targets: [Linear]\n"
              "      init_sparsity: 0.5\n      final_sparsity: 0.5\n")
@@ -58,7 +58,7 @@ def _read_only(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
             raise OSError(errno.EROFS, "Read-only file system")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(output_folder.tempfile, "mkdtemp", mkdtemp)
+    monkeypatch.setattr(atomic.tempfile, "mkdtemp", mkdtemp)
 
 
 def _bad_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[Path, str]]:

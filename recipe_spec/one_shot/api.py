@@ -25,9 +25,9 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from ..atomic import check_output_dir, writing
 from ..diagnostics.base import RecipeError
 from ..loader import load
-from ..output_folder import check_output_dir, writing
 from ..recipe.model import Recipe
 from ..registry import backend_for
 from ..runtime.preflight import refuse_invalid
@@ -104,7 +104,7 @@ def oneshot(
     empty unless ``overwrite_output_dir=True`` (recipe-spec's own keyword, ``--force`` on the
     command line), which replaces the whole folder; it is checked (not a file, writable) before
     any weight changes, and written whole or not at all: into a temporary folder beside it that
-    takes its name once everything is written (:mod:`recipe_spec.output_folder`). ``progress``
+    takes its name once everything is written (:mod:`recipe_spec.atomic`). ``progress``
     (recipe-spec's own): ``progress(what, done, total)``, told when each pass starts and after
     each block (:data:`~recipe_spec.one_shot.pipeline.Progress`). ``preserve_masks``
     (recipe-spec's own, default False as llm-compressor): GPTQ keeps the zeros of the weights

@@ -135,7 +135,7 @@ class CalibrationHost(Protocol):
         by compressed-tensors, its ``quantization_config`` in ``config.json``) and
         ``recipe.yaml`` under ``output_dir``; the paths written. ``oneshot`` gives a new empty
         folder, which takes the user's folder's name once everything is written
-        (:func:`recipe_spec.output_folder.writing`): a host writes plainly, and an error it
+        (:func:`recipe_spec.atomic.writing`): a host writes plainly, and an error it
         raises leaves nothing behind."""
 
 
