@@ -1,7 +1,8 @@
 """The ``recipe-spec`` command line.
 
 Exit codes (every subcommand): 0 clean, 1 findings at error severity, 2 the tool itself could
-not run (bad flags, a path that does not exist, an internal error).
+not run (bad flags, a path that does not exist, an internal error); 130 interrupted (Ctrl-C),
+143 terminated (SIGTERM, where ``oneshot`` catches it to remove its temporary folder).
 """
 
 from __future__ import annotations
@@ -215,7 +216,7 @@ def _add_oneshot(sub: Any) -> None:
     on.add_argument("--sequential-targets", nargs="+", metavar="NAME",
                     help="the block class (or module names) run one after another (default: the decoder layer)")
     on.add_argument("--output", "-o", metavar="DIR", help="write the compressed checkpoint folder here")
-    on.add_argument("--force", action="store_true", help="replace a non-empty --output folder")
+    on.add_argument("--force", action="store_true", help="replace a non-empty --output folder as a whole (no file of it is kept)")
     on.add_argument("--var", action="append", metavar="NAME=VALUE", help="override a recipe variable")
     on.add_argument("--compat", metavar="llmcompressor[==VERSION]",
                     help="read the recipe as that llm-compressor release (default: the newest); 0.9 and 0.10 "
@@ -241,8 +242,8 @@ def main(argv: Iterable[str] | None = None) -> int:
     except InputError as exc:
         print(f"recipe-spec: error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C 130; SIGTERM during a one-shot write 143 (atomic.Terminated)
+        return int(getattr(exc, "exit_code", 130))
     except BrokenPipeError:  # e.g. `recipe-spec validate ... | head`: stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

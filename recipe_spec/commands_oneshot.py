@@ -7,7 +7,9 @@ checkpoint or calibration file stops the command in a second with a located, one
 the recipe (``validate``'s rules for llm-compressor's newest release, and what
 ``recipe_spec.oneshot`` runs), the checkpoint's headers (N:M structures, sequential targets),
 then the calibration file. Only then are torch and transformers imported and the model
-loaded. The compressed folder is written atomically (:func:`recipe_spec.atomic.replacing_dir`).
+loaded. ``--output`` follows ``oneshot(output_dir=...)``'s rule and is written by its writer
+(:mod:`recipe_spec.atomic`): new or empty unless ``--force``, which replaces the whole
+folder; written atomically; SIGTERM, as Ctrl-C, leaves no temporary folder (exit 143).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ __all__ = ["oneshot_command", "lint_command", "read_calibration", "checkpoint_li
 #: The sequence length ``lint`` estimates with when none is given (capped by the model's
 #: ``max_position_embeddings``).
 DEFAULT_SEQ_LEN = 2048
+#: How messages about ``--output`` name it and the way to replace it.
+_OUTPUT_NAMES = ("--output", "add --force")
 #: Codes about what llm-compressor would do otherwise than recipe-spec runs the recipe.
 _OTHER_TOOL = frozenset({"C005", "C006", "C007"})
 
@@ -239,12 +243,13 @@ def _check_paths(args: argparse.Namespace) -> None:
         raise UsageError(f"--model {args.model}: no such folder (give a Hugging Face checkpoint folder)")
     if not os.path.isfile(args.calibration):
         raise UsageError(f"--calibration {args.calibration}: no such file")
-    out = args.output
-    if out is not None and os.path.exists(out):
-        if not os.path.isdir(out):
-            raise UsageError(f"--output {out}: exists and is not a folder")
-        if os.listdir(out) and not args.force:
-            raise UsageError(f"--output {out}: the folder is not empty (add --force to replace it)")
+    if args.output is not None:  # the rule oneshot(output_dir=...) follows, with the flags' names
+        from .atomic import OutputDirError, check_output_dir
+
+        try:
+            check_output_dir(args.output, args.force, _OUTPUT_NAMES)
+        except OutputDirError as exc:
+            raise UsageError(str(exc)) from None
 
 
 def _recipe(args: argparse.Namespace) -> tuple[Any, list[Any]]:
@@ -329,25 +334,41 @@ def model_findings_of(recipe: Any, mods: Sequence[Any], model: Any) -> list[Diag
     return model_findings(recipe, mods, model)
 
 
-def _run_and_save(args: argparse.Namespace, recipe: Any, model: Any, samples: list[list[int]]) -> int:
-    """Run the recipe on the loaded model with a progress bar, write ``--output`` atomically,
-    print the per-layer summary."""
-    import contextlib
+class _Tokenizer:
+    """The tokenizer files of the checkpoint folder, copied into ``--output`` with the model."""
 
-    from .atomic import replacing_dir
+    FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+             "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt", "chat_template.jinja",
+             "chat_template.json", "preprocessor_config.json", "processor_config.json")
+
+    def __init__(self, model: str):
+        self.model = model
+
+    def save_pretrained(self, folder: str) -> None:
+        import shutil
+
+        for name in self.FILES:
+            source = os.path.join(self.model, name)
+            if os.path.isfile(source) and not os.path.exists(os.path.join(folder, name)):
+                shutil.copyfile(source, os.path.join(folder, name))
+
+
+def _run_and_save(args: argparse.Namespace, recipe: Any, model: Any, samples: list[list[int]]) -> int:
+    """Run the recipe on the loaded model with a progress bar, write ``--output`` atomically
+    (SIGTERM unwinds as Ctrl-C does), print the per-layer summary."""
+    from .atomic import sigterm_interrupts
     from .one_shot.api import apply_oneshot
 
     progress = _Progress()
     dataset = [{"input_ids": s} for s in samples]
     options = dict(num_calibration_samples=args.num_samples, shuffle_calibration_samples=args.shuffle,
                    batch_size=args.batch_size, pipeline=args.pipeline,
-                   sequential_targets=args.sequential_targets, progress=progress, compat=args.compat)
-    writing = replacing_dir(args.output) if args.output else contextlib.nullcontext(None)
-    with warnings.catch_warnings(record=True) as told:
+                   sequential_targets=args.sequential_targets, progress=progress, compat=args.compat,
+                   output_dir=args.output, overwrite_output_dir=args.force, processor=_Tokenizer(args.model))
+    with warnings.catch_warnings(record=True) as told, sigterm_interrupts():
         warnings.simplefilter("always")
         try:
-            with writing as folder:
-                report = apply_oneshot(model, recipe, dataset, output_dir=folder, **options)  # type: ignore[arg-type]
+            report = apply_oneshot(model, recipe, dataset, **options)  # type: ignore[arg-type]
         except RecipeError as exc:
             progress.close()
             _print(exc.diagnostics, args.recipe)

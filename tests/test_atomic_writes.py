@@ -131,3 +131,58 @@ def test_recipes_are_only_read(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["schedule", str(recipe), "--steps-per-epoch", "4", "--format", "json"]) == 0
     capsys.readouterr()
     assert (recipe.read_bytes(), recipe.stat().st_mtime_ns, sorted(os.listdir(tmp_path))) == before
+
+
+def _folder(path: Path, files: dict[str, str]) -> Path:
+    path.mkdir()
+    for name, text in files.items():
+        (path / name).write_text(text)
+    return path
+
+
+def _listing(folder: Path) -> dict[str, str]:
+    return {p.name: p.read_text() for p in folder.iterdir()}
+
+
+@pytest.mark.parametrize("failure", [Crash, KeyboardInterrupt, OSError])
+def test_a_folder_writer_that_fails_leaves_the_old_folder(tmp_path: Path, failure: type[BaseException]) -> None:
+    old = {"model.safetensors.index.json": "{}", "model-00001-of-00002.safetensors": "a",
+           "model-00002-of-00002.safetensors": "b"}
+    target = _folder(tmp_path / "model", old)
+    with pytest.raises(failure), atomic.replacing_dir(target) as tmp:
+        assert Path(tmp).parent == tmp_path and Path(tmp).name.startswith(".model.")
+        (Path(tmp) / "config.json").write_text("{}")  # half a model: config, no weights
+        raise failure()
+    assert _listing(target) == old and [p.name for p in tmp_path.iterdir()] == ["model"]
+
+
+def test_a_folder_replaced_keeps_nothing_of_the_old_one(tmp_path: Path) -> None:
+    target = _folder(tmp_path / "model", {"model.safetensors.index.json": "{}", "model-00001-of-00002.safetensors": "a"})
+    with atomic.replacing_dir(target) as tmp:
+        (Path(tmp) / "model.safetensors").write_text("new")
+    assert _listing(target) == {"model.safetensors": "new"} and [p.name for p in tmp_path.iterdir()] == ["model"]
+    link = tmp_path / "link"
+    link.symlink_to(target)  # a link to the folder: the folder is replaced, the link kept
+    with atomic.replacing_dir(link) as tmp:
+        (Path(tmp) / "model.safetensors").write_text("newer")
+    assert link.is_symlink() and _listing(target) == {"model.safetensors": "newer"}
+
+
+@pytest.mark.parametrize("which", ["aside", "in"])
+def test_a_rename_that_fails_leaves_the_old_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, which: str) -> None:
+    """The old folder moved aside, then the new one cannot take its name (or the old one cannot
+    be moved): the old folder is back under its name, and nothing else is left."""
+    old = {"pytorch_model.bin": "old"}
+    target = _folder(tmp_path / "model", old)
+    real = os.replace
+
+    def replace(src: str, dst: str) -> None:
+        moving_in = src.endswith(".tmp") and dst == str(target)
+        if moving_in == (which == "in"):
+            raise Crash(dst)
+        real(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    with pytest.raises(Crash), atomic.replacing_dir(target) as tmp:
+        (Path(tmp) / "model.safetensors").write_text("new")
+    assert _listing(target) == old and [p.name for p in tmp_path.iterdir()] == ["model"]

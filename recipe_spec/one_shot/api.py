@@ -25,6 +25,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from ..atomic import check_output_dir, writing
 from ..diagnostics.base import RecipeError
 from ..loader import load
 from ..recipe.model import Recipe
@@ -73,6 +74,7 @@ def oneshot(
     sequential_targets: Sequence[str] | str | None = None,
     sequential_offload_device: str | None = None,
     output_dir: str | os.PathLike[str] | None = None,
+    overwrite_output_dir: bool = False,
     save_compressed: bool = True,
     recipe_args: Any = None,
     seed: int = 42,
@@ -86,8 +88,10 @@ def oneshot(
     ``LlamaForCausalLM``). ``recipe``: a path, YAML text or loaded :class:`~recipe_spec.Recipe`
     (``recipe_args``: variable overrides). ``dataset``: tokenised calibration samples (an
     iterable of ``{"input_ids", "attention_mask"}`` dicts, a ``datasets.Dataset`` with an
-    ``input_ids`` column, or a DataLoader); ``tokenizer``/``processor`` are accepted and unused,
-    as llm-compressor does for tokenised data. The first ``num_calibration_samples`` are fed
+    ``input_ids`` column, or a DataLoader); ``tokenizer``/``processor`` are not used to read
+    it (tokenised data), and are saved into ``output_dir`` beside the model when they are objects
+    that save themselves (``save_pretrained``, keras-hub's ``save_to_preset``), as llm-compressor
+    saves its processor. The first ``num_calibration_samples`` are fed
     longest first, or in a shuffled order seeded by ``seed`` when
     ``shuffle_calibration_samples``, in batches of ``batch_size`` cut to their shortest sample.
     ``pipeline``: ``independent``, ``sequential`` or ``datafree``; ``sequential_targets``: the
@@ -96,7 +100,11 @@ def oneshot(
     None: where the model runs; llm-compressor defaults to "cpu"). ``output_dir``: save the
     model (``save_pretrained`` for a Hugging Face model) and ``recipe.yaml`` there; sparse
     models are saved dense, quantized ones compressed (``save_compressed=False`` is refused for
-    them: saving fake-quantized dense weights is not implemented). ``progress``
+    them: saving fake-quantized dense weights is not implemented). The folder must be new or
+    empty unless ``overwrite_output_dir=True`` (recipe-spec's own keyword, ``--force`` on the
+    command line), which replaces the whole folder; it is checked (not a file, writable) before
+    any weight changes, and written whole or not at all: into a temporary folder beside it that
+    takes its name once everything is written (:mod:`recipe_spec.atomic`). ``progress``
     (recipe-spec's own): ``progress(what, done, total)``, told when each pass starts and after
     each block (:data:`~recipe_spec.one_shot.pipeline.Progress`). ``preserve_masks``
     (recipe-spec's own, default False as llm-compressor): GPTQ keeps the zeros of the weights
@@ -129,7 +137,6 @@ def oneshot(
         ''', num_calibration_samples=16, shuffle_calibration_samples=False)
         print(recipe_spec.one_shot.last_report().sparsity())
     """
-    del tokenizer, processor  # tokenised data only
     if model is None or recipe is None:
         raise TypeError("oneshot() needs model= and recipe=")
     if data_collator != "truncation":
@@ -145,7 +152,8 @@ def oneshot(
         shuffle_calibration_samples=shuffle_calibration_samples, batch_size=batch_size,
         pipeline=pipeline, sequential_targets=sequential_targets,
         offload=sequential_offload_device is not None and str(sequential_offload_device).startswith("cpu"),
-        output_dir=output_dir, seed=seed, progress=progress, preserve_masks=preserve_masks, compat=compat,
+        output_dir=output_dir, overwrite_output_dir=overwrite_output_dir, seed=seed, progress=progress,
+        preserve_masks=preserve_masks, compat=compat, processor=processor if processor is not None else tokenizer,
     )
     del report
     return model
@@ -155,14 +163,19 @@ def apply_oneshot(
     model: Any, recipe: Recipe, dataset: Any = None, *, num_calibration_samples: int = 512,
     shuffle_calibration_samples: bool = True, batch_size: int = 1, pipeline: str = "independent",
     sequential_targets: Sequence[str] | str | None = None, offload: bool = False,
-    output_dir: str | os.PathLike[str] | None = None, seed: int = 42,
+    output_dir: str | os.PathLike[str] | None = None, overwrite_output_dir: bool = False, seed: int = 42,
     progress: Progress | None = None, preserve_masks: bool = False, compat: str | None = None,
+    processor: Any = None,
 ) -> OneShotReport:
     """:func:`oneshot` for a loaded recipe (``ScheduledModifierManager.apply(model,
-    calibration=...)`` calls it); returns the run's :class:`~.pipeline.OneShotReport`."""
+    calibration=...)`` and ``recipe-spec oneshot`` call it); returns the run's
+    :class:`~.pipeline.OneShotReport`. ``processor``: a tokenizer or processor saved into
+    ``output_dir`` with the model (when it has ``save_pretrained`` or ``save_to_preset``)."""
     # the semantics run here: llm-compressor's newest (or ``compat``'s); what that tool does
     # otherwise than written (C005-C007) is validate's concern, not this run's
     release = _release(compat)
+    if output_dir is not None:  # before anything is touched, as the recipe's checks below
+        check_output_dir(output_dir, overwrite_output_dir)
     refuse_invalid(recipe, compat=compat or "llmcompressor", quiet=_OTHER_TOOL)
     backend = backend_for(model)
     mods = resolve(recipe, frozenset(backend.capabilities), backend.name, release)
@@ -196,10 +209,22 @@ def apply_oneshot(
                               progress=progress)
         if output_dir is not None:
             text = recipe.source.yaml_text if recipe.source is not None else recipe.to_yaml()
-            host.save(os.fspath(output_dir), text)
+            with writing(output_dir, overwrite_output_dir) as folder:
+                host.save(folder, text)
+                _save_processor(processor, folder)
     report.notes += [m.note for m in mods if m.note]
     _LAST[:] = [report]
     return report
+
+
+def _save_processor(processor: Any, folder: str) -> None:
+    """Save a tokenizer or processor object into ``folder`` (a name or path is not loaded)."""
+    if processor is None or isinstance(processor, (str, os.PathLike)):
+        return
+    save = getattr(processor, "save_pretrained", None)
+    save = save if callable(save) else getattr(processor, "save_to_preset", None)
+    if callable(save):
+        save(folder)
 
 
 def _check_mappings(host: Any, mods: Sequence[Any]) -> None:

@@ -133,7 +133,10 @@ class CalibrationHost(Protocol):
     def save(self, output_dir: str, recipe_text: str) -> list[str]:
         """Save the model (``save_pretrained`` when it has one; a quantized model compressed
         by compressed-tensors, its ``quantization_config`` in ``config.json``) and
-        ``recipe.yaml`` under ``output_dir``; the paths written."""
+        ``recipe.yaml`` under ``output_dir``; the paths written. ``oneshot`` gives a new empty
+        folder, which takes the user's folder's name once everything is written
+        (:func:`recipe_spec.atomic.writing`): a host writes plainly, and an error it
+        raises leaves nothing behind."""
 
 
 class StopForward(Exception):
