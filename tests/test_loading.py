@@ -9,11 +9,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from timing import cpu_time
 
 from recipe_spec import FrozenDict, RecipeError, Severity, check, load, loads
 from recipe_spec.diagnostics.codes import CODES
@@ -554,9 +554,9 @@ def alias_bomb(levels: int = 10, width: int = 10) -> str:
 
 def test_alias_bomb_is_rejected_fast() -> None:
     """10 levels of 10x (10^10 values) is Y004 within a second, before anything expands."""
-    start = time.perf_counter()
+    start = cpu_time()
     recipe, diagnostics = check_text(alias_bomb())
-    elapsed = time.perf_counter() - start
+    elapsed = cpu_time() - start
     assert recipe is None
     assert [d.code for d in diagnostics] == ["Y004"]
     assert "expands to" in diagnostics[0].message
@@ -566,9 +566,9 @@ def test_alias_bomb_is_rejected_fast() -> None:
 def test_alias_bomb_inside_a_modifier_is_rejected_fast() -> None:
     text = alias_bomb(levels=9).replace(
         "modifiers: []\n", "modifiers:\n  - !GMPruningModifier\n    params: *a8\n")
-    start = time.perf_counter()
+    start = cpu_time()
     assert [code for code, _, _ in diagnose(text)] == ["Y004"]
-    assert time.perf_counter() - start < 1.0
+    assert cpu_time() - start < 1.0
 
 
 def test_ordinary_aliases_are_not_a_bomb() -> None:
@@ -813,9 +813,9 @@ REFUSED = [
 def test_refused_expressions(expr: str, code: str, offset: int) -> None:
     """Everything outside the grammar is V003; arithmetic without a finite value is V004; an
     unknown name is V001. Each is reported at the construct, and quickly."""
-    start = time.perf_counter()
+    start = cpu_time()
     found = diagnose(EXPR_TEMPLATE.format(expr=expr))
-    assert time.perf_counter() - start < 1.0
+    assert cpu_time() - start < 1.0
     assert found == [(code, EXPR_LINE, EXPR_COLUMN + offset)]
 
 

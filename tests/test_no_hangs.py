@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import difflib
 import random
-import time
 from pathlib import Path
 
 import pytest
+from timing import cpu_time
 
 import recipe_spec
 from recipe_spec.cli import main
@@ -45,9 +45,9 @@ def _codes(text: str) -> list[tuple[str, int, int]]:
 # -- 1. update_frequency between -1 and 0 ----------------------------------------------------
 @pytest.mark.parametrize("value", ["-0.5", "-0.999", "-1e-9", "0", "-1.0001", "-2"])
 def test_update_frequency_outside_the_range_is_m005_at_the_value(value: str) -> None:
-    started = time.perf_counter()
+    started = cpu_time()
     found = validate(_gmp(value))
-    assert time.perf_counter() - started < BOUND_S
+    assert cpu_time() - started < BOUND_S
     assert [(d.code, d.line, d.column) for d in found] == [("M005", 8, 23)]
     shown = repr(int(value)) if value.lstrip("-").isdigit() else repr(float(value))
     below = float(value) < -1
@@ -77,19 +77,19 @@ def test_ignored_update_frequency_accepts_minus_one_zero_or_positive(value: str,
 
 def test_the_schedule_compiler_refuses_a_negative_fraction_bypassing_validation() -> None:
     recipe = recipe_spec.loads(_gmp("-0.5"))
-    started = time.perf_counter()
+    started = cpu_time()
     with pytest.raises(PlanError, match=r"GMPruningModifier \(line 2\).*update_frequency.*-0.5"):
         compile_plan(recipe, 10)
-    assert time.perf_counter() - started < BOUND_S
+    assert cpu_time() - started < BOUND_S
     assert compile_plan(recipe_spec.loads(_gmp("-1")), 10).last_event_step == 20
 
 
 def test_schedule_cli_ends_on_a_negative_fraction(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "r.yaml"
     path.write_text(_gmp("-0.5"))
-    started = time.perf_counter()
+    started = cpu_time()
     assert main(["schedule", str(path), "--steps-per-epoch", "10"]) == 1
-    assert time.perf_counter() - started < BOUND_S
+    assert cpu_time() - started < BOUND_S
     assert f"{path}:8:23: M005" in capsys.readouterr().err
 
 
@@ -118,9 +118,9 @@ def test_stage_group_update_outside_the_range_is_m005_at_update(update: str, ok:
                                   "2 ** 2 ** 1023", "2.0 ** 2 ** 1100"])
 def test_a_power_beyond_a_float_is_v004(expr: str) -> None:
     text = f"num_epochs: 3\nmodifiers:\n  - !EpochRangeModifier\n    start_epoch: 0\n    end_epoch: eval({expr})\n"
-    started = time.perf_counter()
+    started = cpu_time()
     recipe, found = recipe_spec.check(text)
-    assert time.perf_counter() - started < BOUND_S
+    assert cpu_time() - started < BOUND_S
     assert recipe is None
     assert [(d.code, d.line) for d in found] == [("V004", 5)]
 
@@ -144,9 +144,9 @@ def test_cli_reports_the_power_located(command: str, tmp_path: Path, capsys: pyt
 
 @pytest.mark.parametrize("end, update, ok", [("1e308", "1e-9", False), ("1e7", "1", True), ("1e7", "0.99", False)])
 def test_stage_group_timing_beyond_the_event_limit_is_m005(end: str, update: str, ok: bool) -> None:
-    started = time.perf_counter()
+    started = cpu_time()
     found = [d for d in validate(CORE.format(end=end, update=update)) if d.code == "M005"]
-    assert time.perf_counter() - started < BOUND_S
+    assert cpu_time() - started < BOUND_S
     assert [(d.line, d.column) for d in found] == ([] if ok else [(9, 15)])
 
 
@@ -155,19 +155,19 @@ def test_the_runtime_refuses_an_end_beyond_a_float_with_a_plan_error(text: str) 
     from recipe_spec.core_dialect.to_modifiers import runnable
 
     recipe = runnable(recipe_spec.loads(text), None)
-    started = time.perf_counter()
+    started = cpu_time()
     with pytest.raises(PlanError, match=r"\(line \d+\): makes about inf schedule events"):
         compile_plan(recipe, 10)
-    assert time.perf_counter() - started < BOUND_S
+    assert cpu_time() - started < BOUND_S
 
 
 # -- 2. the schedule preview -------------------------------------------------------------------
 def test_a_preview_of_millions_of_events_is_refused_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "r.yaml"
     path.write_text(_gmp("-1", end=9000))  # 9 million events at 1,000 steps per epoch
-    started = time.perf_counter()
+    started = cpu_time()
     assert main(["schedule", str(path), "--steps-per-epoch", "1000"]) == 1
-    assert time.perf_counter() - started < BOUND_S
+    assert cpu_time() - started < BOUND_S
     err = capsys.readouterr().err
     assert f"{path}:2:5: error:" in err
     assert "--epochs 400 " in err and "9,000,001 events" in err
@@ -196,9 +196,9 @@ def test_a_preview_of_a_few_hundred_thousand_events_takes_seconds(tmp_path: Path
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "r.yaml"
     path.write_text(_gmp("-1", end=150))  # 150,001 events: a large real recipe at 1,000 steps per epoch
-    started = time.perf_counter()
+    started = cpu_time()
     assert main(["schedule", str(path), "--steps-per-epoch", "1000"]) == 0
-    assert time.perf_counter() - started < 3 * BOUND_S
+    assert cpu_time() - started < 3 * BOUND_S
     assert "150001 event(s)" in capsys.readouterr().out
 
 
@@ -220,9 +220,9 @@ def test_closest_layer_names_among_768_parameters_are_fast() -> None:
     text = ("modifiers:\n  - !QuantizationModifier\n    start_epoch: 0\n    submodules:\n"
             + "".join(f"      - {w}\n" for w in wrong))
     lint(text, records, "torch")  # imports and caches
-    started = time.perf_counter()
+    started = cpu_time()
     found = [d for d in lint(text, records, "torch") if d.code == "P006"]
-    assert time.perf_counter() - started < 0.2
+    assert cpu_time() - started < 0.2
     assert len(found) == 40
     assert found[0].hint.startswith("Closest: bert.encoder.layer.")
 
