@@ -21,11 +21,14 @@ from .records import MAX_NAME
 __all__ = ["PatternError", "MAX_STATES", "LinearPattern", "compile_pattern"]
 
 class PatternError(ValueError):
-    """A ``re:`` pattern does not compile, or is outside what the linear-time matcher runs."""
+    """A ``re:`` pattern does not compile, or is outside what the linear-time matcher runs.
+    ``reason``: ``"syntax"`` (Python's ``re`` refuses it), ``"construct"`` (it uses
+    ``construct``, e.g. ``"a backreference"``) or ``"size"`` (more than MAX_STATES states)."""
 
-    def __init__(self, selector: str, message: str, hint: str):
+    def __init__(self, selector: str, message: str, hint: str, reason: str = "syntax", construct: str = ""):
         super().__init__(f"{selector!r}: {message}")
         self.selector, self.message, self.hint = selector, message, hint
+        self.reason, self.construct = reason, construct
 
 
 #: The most NFA instructions a pattern may compile to (counted repetition is expanded:
@@ -258,26 +261,33 @@ class LinearPattern:
 
     def match(self, name: str) -> bool:
         """Whether ``re.match(pattern, name)`` would find a match (``name`` cut to MAX_NAME)."""
-        text = name[:MAX_NAME]
-        if not self._asserts:
+        return self.run(name[:MAX_NAME])
+
+    def run(self, text: str, *, search: bool = False, full: bool = False) -> bool:
+        """Whether ``re.match(pattern, text)`` finds a match, or ``re.search`` with
+        ``search``, ``re.fullmatch`` with ``full``: the whole of ``text``, in time linear in
+        its length (module names are matched uncut)."""
+        if not self._asserts and not search and not full:
             return self._dfa_match(text)
         closures, steps, tests, atoms, prog = self._closures, self._steps, self._tests, self._atoms, self.prog
         if len(closures) + len(steps) > 20_000:  # bounded memory: start the cache afresh
             closures.clear()
             steps.clear()
         asserts = self._asserts
-        kernel = self._start
+        start = kernel = self._start
         pos, n = 0, len(text)
         while True:
+            if search:  # a match may also start here
+                kernel = kernel | start
             context = tuple(a.match(text, pos) is not None for a in asserts) if asserts else ()
             key = (kernel, context)
             found = closures.get(key)
             if found is None:
                 found = closures[key] = self._closure(kernel, text, pos, context)
             accepting, consumers = found
-            if accepting:
+            if accepting and (not full or pos == n):
                 return True
-            if pos == n or not consumers:
+            if pos == n or not (consumers or search):
                 return False
             ch = text[pos]
             step_key = (consumers, ch)
@@ -317,6 +327,7 @@ def compile_pattern(selector: str) -> LinearPattern:
             f"the regex uses {exc}, which parameter patterns do not support (they are matched "
             "in linear time, without backtracking)",
             "Select the names with plain patterns instead, or list several selectors.",
+            "construct", str(exc),
         ) from None
     except _TooLarge:
         raise PatternError(
@@ -324,6 +335,7 @@ def compile_pattern(selector: str) -> LinearPattern:
             f"the regex expands to more than {MAX_STATES} states (counted repetition like "
             "a{1,100} is written out once per count)",
             "Use * or + instead of large counts, e.g. (a{1,100}){1,100} as a+.",
+            "size",
         ) from None
 
 
