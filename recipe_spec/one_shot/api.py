@@ -27,6 +27,7 @@ from typing import Any
 
 from ..diagnostics.base import RecipeError
 from ..loader import load
+from ..params.targets import explain, refused_patterns
 from ..recipe.model import Recipe
 from ..registry import backend_for
 from ..runtime.preflight import refuse_invalid
@@ -91,7 +92,9 @@ def oneshot(
     longest first, or in a shuffled order seeded by ``seed`` when
     ``shuffle_calibration_samples``, in batches of ``batch_size`` cut to their shortest sample.
     ``pipeline``: ``independent``, ``sequential`` or ``datafree``; ``sequential_targets``: the
-    class names of the blocks run one after another (default: the model's repeated block).
+    class names of the blocks run one after another, or their module names or ``re:``
+    patterns (default: the model's repeated block; a pattern ``validate`` would refuse in a
+    recipe, P005, is a ValueError here).
     ``sequential_offload_device="cpu"`` keeps the cached block inputs in host memory (default
     None: where the model runs; llm-compressor defaults to "cpu"). ``output_dir``: save the
     model (``save_pretrained`` for a Hugging Face model) and ``recipe.yaml`` there; sparse
@@ -164,6 +167,9 @@ def apply_oneshot(
     # otherwise than written (C005-C007) is validate's concern, not this run's
     release = _release(compat)
     refuse_invalid(recipe, compat=compat or "llmcompressor", quiet=_OTHER_TOOL)
+    if isinstance(sequential_targets, str):
+        sequential_targets = [sequential_targets]
+    _refuse_patterns("sequential_targets", sequential_targets or ())
     backend = backend_for(model)
     mods = resolve(recipe, frozenset(backend.capabilities), backend.name, release)
     if preserve_masks:
@@ -171,8 +177,6 @@ def apply_oneshot(
     make_host = getattr(backend, "calibration_host", None)
     if make_host is None:  # capabilities say "oneshot" without a host: a backend defect
         raise NotImplementedError(f"the {backend.name} backend declares 'oneshot' but has no calibration_host()")
-    if isinstance(sequential_targets, str):
-        sequential_targets = [sequential_targets]
     needs_data = [m for m in mods if m.needs_data]
     if needs_data and dataset is None:
         first = needs_data[0]
@@ -200,6 +204,15 @@ def apply_oneshot(
     report.notes += [m.note for m in mods if m.note]
     _LAST[:] = [report]
     return report
+
+
+def _refuse_patterns(keyword: str, values: Sequence[str]) -> None:
+    """A ValueError, before anything runs, for a ``re:`` pattern in a keyword argument that the
+    run's matcher refuses (as ``validate`` refuses it in a recipe: P005)."""
+    refused = refused_patterns(values)
+    if refused:
+        message, hint = explain(refused[0])
+        raise ValueError(f"{keyword}: {message}. {hint}")
 
 
 def _check_mappings(host: Any, mods: Sequence[Any]) -> None:

@@ -53,7 +53,8 @@ class CalibrationHost(Protocol):
 
     def repeated_blocks(self, sequential_targets: Sequence[str] | None) -> list[str]:
         """The names of the blocks the sequential pipeline runs one after another: modules of
-        a class in ``sequential_targets``, or by default the model's repeated block (a
+        a class or a name in ``sequential_targets`` (``re:`` patterns as ``targets``:
+        :func:`~.matching.matches` on the class of the module itself), or by default the model's repeated block (a
         ModuleList of identical layers, e.g. ``LlamaDecoderLayer``); [] when none is found."""
 
     def lengths(self, samples: Sequence[Mapping[str, Any]]) -> list[int]:
