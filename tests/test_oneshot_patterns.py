@@ -87,6 +87,51 @@ def test_the_matcher_is_re_match(pattern: str) -> None:
         assert compiled.run(name, full=True) is (re.fullmatch(body, name) is not None), (pattern, name)
 
 
+def test_the_matcher_is_re_on_random_patterns() -> None:
+    """Seeded random patterns (alternation, repetition, lazy and counted repeats, anchors,
+    ``\\b``, case-insensitive groups, MULTILINE) on random names with dots and newlines: the
+    same answer as ``re`` for match, search and fullmatch, through the DFA and the anchored
+    paths alike."""
+    import random
+
+    from recipe_spec.params.patterns import PatternError, compile_pattern
+
+    rnd = random.Random(7)
+    atoms = ["a", "b", ".", r"\.", r"\d", r"\w", "[ab]", "[^a]", "x", "\n", "(?:a|b)", "(a|)", "_"]
+
+    def pattern(depth: int = 0, looped: bool = False) -> str:
+        """A random pattern; inside a repetition no other repetition or alternation, so that
+        ``re``, the reference, does not backtrack for minutes."""
+        if depth > 3 or rnd.random() < 0.3:
+            return rnd.choice(atoms)
+        kind = rnd.random()
+        if kind < 0.3 or (looped and kind < 0.7):
+            return pattern(depth + 1, looped) + pattern(depth + 1, looped)
+        if kind < 0.5:
+            return f"({pattern(depth + 1)}|{pattern(depth + 1)})"
+        if kind < 0.7:
+            return f"({pattern(depth + 1, True)}){rnd.choice(['*', '+', '?', '{1,3}', '*?', '{2}'])}"
+        if kind < 0.85:
+            return (rnd.choice(["^", "$", r"\Z", r"\A", r"\b", r"\B", ""]) + pattern(depth + 1, looped)
+                    + rnd.choice(["$", "", r"\Z"]))
+        return f"(?i:{pattern(depth + 1, looped)})"
+
+    checked = 0
+    for _ in range(1500):
+        body = ("(?m)" if rnd.random() < 0.1 else "") + pattern()
+        try:
+            compiled = compile_pattern("re:" + body)
+        except PatternError:
+            continue
+        for _ in range(6):
+            name = "".join(rnd.choice("ab.\n1x_A") for _ in range(rnd.randrange(0, 24)))
+            assert compiled.run(name) is (re.match(body, name) is not None), (body, name)
+            assert compiled.run(name, search=True) is (re.search(body, name) is not None), (body, name)
+            assert compiled.run(name, full=True) is (re.fullmatch(body, name) is not None), (body, name)
+            checked += 1
+    assert checked > 5000
+
+
 def test_plain_targets_are_names_or_classes() -> None:
     assert target_matches("lm_head", "lm_head") and not target_matches("lm_head", "model.lm_head")
     assert target_matches("Linear", "model.layers.0.mlp.up_proj", ("Linear", "Module"))
