@@ -250,6 +250,14 @@ def test_oneshot_refuses_before_the_model_is_touched() -> None:
     refused = [(d.code, d.line, d.column, d.message) for d in err.value.diagnostics if d.code == "P005"]
     assert refused == [(d.code, d.line, d.column, d.message) for d in validate(REFUSED) if d.code == "P005"]
     assert _same(model, before)
+    # silenced in validate's verdict, the pattern still cannot run: refused all the same
+    silenced = "s_stage:\n  s_modifiers:\n    SparseGPTModifier:\n      sparsity: 0.5\n" \
+               "      ignore: [lm_head, 're:(?!model).*']  # noqa: P005\n"
+    assert [d.code for d in validate(silenced) if d.severity.value == "error"] == []
+    with pytest.raises(RecipeError) as err:
+        recipe_spec.oneshot(model=model, recipe=silenced, dataset=samples, num_calibration_samples=2)
+    assert [(d.code, d.line, d.column) for d in err.value.diagnostics] == [("P005", 5, 25)]
+    assert _same(model, before)
     # a keyword argument that carries patterns goes through the same check
     recipe = "s_stage:\n  s_modifiers:\n    SparseGPTModifier: {sparsity: 0.5, ignore: [lm_head]}\n"
     with pytest.raises(ValueError, match=r"sequential_targets: 're:\(\?=x\)' uses a lookahead") as bad:

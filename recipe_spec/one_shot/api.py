@@ -170,6 +170,7 @@ def apply_oneshot(
     if isinstance(sequential_targets, str):
         sequential_targets = [sequential_targets]
     _refuse_patterns("sequential_targets", sequential_targets or ())
+    _refuse_recipe_patterns(recipe)
     backend = backend_for(model)
     mods = resolve(recipe, frozenset(backend.capabilities), backend.name, release)
     if preserve_masks:
@@ -213,6 +214,24 @@ def _refuse_patterns(keyword: str, values: Sequence[str]) -> None:
     if refused:
         message, hint = explain(refused[0])
         raise ValueError(f"{keyword}: {message}. {hint}")
+
+
+def _refuse_recipe_patterns(recipe: Recipe) -> None:
+    """P005 for a module pattern the run's matcher refuses, even where a ``# noqa: P005``
+    kept it from ``validate``'s verdict: the run could not match it, so it stops here,
+    before the model is touched, not when a later modifier meets it."""
+    from ..core_dialect.pattern_checks import arg_items
+    from ..diagnostics import codes
+
+    found = []
+    for m in recipe.modifiers:
+        for keys, text, target, _ in arg_items(m.args):
+            refused = refused_patterns([text]) if target else []
+            if refused:
+                message, hint = explain(refused[0])
+                found.append(codes.P005(message, hint, m.value_span(*keys)).in_file(recipe.path))
+    if found:
+        raise RecipeError(found)
 
 
 def _check_mappings(host: Any, mods: Sequence[Any]) -> None:
