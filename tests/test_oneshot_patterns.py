@@ -405,7 +405,16 @@ def test_cli_oneshot_estimate_and_run(tmp_path: pathlib.Path, capsys: pytest.Cap
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "one-shot estimate for" in out.out and "14 target layers" in out.out
+    # a refused pattern stops the command before the estimate, silenced or not
+    refused = SGPT.replace(f"'{HOSTILE[1]}'", "'re:(?!model).*'").splitlines()
+    for text in (refused, [*refused[:6], refused[6] + "  # noqa: P005"]):
+        (tmp_path / "r.yaml").write_text("\n".join(text) + "\n")
+        code = main([*argv, "--force"])
+        out = capsys.readouterr()
+        assert code == 1 and ":7:45: P005" in out.err and "estimate" not in out.out, out
+        assert "Traceback" not in out.err
     # --sequential-targets: the same refusal as in a recipe, one line
+    (tmp_path / "r.yaml").write_text(SGPT)
     with deadline(60):
         code = main([*argv[:-2], "--sequential-targets", r"re:(model)\.\1"])
     err = capsys.readouterr().err
