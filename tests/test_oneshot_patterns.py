@@ -267,7 +267,8 @@ def test_oneshot_refuses_before_the_model_is_touched() -> None:
 
 def test_torch_llama_with_nested_repetition_is_llm_compressors_run() -> None:
     """llm-compressor 0.14's SparseGPT 2:4 run, with hostile patterns that match nothing added
-    to targets, ignore and sequential_targets: the same weights, at once."""
+    to targets, ignore and sequential_targets (whose blocks a ``re:`` pattern names): the same
+    weights, at once."""
     import recipe_spec
 
     safetensors_torch = pytest.importorskip("safetensors.torch")
@@ -279,9 +280,12 @@ def test_torch_llama_with_nested_repetition_is_llm_compressors_run() -> None:
     recipe = recipe.replace('ignore: ["re:.*lm_head"]', "ignore: ['re:.*lm_head', " + ", ".join(
         f"'{p}'" for p in HOSTILE) + "]")
     assert ON_LLAMA in recipe and HOSTILE[0] in recipe
+    blocks: list[str] = []
     with deadline(300):
         recipe_spec.oneshot(model=model, recipe=recipe, dataset=samples, num_calibration_samples=16,
-                            shuffle_calibration_samples=False, sequential_targets=[ON_LLAMA, "LlamaDecoderLayer"])
+                            shuffle_calibration_samples=False, sequential_targets=[ON_LLAMA, r"re:model\.layers\.\d+$"],
+                            progress=lambda what, done, total: blocks.append(what) if done else None)
+    assert blocks == [f"model.layers.{i}" for i in range(case["model_config"]["num_hidden_layers"])]
     final = safetensors_torch.load_file(str(LLMCOMPRESSOR / name / "final.safetensors"))
     state = model.state_dict()
     for key, want in final.items():

@@ -163,8 +163,13 @@ def sequential_targets_problem(model: CheckpointModel, targets: Sequence[str]) -
     name, as the run matches it)."""
     modules = {i.name for i in model.modules}
     classes = set(model.classes) | {c for i in model.modules for c in i.classes if c != "Module"}
-    wrong = [t for t in targets if not (any(regex_match(t, n) for n in modules if n) if t.startswith("re:")
-                                        else t in classes or t in modules)]
+
+    def names_one(target: str) -> bool:
+        if target.startswith("re:"):
+            return any(regex_match(target, n) for n in modules if n)
+        return target in classes or target in modules
+
+    wrong = [t for t in targets if not names_one(t)]
     if not wrong:
         return None
     layer = f"; its decoder layer is {model.decoder_class}" if model.decoder_class else ""
