@@ -6,7 +6,8 @@ estimate and the run on both backends.
 - patterns with nested repetition (``re:(a+)+$``), which make a backtracking engine run for
   hours on a long name, finish at once on every surface: the matcher itself, ``oneshot()`` on
   PyTorch (a tiny Llama, and a model with long module names) and on Keras, the
-  ``recipe-spec oneshot`` command and ``recipe-spec lint --model``;
+  ``recipe-spec oneshot`` command (its estimate and run: ``test_oneshot_cli.py``) and
+  ``recipe-spec lint --model``;
 - a pattern the matcher cannot run (a backreference, lookaround) is refused by ``validate``
   at its line and column (P005), and by ``oneshot()`` with the same error before the model
   is touched.
@@ -378,7 +379,7 @@ def test_keras_long_layer_names() -> None:
     np.testing.assert_array_equal(hostile, run(""))
 
 
-# -- the command line: the estimate, the run, lint ----------------------------------------------------
+# -- the command line: lint (the oneshot command: test_oneshot_cli.py) ----------------------------------
 
 SGPT = f"""\
 sparsity_stage:
@@ -389,40 +390,6 @@ sparsity_stage:
       targets: [Linear, '{ON_LLAMA}']
       ignore: ['re:.*lm_head', '{HOSTILE[0]}', '{HOSTILE[1]}', '{ON_LLAMA}']
 """
-
-
-def test_cli_oneshot_estimate_and_run(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
-    torch = _torch()
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    folder = tmp_path / "model"
-    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=256,
-                                      tie_word_embeddings=False)
-    transformers.LlamaForCausalLM(config).float().save_pretrained(folder)
-    (tmp_path / "r.yaml").write_text(SGPT)
-    (tmp_path / "c.json").write_text(json.dumps([[(7 * i + j) % 120 + 4 for j in range(24)] for i in range(4)]))
-    argv = ["oneshot", str(tmp_path / "r.yaml"), "--model", str(folder), "--calibration", str(tmp_path / "c.json"),
-            "--num-samples", "4", "--output", str(tmp_path / "out")]
-    with deadline(300):
-        code = main(argv)
-    out = capsys.readouterr()
-    assert code == 0, out.err
-    assert "one-shot estimate for" in out.out and "14 target layers" in out.out
-    # a refused pattern stops the command before the estimate, silenced or not
-    refused = SGPT.replace(f"'{HOSTILE[1]}'", "'re:(?!model).*'").splitlines()
-    for text in (refused, [*refused[:6], refused[6] + "  # noqa: P005"]):
-        (tmp_path / "r.yaml").write_text("\n".join(text) + "\n")
-        code = main([*argv, "--force"])
-        out = capsys.readouterr()
-        assert code == 1 and ":7:45: P005" in out.err and "estimate" not in out.out, out
-        assert "Traceback" not in out.err
-    # --sequential-targets: the same refusal as in a recipe, one line
-    (tmp_path / "r.yaml").write_text(SGPT)
-    with deadline(60):
-        code = main([*argv[:-2], "--sequential-targets", r"re:(model)\.\1"])
-    err = capsys.readouterr().err
-    assert code == 2 and "backreference" in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_lint_against_a_checkpoint(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
