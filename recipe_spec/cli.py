@@ -147,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     li.add_argument("--params", metavar="FILE", help="a parameter manifest written by `recipe-spec params`")
     li.add_argument(
         "--sequential-targets", nargs="+", metavar="NAME",
-        help="with --model DIR: the block class (or module names) a one-shot run goes through",
+        help="with --model DIR: the block class (or module names, 're:' patterns) a one-shot run goes through",
     )
     li.add_argument("--num-samples", type=positive_int, default=512, metavar="N",
                     help="with --model DIR: calibration samples the one-shot estimate assumes (default 512)")
@@ -214,7 +214,8 @@ def _add_oneshot(sub: Any) -> None:
     on.add_argument("--batch-size", type=positive_int, default=1, metavar="B", help="samples per batch (default 1)")
     on.add_argument("--pipeline", choices=["independent", "sequential", "datafree"], default="independent")
     on.add_argument("--sequential-targets", nargs="+", metavar="NAME",
-                    help="the block class (or module names) run one after another (default: the decoder layer)")
+                    help="the block class (or module names, 're:' patterns) run one after another "
+                    "(default: the decoder layer)")
     on.add_argument("--output", "-o", metavar="DIR", help="write the compressed checkpoint folder here")
     on.add_argument("--force", action="store_true", help="replace a non-empty --output folder as a whole (no file of it is kept)")
     on.add_argument("--var", action="append", metavar="NAME=VALUE", help="override a recipe variable")

@@ -118,16 +118,22 @@ def checkpoint_lint(path: str, model: Any, variables: Any, samples: int, seq_len
     from .one_shot.checkpoint import estimate, model_findings
     from .one_shot.modifiers import runnable
     from .one_shot.quant_lint import gptq_modifiers, mapping_findings, quant_findings
+    from .params.patterns import PatternError
 
     recipe, _ = check(Path(path), variables)
     if recipe is None:
         return []
-    mods = runnable(recipe)
-    smoothing = mapping_findings(recipe, mods, model.modules, model.architecture)
-    mods += gptq_modifiers(recipe, mods)
-    if mods:
-        estimates.append(estimate(mods, model, samples, _seq_len(model.config, seq_len)))
-    return model_findings(recipe, mods, model) + quant_findings(recipe, model.modules) + smoothing
+    try:
+        mods = runnable(recipe)
+        smoothing = mapping_findings(recipe, mods, model.modules, model.architecture)
+        mods += gptq_modifiers(recipe, mods)
+        cost = estimate(mods, model, samples, _seq_len(model.config, seq_len)) if mods else None
+        found = model_findings(recipe, mods, model) + quant_findings(recipe, model.modules) + smoothing
+    except PatternError:  # a pattern no run matches: validation's P005 says where and why
+        return []
+    if cost is not None:
+        estimates.append(cost)
+    return found
 
 
 def lint_command(args: argparse.Namespace) -> int:
@@ -166,10 +172,17 @@ def print_estimates(estimates: Sequence[Any], text_format: bool) -> None:
 
 
 def flag_targets_problem(model: Any, targets: Sequence[str] | None) -> None:
-    """A usage error when ``--sequential-targets`` names no class or module of ``model``."""
+    """A usage error when ``--sequential-targets`` names no class or module of ``model``, or
+    holds a ``re:`` pattern the run's matcher refuses."""
     if not targets:
         return
     from .one_shot.checkpoint import sequential_targets_problem
+    from .params.targets import explain, refused_patterns
+
+    refused = refused_patterns(targets)
+    if refused:
+        message, hint = explain(refused[0])
+        raise UsageError(f"--sequential-targets {message}. {hint}")
 
     problem = sequential_targets_problem(model, targets)
     if problem is not None:
@@ -267,9 +280,10 @@ def _recipe(args: argparse.Namespace) -> tuple[Any, list[Any]]:
     if _print([d for d in found if d.code not in _OTHER_TOOL], args.recipe) or recipe is None:
         raise _Failed
     backend = _checkpoint_backend()
-    from .one_shot.api import _release
+    from .one_shot.api import _refuse_recipe_patterns, _release
 
     try:
+        _refuse_recipe_patterns(recipe)  # a silenced P005 still cannot run
         mods = resolve(recipe, frozenset(backend.capabilities), backend.name, _release(args.compat))
     except RecipeError as exc:
         _print(exc.diagnostics, args.recipe)

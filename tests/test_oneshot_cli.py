@@ -289,3 +289,31 @@ def test_oneshot_compat_reads_the_combined_awq_form(
     code, _, err = run(["oneshot", str(files["recipe"]), "--model", str(checkpoint), "--calibration",
                         str(files["calib"]), "--compat", "sparseml==1.8"], capsys)
     assert code == 2 and "--compat" in err
+
+
+def test_nested_repetition_and_refused_patterns(checkpoint: Path, files: dict[str, Path],
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Patterns with nested repetition (tests/test_oneshot_patterns.py) in targets and ignore:
+    the estimate and the run finish at once; a pattern the matcher cannot run stops the
+    command before the estimate, located, even under ``# noqa: P005``; in
+    ``--sequential-targets``, a usage error."""
+    from test_oneshot_patterns import HOSTILE, deadline
+    from test_oneshot_patterns import SGPT as HOSTILE_SGPT
+
+    files["recipe"].write_text(HOSTILE_SGPT)
+    argv = ["oneshot", str(files["recipe"]), "--model", str(checkpoint), "--calibration", str(files["calib"]),
+            "--num-samples", "4", "--output", str(files["out"]), "--force"]
+    with deadline(300):
+        code, out, err = run(argv, capsys)
+    assert code == 0, err
+    assert "one-shot estimate for" in out and "14 target layers" in out
+    refused = HOSTILE_SGPT.replace(f"'{HOSTILE[1]}'", "'re:(?!model).*'").splitlines()
+    for text in (refused, [*refused[:6], refused[6] + "  # noqa: P005"]):
+        files["recipe"].write_text("\n".join(text) + "\n")
+        code, out, err = run(argv, capsys)
+        assert code == 1 and ":7:45: P005" in err and "estimate" not in out, err
+        assert "Traceback" not in err
+    files["recipe"].write_text(HOSTILE_SGPT)
+    with deadline(60):
+        code, _, err = run([*argv, "--sequential-targets", r"re:(model)\.\1"], capsys)
+    assert code == 2 and "backreference" in err and len(err.strip().splitlines()) == 1, err

@@ -172,7 +172,10 @@ def test_sequential_targets_must_name_a_class_of_the_model(tmp_path: Path,
     code, _, err = run(["lint", str(recipe), "--model", str(folder), "--sequential-targets", "LlamaLayer"], capsys)
     assert code == 2 and "LlamaDecoderLayer" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
-    for good in ("LlamaDecoderLayer", "model.layers.0"):
+    code, _, err = run(["lint", str(recipe), "--model", str(folder), "--sequential-targets", r"re:layers\.\d+$"],
+                       capsys)  # re.match: from the start of the name
+    assert code == 2 and "re:layers" in err and len(err.strip().splitlines()) == 1
+    for good in ("LlamaDecoderLayer", "model.layers.0", r"re:model\.layers\.\d+$"):
         assert main(["lint", str(recipe), "--model", str(folder), "--sequential-targets", good,
                      "--select", "P"]) == 0
 

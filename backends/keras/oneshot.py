@@ -54,6 +54,7 @@ import keras
 from recipe_spec.atomic import write_text
 from recipe_spec.masks.numpy_ops import NUMPY_OPS
 from recipe_spec.one_shot.host import CallRecorder, ModuleInfo, Observer, StopForward, feed_until
+from recipe_spec.one_shot.matching import matches
 
 from .hub import hf_names
 from .layout import LinearAxes, linear_axes
@@ -225,8 +226,8 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls):
 
     def repeated_blocks(self, sequential_targets: Sequence[str] | None) -> list[str]:
         if sequential_targets:
-            wanted = set(sequential_targets)
-            return [i.name for i in self._infos if i.name and (i.name in wanted or (i.classes and i.classes[0] in wanted))]
+            return [i.name for i in self._infos
+                    if i.name and any(matches(t, i.name, i.classes[:1]) for t in sequential_targets)]
         best: tuple[int, list[str]] = (-1, [])
         for names in self._groups.values():
             by_class: dict[type, list[str]] = {}

@@ -3,7 +3,8 @@ library llm-compressor 0.14 saves with): the calibration host's
 ``attach_quantization`` / ``set_quantized`` and the compressed save.
 
 - :func:`attach`: ``apply_quantization_config`` with the resolved config, as llm-compressor's
-  ``QuantizationMixin.initialize_quantization`` does; each quantized ``Linear`` gets its
+  ``QuantizationMixin.initialize_quantization`` does (its ``re:`` targets matched in linear
+  time: :func:`_linear_matching`); each quantized ``Linear`` gets its
   ``quantization_scheme`` and its ``weight_scale`` / ``weight_zero_point`` (int8, or FP8 for
   FP8 grids) / ``input_scale`` / ``input_zero_point`` parameters in compressed-tensors' shapes;
   quantization is switched off until the pipeline ends (:func:`finish`);
@@ -22,10 +23,12 @@ compressed-tensors is imported here only, when a recipe quantizes
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
+from recipe_spec.params.targets import regex_match
 
 __all__ = ["attach", "record", "finish", "quantized", "save"]
 
@@ -54,8 +57,44 @@ def attach(model: torch.nn.Module, config: Mapping[str, Any]) -> None:
         disable_quantization,
     )
 
-    apply_quantization_config(model, QuantizationConfig.model_validate(dict(config)), show_progress=False)
+    with _linear_matching():
+        apply_quantization_config(model, QuantizationConfig.model_validate(dict(config)), show_progress=False)
     model.apply(disable_quantization)
+
+
+class _LinearRe:
+    """The ``re`` module as compressed-tensors' matcher sees it while the schemes are attached:
+    ``match`` of a module-name pattern (its ``match_name``: ``re.match(target[3:], name)``)
+    runs on recipe-spec's linear-time matcher, with the same answer; the rest is ``re``."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def match(self, pattern: Any, string: Any, flags: int = 0) -> Any:
+        if flags or not isinstance(pattern, str) or not isinstance(string, str):
+            return self._real.match(pattern, string, flags)
+        return True if regex_match("re:" + pattern, string) else None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+@contextlib.contextmanager
+def _linear_matching() -> Iterator[None]:
+    """compressed-tensors matches ``re:`` targets with Python's backtracking ``re.match``,
+    which a pattern with nested repetition (``re:(a+)+$``) keeps busy for hours on a long
+    name; for the duration, its matcher module's ``re`` is :class:`_LinearRe`."""
+    from compressed_tensors.utils import match as ct_match
+
+    real = getattr(ct_match, "re", None)
+    if real is None:  # another layout of compressed-tensors: leave it as it is
+        yield
+        return
+    ct_match.re = _LinearRe(real)
+    try:
+        yield
+    finally:
+        ct_match.re = real
 
 
 def record(module: torch.nn.Module, name: str, weight: torch.Tensor | None, qparams: Mapping[str, Any]) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from recipe_spec.atomic import replacing, write_text
 from recipe_spec.one_shot.host import CallRecorder, ModuleInfo, Observer, StopForward, feed_until
+from recipe_spec.one_shot.matching import matches
 
 from .masks import TORCH_OPS
 
@@ -109,8 +110,8 @@ class TorchCalibrationHost:
 
     def repeated_blocks(self, sequential_targets: Sequence[str] | None) -> list[str]:
         if sequential_targets:
-            wanted = set(sequential_targets)
-            return [n for n, m in self._named.items() if n and (type(m).__name__ in wanted or n in wanted)]
+            return [n for n, m in self._named.items()
+                    if n and any(matches(t, n, (type(m).__name__,)) for t in sequential_targets)]
         best: tuple[int, list[str]] = (-1, [])
         for name, module in self._named.items():
             if not isinstance(module, torch.nn.ModuleList) or len(module) < 2:

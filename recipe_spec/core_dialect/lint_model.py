@@ -43,6 +43,8 @@ def _patterns(value: Any) -> list[tuple[tuple[Any, ...], str]]:
 
 def _one(m: Modifier, key: str, where: tuple[Any, ...], reports: list[tuple[str, PatternReport]],
          recipe: Recipe) -> Diagnostic | None:
+    if any(r.error for _, r in reports):
+        return None  # a pattern no tool can match: validation's P005 says why
     missing = [label for label, r in reports if r.matched_nothing]
     if not missing:
         if any(r.class_unchecked for _, r in reports):

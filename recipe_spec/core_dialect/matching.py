@@ -31,6 +31,8 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from ..params.checkpoint import ModelNames
+from ..params.patterns import LinearPattern, PatternError
+from ..params.targets import explain, linear_pattern
 
 __all__ = ["MatchResult", "PatternReport", "Semantics", "kind_for_modifier", "match", "parse_version", "semantics"]
 
@@ -169,22 +171,25 @@ class MatchResult:
 
 
 class _Pattern:
-    """A compiled target: ``re:`` + ``re.match`` (prefix-anchored) or exact equality."""
+    """A compiled target: ``re:`` + ``re.match`` (prefix-anchored), run by the linear-time
+    matcher the one-shot run uses (:mod:`recipe_spec.params.targets`), or exact equality."""
 
     def __init__(self, text: str) -> None:
         self.text = text
         self.is_regex = text.startswith("re:")
         self.error: str | None = None
-        self.regex: re.Pattern[str] | None = None
+        self.regex: LinearPattern | None = None
         if self.is_regex:
             try:
-                self.regex = re.compile(text[3:])
-            except re.error as exc:
-                self.error = f"`{text}` is not a valid regular expression ({exc})"
+                self.regex = linear_pattern(text)
+            except PatternError as exc:
+                why = exc.message.removeprefix("the regex does not compile: ")
+                self.error = f"`{text}` is not a valid regular expression ({why})" if exc.reason == "syntax" \
+                    else explain(exc)[0]
 
     def name(self, value: str) -> bool:
         if self.is_regex:
-            return self.regex is not None and self.regex.match(value) is not None
+            return self.regex is not None and self.regex.run(value)
         return self.text == value
 
     def cls(self, classes: tuple[str, ...], s: Semantics) -> bool:
@@ -267,12 +272,12 @@ def _regex_notes(p: _Pattern, matched: list[str], m: _Model) -> list[str]:
         notes.append(f"`{p.text}` has an unescaped `.`, which matches any character; write `\\.` "
                      "for a literal dot")
     if not matched:
-        found = [n for n in m.modules if n and p.regex.search(n)]
+        found = [n for n in m.modules if n and p.regex.run(n, search=True)]
         if found and not body.startswith((".*", "^")):
             notes.append(f"`{p.text}` is matched with re.match, anchored at the start of the name; "
                          f"`re:.*{body}` would match {len(found)} module(s), e.g. {found[0]}")
     else:
-        longer = [n for n in matched if n and p.regex.fullmatch(n) is None]
+        longer = [n for n in matched if n and not p.regex.run(n, full=True)]
         if longer and not body.endswith("$"):
             notes.append(f"`{p.text}` has no `$`, so it also matches longer names, e.g. {longer[0]}")
     return notes

@@ -5,7 +5,9 @@ name): exactly, or, after ``re:``, with Python's ``re.match``, which is anchored
 of the name (../shared/reference/core-dialect.md, section 2c). The pitfalls users reported
 (section 4), each a check here:
 
-- a pattern that does not compile (llm-compressor #1428's "regex match error"): P005;
+- a pattern that does not compile (llm-compressor #1428's "regex match error"), or that
+  recipe-spec's linear-time module matcher (:mod:`recipe_spec.params.targets`) does not run
+  (a backreference, lookaround, more than 1,000 states): P005;
 - regex text without ``re:`` (``.*lm_head``, ``backbone\\.embeddings``, PR #2803): compared
   as a plain name, it matches nothing: P008;
 - a ``re:`` pattern, or a plain name, that begins with a name found only *inside* a layer
@@ -39,6 +41,8 @@ from typing import Any
 from ..diagnostics import codes
 from ..diagnostics.base import Severity
 from ..diagnostics.codes import Code
+from ..params.patterns import PatternError
+from ..params.targets import explain, linear_pattern
 
 __all__ = ["PatternFinding", "pattern_findings", "pattern_items", "arg_strings", "arg_items",
            "PATTERN_KEYS"]
@@ -278,6 +282,10 @@ def _regex_findings(text: str, body: str, from_root: bool) -> list[PatternFindin
     except (re.error, OverflowError, RecursionError) as exc:  # a count too large, too deep
         return [PatternFinding(codes.P005, f"'{text}' is not a valid regular expression ({exc})",
                                _compile_hint(body, exc))]
+    try:  # what Python compiles, the one-shot run must be able to match in linear time
+        linear_pattern(text)
+    except PatternError as exc:
+        return [PatternFinding(codes.P005, *explain(exc))]
     if "\\\\" in body:
         fixed = "re:" + body.replace("\\\\", "\\")
         return [PatternFinding(codes.P008, f"'{text}' asks for a backslash in the module name "

@@ -38,12 +38,14 @@ P004 = _code(
 )
 P005 = _code(
     "P005", "error", "bad regex",
-    "A `re:` pattern that does not compile cannot select anything. Patterns run on a "
-    "linear-time matcher (no backtracking, so `(a+)+` is as fast as `a+`); a backreference, "
-    "lookaround, conditional or atomic group, or a pattern that expands to more than 1,000 "
-    "states (`(a{1,100}){1,100}`) is outside it and refused. In a stage/group recipe's "
-    "`targets` and `ignore`, which SparseML and llm-compressor compile with Python's `re`, "
-    "only what Python refuses is reported (`re:*lm_head`: nothing to repeat).",
+    "A `re:` pattern that does not compile cannot select anything (`re:*lm_head`: nothing to "
+    "repeat). Patterns run on a linear-time matcher (no backtracking, so `(a+)+` is as fast "
+    "as `a+`): a training recipe's `params`, and a stage/group recipe's `targets`, `ignore`, "
+    "`sequential_targets` and `mappings` wherever recipe-spec matches them (`oneshot()`, the "
+    "`oneshot` command and its estimate, `lint --model`). A backreference, lookaround, "
+    "conditional or atomic group, or a pattern that expands to more than 1,000 states "
+    "(`(a{1,100}){1,100}`) is outside it and refused before anything runs, with what to "
+    "write instead.",
     "params: ['re:conv[0-9']", "Fix the regex (Python `re` syntax); select without lookaround or backreferences.",
 )
 P006 = _code(

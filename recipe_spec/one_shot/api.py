@@ -28,6 +28,7 @@ from typing import Any
 from ..atomic import check_output_dir, writing
 from ..diagnostics.base import RecipeError
 from ..loader import load
+from ..params.targets import explain, refused_patterns
 from ..recipe.model import Recipe
 from ..registry import backend_for
 from ..runtime.preflight import refuse_invalid
@@ -95,7 +96,9 @@ def oneshot(
     longest first, or in a shuffled order seeded by ``seed`` when
     ``shuffle_calibration_samples``, in batches of ``batch_size`` cut to their shortest sample.
     ``pipeline``: ``independent``, ``sequential`` or ``datafree``; ``sequential_targets``: the
-    class names of the blocks run one after another (default: the model's repeated block).
+    class names of the blocks run one after another, or their module names or ``re:``
+    patterns (default: the model's repeated block; a pattern ``validate`` would refuse in a
+    recipe, P005, is a ValueError here).
     ``sequential_offload_device="cpu"`` keeps the cached block inputs in host memory (default
     None: where the model runs; llm-compressor defaults to "cpu"). ``output_dir``: save the
     model (``save_pretrained`` for a Hugging Face model) and ``recipe.yaml`` there; sparse
@@ -177,6 +180,10 @@ def apply_oneshot(
     if output_dir is not None:  # before anything is touched, as the recipe's checks below
         check_output_dir(output_dir, overwrite_output_dir)
     refuse_invalid(recipe, compat=compat or "llmcompressor", quiet=_OTHER_TOOL)
+    if isinstance(sequential_targets, str):
+        sequential_targets = [sequential_targets]
+    _refuse_patterns("sequential_targets", sequential_targets or ())
+    _refuse_recipe_patterns(recipe)
     backend = backend_for(model)
     mods = resolve(recipe, frozenset(backend.capabilities), backend.name, release)
     if preserve_masks:
@@ -184,8 +191,6 @@ def apply_oneshot(
     make_host = getattr(backend, "calibration_host", None)
     if make_host is None:  # capabilities say "oneshot" without a host: a backend defect
         raise NotImplementedError(f"the {backend.name} backend declares 'oneshot' but has no calibration_host()")
-    if isinstance(sequential_targets, str):
-        sequential_targets = [sequential_targets]
     needs_data = [m for m in mods if m.needs_data]
     if needs_data and dataset is None:
         first = needs_data[0]
@@ -225,6 +230,33 @@ def _save_processor(processor: Any, folder: str) -> None:
     save = save if callable(save) else getattr(processor, "save_to_preset", None)
     if callable(save):
         save(folder)
+
+
+def _refuse_patterns(keyword: str, values: Sequence[str]) -> None:
+    """A ValueError, before anything runs, for a ``re:`` pattern in a keyword argument that the
+    run's matcher refuses (as ``validate`` refuses it in a recipe: P005)."""
+    refused = refused_patterns(values)
+    if refused:
+        message, hint = explain(refused[0])
+        raise ValueError(f"{keyword}: {message}. {hint}")
+
+
+def _refuse_recipe_patterns(recipe: Recipe) -> None:
+    """P005 for a module pattern the run's matcher refuses, even where a ``# noqa: P005``
+    kept it from ``validate``'s verdict: the run could not match it, so it stops here,
+    before the model is touched, not when a later modifier meets it."""
+    from ..core_dialect.pattern_checks import arg_items
+    from ..diagnostics import codes
+
+    found = []
+    for m in recipe.modifiers:
+        for keys, text, target, _ in arg_items(m.args):
+            refused = refused_patterns([text]) if target else []
+            if refused:
+                message, hint = explain(refused[0])
+                found.append(codes.P005(message, hint, m.value_span(*keys)).in_file(recipe.path))
+    if found:
+        raise RecipeError(found)
 
 
 def _check_mappings(host: Any, mods: Sequence[Any]) -> None:

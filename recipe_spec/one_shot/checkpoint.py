@@ -33,6 +33,7 @@ from ..params.checkpoint import ModelNames, read_checkpoint
 from ..params.headers import read_safetensors_header
 from ..recipe.model import Recipe
 from .host import ModuleInfo
+from .matching import regex_match
 from .modifiers import OneShotModifier, select_modules
 
 __all__ = ["CheckpointModel", "ModifierCost", "Estimate", "read_model", "model_findings",
@@ -157,11 +158,18 @@ def _quoted_pattern(name: str) -> str:
 
 
 def sequential_targets_problem(model: CheckpointModel, targets: Sequence[str]) -> str | None:
-    """Why ``targets`` (class or module names) name no block of ``model``, or None when each
-    names a class or a module it has."""
+    """Why ``targets`` (class or module names, ``re:`` patterns) name no block of ``model``,
+    or None when each names a class or a module it has (a ``re:`` pattern: matches a module
+    name, as the run matches it)."""
     modules = {i.name for i in model.modules}
     classes = set(model.classes) | {c for i in model.modules for c in i.classes if c != "Module"}
-    wrong = [t for t in targets if t not in classes and t not in modules]
+
+    def names_one(target: str) -> bool:
+        if target.startswith("re:"):
+            return any(regex_match(target, n) for n in modules if n)
+        return target in classes or target in modules
+
+    wrong = [t for t in targets if not names_one(t)]
     if not wrong:
         return None
     layer = f"; its decoder layer is {model.decoder_class}" if model.decoder_class else ""

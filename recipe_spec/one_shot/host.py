@@ -52,9 +52,11 @@ class CalibrationHost(Protocol):
         """Every module in ``named_modules`` order (the model itself has the name ``""``)."""
 
     def repeated_blocks(self, sequential_targets: Sequence[str] | None) -> list[str]:
-        """The names of the blocks the sequential pipeline runs one after another: modules of
-        a class in ``sequential_targets``, or by default the model's repeated block (a
-        ModuleList of identical layers, e.g. ``LlamaDecoderLayer``); [] when none is found."""
+        """The names of the blocks the sequential pipeline runs one after another: the modules
+        an entry of ``sequential_targets`` names (its class, its name, or a ``re:`` pattern
+        matching its name: :func:`~.matching.matches` with the module's own class), or by
+        default the model's repeated block (a ModuleList of identical layers, e.g.
+        ``LlamaDecoderLayer``); [] when none is found."""
 
     def lengths(self, samples: Sequence[Mapping[str, Any]]) -> list[int]:
         """The token count of each sample (its ``input_ids``)."""

@@ -1,12 +1,15 @@
 """How a one-shot modifier's ``targets`` and ``ignore`` name a module: compressed-tensors'
-rule, shared by the pruning and the quantization modifiers."""
+rule, shared by the pruning and the quantization modifiers, the smoothing mappings, the
+sequential targets, the checkpoint checks and the cost estimate; the ``re:`` patterns run on
+the linear-time matcher of :mod:`recipe_spec.params.targets`."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
-__all__ = ["matches"]
+from ..params.targets import regex_match, target_matches
+
+__all__ = ["matches", "regex_match"]
 
 
 def matches(target: str, name: str, classes: Sequence[str]) -> bool:
@@ -16,6 +19,4 @@ def matches(target: str, name: str, classes: Sequence[str]) -> bool:
     >>> matches("re:.*lm_head", "lm_head", ()), matches("lm_head", "lm_head", ()), matches("Linear", "x", ("Linear",))
     (True, True, True)
     """
-    if target.startswith("re:"):
-        return re.match(target[3:], name) is not None
-    return target == name or target in classes
+    return target_matches(target, name, classes)

@@ -37,7 +37,7 @@ from ..quantization.awq_releases import CURRENT, awq_release
 from ..recipe.model import Modifier, Recipe
 from .awq_forms import combined_args, older_awq_form
 from .host import ModuleInfo
-from .matching import matches
+from .matching import matches, regex_match
 from .owl import read_sparsity
 from .quant_modifiers import QUANT_KINDS, QuantPlan, resolve_quant
 from .smoothing_args import READ as _SMOOTHING_READ
@@ -273,7 +273,7 @@ def _param_match(target: str, name: str) -> bool:
     """A parameter selector (``re:.*weight``, ``x.weight``) that names ``name``'s weight."""
     weight = f"{name}.weight"
     if target.startswith("re:"):
-        return re.match(target[3:], weight) is not None
+        return regex_match(target, weight)
     return target == weight
 
 

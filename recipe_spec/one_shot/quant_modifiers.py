@@ -26,7 +26,6 @@ table keeps the last).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +37,7 @@ from ..quantization.scheme import UNSUPPORTED_PRESETS, resolve_config
 from ..recipe.model import Modifier, Recipe
 from ..text.frozen import thaw
 from .host import ModuleInfo
-from .matching import matches
+from .matching import matches, regex_match
 
 __all__ = ["QuantGroup", "QuantPlan", "QUANT_KINDS", "resolve_quant", "check_quant_shapes"]
 
@@ -98,7 +97,7 @@ class QuantPlan:
         by_target = {t: g for g in self.groups for t in g.targets}
         ordered = sorted(by_target, key=lambda t: ("re:" in t, t))
         for t in ordered:  # names, exact before re: (the sort puts re: last)
-            if (re.match(t[3:], name) is not None) if t.startswith("re:") else t == name:
+            if regex_match(t, name) if t.startswith("re:") else t == name:
                 return by_target[t]
         return next((by_target[t] for t in ordered if not t.startswith("re:") and t in classes), None)
 

@@ -21,11 +21,14 @@ from .records import MAX_NAME
 __all__ = ["PatternError", "MAX_STATES", "LinearPattern", "compile_pattern"]
 
 class PatternError(ValueError):
-    """A ``re:`` pattern does not compile, or is outside what the linear-time matcher runs."""
+    """A ``re:`` pattern does not compile, or is outside what the linear-time matcher runs.
+    ``reason``: ``"syntax"`` (Python's ``re`` refuses it), ``"construct"`` (it uses
+    ``construct``, e.g. ``"a backreference"``) or ``"size"`` (more than MAX_STATES states)."""
 
-    def __init__(self, selector: str, message: str, hint: str):
+    def __init__(self, selector: str, message: str, hint: str, reason: str = "syntax", construct: str = ""):
         super().__init__(f"{selector!r}: {message}")
         self.selector, self.message, self.hint = selector, message, hint
+        self.reason, self.construct = reason, construct
 
 
 #: The most NFA instructions a pattern may compile to (counted repetition is expanded:
@@ -131,6 +134,11 @@ class LinearPattern:
         self._dfa_rows: list[dict[str, int]] = []
         self._dfa_accepting: list[bool] = []
         self._dfa_consumers: list[frozenset[int]] = []
+        self._dfa_kernels: list[frozenset[int]] = []
+        self._blank = (False,) * len(self._asserts)
+        #: False when an anchor may hold inside a name (``\b``, MULTILINE): no DFA then
+        self._dfa_ok = not any(a.pattern not in ("^", r"\A", "$", r"\Z") or a.flags & re.MULTILINE
+                               for a in self._asserts)
 
     # -- compilation -----------------------------------------------------------------------
     def _add(self, instr: tuple[Any, ...]) -> int:
@@ -219,82 +227,103 @@ class LinearPattern:
         return accepting, frozenset(consumers)
 
     def _dfa_state(self, kernel: frozenset[int]) -> int:
-        """The number of the DFA state for ``kernel`` (patterns without anchors only)."""
+        """The number of the DFA state for ``kernel``, every anchor false (as it is for a
+        pattern without anchors, and away from the ends of the name for ``^ \\A $ \\Z``)."""
         number = self._dfa_ids.get(kernel)
         if number is None:
-            accepting, consumers = self._closure(kernel, "", 0, ())
+            accepting, consumers = self._closure(kernel, "", 0, self._blank)
             number = self._dfa_ids[kernel] = len(self._dfa_rows)
             self._dfa_rows.append({})
             self._dfa_accepting.append(accepting)
             self._dfa_consumers.append(consumers)
+            self._dfa_kernels.append(kernel)
         return number
 
-    def _dfa_match(self, text: str) -> bool:
-        """The same simulation with the state sets numbered and every transition kept: one
-        look-up per character once a name's path has been seen."""
+    def _dfa_run(self, text: str, kernel: frozenset[int], pos: int, stop: int | None) -> bool | frozenset[int]:
+        """The simulation from ``pos`` with the state sets numbered and every transition kept
+        (one look-up per character once a name's path has been seen): True or False once
+        decided, else (``stop`` given) the kernel at ``stop``."""
         if len(self._dfa_rows) > 5_000:  # bounded memory: start the table afresh
-            self._dfa_ids, self._dfa_rows, self._dfa_accepting, self._dfa_consumers = {}, [], [], []
+            self._dfa_ids, self._dfa_rows, self._dfa_accepting = {}, [], []
+            self._dfa_consumers, self._dfa_kernels = [], []
         rows, accepting, consumers_of = self._dfa_rows, self._dfa_accepting, self._dfa_consumers
-        state = self._dfa_state(self._start)
-        for ch in text:
+        state = self._dfa_state(kernel)
+        for i in range(pos, len(text) if stop is None else stop):
             if accepting[state]:
                 return True
+            ch = text[i]
             nxt = rows[state].get(ch)
             if nxt is None:
-                out = []
-                for pc in consumers_of[state]:
-                    atom = self.prog[pc][1]
-                    seen = self._tests[atom]
-                    ok = seen.get(ch)
-                    if ok is None:
-                        ok = seen[ch] = self._atoms[atom].fullmatch(ch) is not None
-                    if ok:
-                        out.append(pc + 1)
-                nxt = rows[state][ch] = self._dfa_state(frozenset(out))
+                nxt = rows[state][ch] = self._dfa_state(self._step(consumers_of[state], ch))
             state = nxt
-            if not consumers_of[state] and not accepting[state]:
-                return False
-        return accepting[state]
+            if not consumers_of[state] and not accepting[state] and i + 1 != stop:
+                return False  # (at ``stop`` an anchor may hold and open a path)
+        return accepting[state] if stop is None else self._dfa_kernels[state]
 
-    def match(self, name: str) -> bool:
-        """Whether ``re.match(pattern, name)`` would find a match (``name`` cut to MAX_NAME)."""
-        text = name[:MAX_NAME]
-        if not self._asserts:
-            return self._dfa_match(text)
-        closures, steps, tests, atoms, prog = self._closures, self._steps, self._tests, self._atoms, self.prog
+    def _step(self, consumers: frozenset[int], ch: str) -> frozenset[int]:
+        out = []
+        for pc in consumers:
+            atom = self.prog[pc][1]
+            seen = self._tests[atom]
+            ok = seen.get(ch)
+            if ok is None:
+                ok = seen[ch] = self._atoms[atom].fullmatch(ch) is not None
+            if ok:
+                out.append(pc + 1)
+        return frozenset(out)
+
+    def _simulate(self, text: str, kernel: frozenset[int], pos: int, stop: int | None,
+                  search: bool = False, full: bool = False) -> bool | frozenset[int]:
+        """The set-of-states simulation from ``pos``, each anchor tested where it stands:
+        True or False once decided, else (``stop`` given) the kernel at ``stop``."""
+        closures, steps, asserts = self._closures, self._steps, self._asserts
         if len(closures) + len(steps) > 20_000:  # bounded memory: start the cache afresh
             closures.clear()
             steps.clear()
-        asserts = self._asserts
-        kernel = self._start
-        pos, n = 0, len(text)
-        while True:
-            context = tuple(a.match(text, pos) is not None for a in asserts) if asserts else ()
+        n = len(text)
+        while pos != stop:
+            if search:  # a match may also start here
+                kernel = kernel | self._start
+            context = tuple(a.match(text, pos) is not None for a in asserts)
             key = (kernel, context)
             found = closures.get(key)
             if found is None:
                 found = closures[key] = self._closure(kernel, text, pos, context)
             accepting, consumers = found
-            if accepting:
+            if accepting and (not full or pos == n):
                 return True
-            if pos == n or not consumers:
+            if pos == n or not (consumers or search):
                 return False
-            ch = text[pos]
-            step_key = (consumers, ch)
-            nxt = steps.get(step_key)
-            if nxt is None:
-                out = []
-                for pc in consumers:
-                    atom = prog[pc][1]
-                    seen = tests[atom]
-                    ok = seen.get(ch)
-                    if ok is None:
-                        ok = seen[ch] = atoms[atom].fullmatch(ch) is not None
-                    if ok:
-                        out.append(pc + 1)
-                nxt = steps[step_key] = frozenset(out)
-            kernel = nxt
+            step_key = (consumers, text[pos])
+            kernel = steps.get(step_key)  # type: ignore[assignment]
+            if kernel is None:
+                kernel = steps[step_key] = self._step(consumers, text[pos])
             pos += 1
+        return kernel
+
+    def match(self, name: str) -> bool:
+        """Whether ``re.match(pattern, name)`` would find a match (``name`` cut to MAX_NAME)."""
+        return self.run(name[:MAX_NAME])
+
+    def run(self, text: str, *, search: bool = False, full: bool = False) -> bool:
+        """Whether ``re.match(pattern, text)`` finds a match, or ``re.search`` with
+        ``search``, ``re.fullmatch`` with ``full``: the whole of ``text``, in time linear in
+        its length (module names are matched uncut). Patterns whose only anchors are
+        ``^ \\A $ \\Z`` (no MULTILINE) run on the DFA except at the ends of the name."""
+        if search or full or not self._dfa_ok:
+            return bool(self._simulate(text, self._start, 0, None, search, full))
+        if not self._asserts:
+            return bool(self._dfa_run(text, self._start, 0, None))
+        n = len(text)
+        tail = n - 1 if n and text[-1] == "\n" else n  # where `$` may hold
+        if tail <= 1:
+            return bool(self._simulate(text, self._start, 0, None))
+        got = self._simulate(text, self._start, 0, 1)  # `^` and `\A` hold at 0 only
+        if not isinstance(got, bool):
+            got = self._dfa_run(text, got, 1, tail)
+        if not isinstance(got, bool):
+            got = self._simulate(text, got, tail, None)
+        return bool(got)
 
 
 def compile_pattern(selector: str) -> LinearPattern:
@@ -317,6 +346,7 @@ def compile_pattern(selector: str) -> LinearPattern:
             f"the regex uses {exc}, which parameter patterns do not support (they are matched "
             "in linear time, without backtracking)",
             "Select the names with plain patterns instead, or list several selectors.",
+            "construct", str(exc),
         ) from None
     except _TooLarge:
         raise PatternError(
@@ -324,6 +354,7 @@ def compile_pattern(selector: str) -> LinearPattern:
             f"the regex expands to more than {MAX_STATES} states (counted repetition like "
             "a{1,100} is written out once per count)",
             "Use * or + instead of large counts, e.g. (a{1,100}){1,100} as a+.",
+            "size",
         ) from None
 
 

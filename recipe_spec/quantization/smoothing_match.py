@@ -27,10 +27,11 @@ of a model known by its module names (e.g. read from a checkpoint's headers).
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from ..params.targets import target_matches
 
 __all__ = ["SmoothMapping", "UnresolvedMapping", "parse_mappings", "match", "match_sets",
            "common_ancestor", "unresolved_mappings"]
@@ -105,10 +106,9 @@ def parse_mappings(value: Any, style: str) -> tuple[SmoothMapping, ...]:
 
 def match(name: str, classes: Sequence[str], target: str) -> bool:
     """compressed-tensors' ``is_match`` for one target: ``re:`` patterns by ``re.match`` on the
-    name, else the exact name or one of the class names."""
-    if target.startswith("re:"):
-        return re.match(target[3:], name) is not None
-    return target == name or target in classes
+    name (run by the linear-time matcher, :mod:`recipe_spec.params.targets`), else the exact
+    name or one of the class names."""
+    return target_matches(target, name, classes)
 
 
 def common_ancestor(names: Iterable[str | None]) -> str:
