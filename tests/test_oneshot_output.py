@@ -343,9 +343,11 @@ def _wait_for(marker: Path, proc: subprocess.Popen[str]) -> Path:
 
 
 _SLOW_SAVE = """
-import os, sys, time
+import os, signal, sys, time
 from pathlib import Path
 import recipe_spec_torch.oneshot as host
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a terminal (a background job starts ignoring it)
 
 def save(self, folder, text):
     Path(folder, "config.json").write_text("{}")
