@@ -118,7 +118,7 @@ def checkpoint_lint(path: str, model: Any, variables: Any, samples: int, seq_len
     from .one_shot.checkpoint import estimate, model_findings
     from .one_shot.modifiers import runnable
     from .one_shot.quant_lint import gptq_modifiers, mapping_findings, quant_findings
-    from .params.patterns import PatternError
+    from .text.patterns import PatternError
 
     recipe, _ = check(Path(path), variables)
     if recipe is None:
@@ -177,7 +177,7 @@ def flag_targets_problem(model: Any, targets: Sequence[str] | None) -> None:
     if not targets:
         return
     from .one_shot.checkpoint import sequential_targets_problem
-    from .params.targets import explain, refused_patterns
+    from .text.targets import explain, refused_patterns
 
     refused = refused_patterns(targets)
     if refused:

@@ -32,7 +32,6 @@ from .loader import RecipeInput, check
 from .masks.types import nm_of
 from .modifiers import spec
 from .params.checkpoint import ModelNames
-from .params.patterns import PatternError
 from .params.records import ParamRecord
 from .params.selectors import (
     ParamIndex,
@@ -46,6 +45,7 @@ from .recipe.findings import Finding
 from .recipe.model import Modifier, Recipe
 from .registry import canonical_shape
 from .schedule.kinds import track_kind
+from .text.patterns import PatternError
 from .text.similar import CloseMatches
 from .validation import apply_noqa, validate_recipe
 

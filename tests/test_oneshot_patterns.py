@@ -1,5 +1,5 @@
 """One linear-time matcher for the ``re:`` patterns of one-shot recipes
-(:mod:`recipe_spec.params.targets`), shared by ``validate``, ``lint --model``, the cost
+(:mod:`recipe_spec.text.targets`), shared by ``validate``, ``lint --model``, the cost
 estimate and the run on both backends.
 
 - it agrees with Python's ``re.match`` (compressed-tensors' semantics) on ordinary patterns;
@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from recipe_spec.cli import main
-from recipe_spec.params.targets import linear_pattern, regex_match, target_matches
+from recipe_spec.text.targets import linear_pattern, regex_match, target_matches
 from recipe_spec.validation import validate
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -96,7 +96,7 @@ def test_the_matcher_is_re_on_random_patterns() -> None:
     paths alike."""
     import random
 
-    from recipe_spec.params.patterns import PatternError, compile_pattern
+    from recipe_spec.text.patterns import PatternError, compile_pattern
 
     rnd = random.Random(7)
     atoms = ["a", "b", ".", r"\.", r"\d", r"\w", "[ab]", "[^a]", "x", "\n", "(?:a|b)", "(a|)", "_"]
@@ -155,7 +155,7 @@ def test_nested_repetition_on_long_names_is_linear(name: str, answers: tuple[boo
 
 
 def test_no_one_shot_code_compiles_a_recipe_pattern_with_re() -> None:
-    """Every ``re:`` string of a recipe meets names through :mod:`recipe_spec.params.targets`:
+    """Every ``re:`` string of a recipe meets names through :mod:`recipe_spec.text.targets`:
     no module of the one-shot surfaces calls ``re`` on a pattern that is not a literal."""
     files = [*sorted((ROOT / "recipe_spec" / "one_shot").glob("*.py")),
              ROOT / "recipe_spec" / "quantization" / "smoothing_match.py",

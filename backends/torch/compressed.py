@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
-from recipe_spec.params.targets import regex_match
+from recipe_spec.text.targets import regex_match
 
 __all__ = ["attach", "record", "finish", "quantized", "save"]
 

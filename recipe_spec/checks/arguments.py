@@ -365,8 +365,8 @@ def _pattern_verdict(selector: str) -> tuple[str, str] | None:
     verdict = _PATTERN_VERDICTS.get(selector, False)
     if verdict is not False:
         return verdict  # type: ignore[return-value]
-    from ..params.patterns import PatternError
     from ..params.selectors import compile_selectors
+    from ..text.patterns import PatternError
 
     try:
         compile_selectors([selector])

@@ -31,8 +31,8 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from ..params.checkpoint import ModelNames
-from ..params.patterns import LinearPattern, PatternError
-from ..params.targets import explain, linear_pattern
+from ..text.patterns import LinearPattern, PatternError
+from ..text.targets import explain, linear_pattern
 
 __all__ = ["MatchResult", "PatternReport", "Semantics", "kind_for_modifier", "match", "parse_version", "semantics"]
 
@@ -172,7 +172,7 @@ class MatchResult:
 
 class _Pattern:
     """A compiled target: ``re:`` + ``re.match`` (prefix-anchored), run by the linear-time
-    matcher the one-shot run uses (:mod:`recipe_spec.params.targets`), or exact equality."""
+    matcher the one-shot run uses (:mod:`recipe_spec.text.targets`), or exact equality."""
 
     def __init__(self, text: str) -> None:
         self.text = text

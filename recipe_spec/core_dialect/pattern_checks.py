@@ -6,7 +6,7 @@ of the name (../shared/reference/core-dialect.md, section 2c). The pitfalls user
 (section 4), each a check here:
 
 - a pattern that does not compile (llm-compressor #1428's "regex match error"), or that
-  recipe-spec's linear-time module matcher (:mod:`recipe_spec.params.targets`) does not run
+  recipe-spec's linear-time module matcher (:mod:`recipe_spec.text.targets`) does not run
   (a backreference, lookaround, more than 1,000 states): P005;
 - regex text without ``re:`` (``.*lm_head``, ``backbone\\.embeddings``, PR #2803): compared
   as a plain name, it matches nothing: P008;
@@ -41,8 +41,8 @@ from typing import Any
 from ..diagnostics import codes
 from ..diagnostics.base import Severity
 from ..diagnostics.codes import Code
-from ..params.patterns import PatternError
-from ..params.targets import explain, linear_pattern
+from ..text.patterns import PatternError
+from ..text.targets import explain, linear_pattern
 
 __all__ = ["PatternFinding", "pattern_findings", "pattern_items", "arg_strings", "arg_items",
            "PATTERN_KEYS"]

@@ -28,10 +28,10 @@ from typing import Any
 from ..atomic import check_output_dir, writing
 from ..diagnostics.base import RecipeError
 from ..loader import load
-from ..params.targets import explain, refused_patterns
 from ..recipe.model import Recipe
 from ..registry import backend_for
 from ..runtime.preflight import refuse_invalid
+from ..text.targets import explain, refused_patterns
 from .calibration import prepare
 from .modifiers import resolve
 from .pipeline import PIPELINES, OneShotReport, Progress, run_pipeline

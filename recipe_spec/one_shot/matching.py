@@ -1,13 +1,13 @@
 """How a one-shot modifier's ``targets`` and ``ignore`` name a module: compressed-tensors'
 rule, shared by the pruning and the quantization modifiers, the smoothing mappings, the
 sequential targets, the checkpoint checks and the cost estimate; the ``re:`` patterns run on
-the linear-time matcher of :mod:`recipe_spec.params.targets`."""
+the linear-time matcher of :mod:`recipe_spec.text.targets`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..params.targets import regex_match, target_matches
+from ..text.targets import regex_match, target_matches
 
 __all__ = ["matches", "regex_match"]
 

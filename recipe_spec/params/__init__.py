@@ -8,8 +8,8 @@ checkpoint headers (:mod:`.checkpoint`).
 ('fc1.weight',)
 """
 
+from ..text.patterns import MAX_STATES, LinearPattern, PatternError, compile_pattern
 from .manifest import read_manifest, write_manifest
-from .patterns import MAX_STATES, LinearPattern, PatternError, compile_pattern
 from .records import MANIFEST_VERSION, TOKENS, ParamRecord, portable_alias
 from .selectors import (
     ModelParams,

@@ -7,12 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..text.patterns import MAX_NAME
+
 __all__ = ["ParamRecord", "TOKENS", "MAX_NAME", "MANIFEST_VERSION", "portable_alias"]
 
 MANIFEST_VERSION = 1
 TOKENS = ("__ALL__", "__ALL_PRUNABLE__")
-#: The longest name a pattern is matched against; longer names are cut (bounds regex time).
-MAX_NAME = 1000
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,8 +35,8 @@ except ImportError:  # pragma: no cover - Python 3.10
     import sre_constants  # type: ignore[no-redef]
     import sre_parse  # type: ignore[no-redef]
 
+from ..text.patterns import LinearPattern, compile_pattern
 from ..text.similar import CloseMatches
-from .patterns import LinearPattern, compile_pattern
 from .records import MAX_NAME, TOKENS, ParamRecord
 
 __all__ = [

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..params.targets import target_matches
+from ..text.targets import target_matches
 
 __all__ = ["SmoothMapping", "UnresolvedMapping", "parse_mappings", "match", "match_sets",
            "common_ancestor", "unresolved_mappings"]
@@ -106,7 +106,7 @@ def parse_mappings(value: Any, style: str) -> tuple[SmoothMapping, ...]:
 
 def match(name: str, classes: Sequence[str], target: str) -> bool:
     """compressed-tensors' ``is_match`` for one target: ``re:`` patterns by ``re.match`` on the
-    name (run by the linear-time matcher, :mod:`recipe_spec.params.targets`), else the exact
+    name (run by the linear-time matcher, :mod:`recipe_spec.text.targets`), else the exact
     name or one of the class names."""
     return target_matches(target, name, classes)
 

@@ -16,7 +16,9 @@ except ImportError:  # pragma: no cover - Python 3.10
     import sre_parse  # type: ignore[no-redef]
 
 
-from .records import MAX_NAME
+#: The longest parameter name a selector is matched against (longer ones are cut): a bound on
+#: the work one match does.
+MAX_NAME = 1000
 
 __all__ = ["PatternError", "MAX_STATES", "LinearPattern", "compile_pattern"]
 
