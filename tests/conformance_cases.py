@@ -1,4 +1,4 @@
-"""The SparseML 1.8 conformance cases (../shared/conformance/sparseml/) as both backends'
+"""The SparseML 1.8 conformance cases (tests/data/conformance/sparseml/) as both backends'
 conformance tests read them: each case's own model, data and setup, and the cases SparseML
 failed on that this project refuses at ``modify()``."""
 

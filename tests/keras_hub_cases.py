@@ -1,5 +1,5 @@
 """What the Keras one-shot tests share: llm-compressor's conformance cases
-(``shared/conformance/llmcompressor``) as Hugging Face checkpoints a keras-hub Llama loads, and
+(``tests/data/conformance/llmcompressor``) as Hugging Face checkpoints a keras-hub Llama loads, and
 the plain functional model (Embedding, Dense, EinsumDense, Dense head) with its samples."""
 
 from __future__ import annotations

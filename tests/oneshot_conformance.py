@@ -1,4 +1,4 @@
-"""The llm-compressor one-shot reference runs (../shared/conformance/llmcompressor), read for the
+"""The llm-compressor one-shot reference runs (tests/data/conformance/llmcompressor), read for the
 solver tests: each case's tensors, events and zero bitmasks, and the two array backends."""
 
 from __future__ import annotations

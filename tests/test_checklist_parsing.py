@@ -1,7 +1,7 @@
 """SparseML's own parsing tests, restated for recipe-spec.
 
 Each test carries the id of the item it covers in
-``shared/reference/sparseml-test-checklist.md`` (sections A, B, C and E: variables and
+SparseML's test checklist (the project's reference notes, sections A, B, C and E: variables and
 ``eval``, modifier YAML, groups and stages, serialization). The recipes are SparseML's test
 recipes (``tests/sparseml/optim/test_helpers.py``, ``tests/sparseml/pytorch/helpers.py``,
 ``tests/sparseml/pytorch/sparsification/test_modifier.py``,

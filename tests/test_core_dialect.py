@@ -1,5 +1,5 @@
 """Stage/group ("core") recipes of SparseML 1.6+ and llm-compressor: each complaint of
-../shared/reference/core-dialect.md (section 4) and each version drift gives a located
+the stage/group dialect's reference notes (core-dialect.md, section 4) and each version drift gives a located
 diagnostic with a hint, under the ``--compat`` choice."""
 
 from __future__ import annotations

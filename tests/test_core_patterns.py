@@ -1,6 +1,6 @@
 """Regex pitfalls in a stage/group recipe's ``targets``/``ignore``, found by ``validate``
-without a model: each user complaint of ../shared/reference/core-dialect.md (section 4,
-rule 10 of its quick list) gives a located diagnostic whose hint says what to write."""
+without a model: each user complaint of the stage/group dialect's reference notes
+(core-dialect.md, section 4, rule 10 of its quick list) gives a located diagnostic whose hint says what to write."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every real recipe of ../shared/corpus: the valid ones load, the broken ones fail precisely.
+"""Every real recipe of tests/data/corpus: the valid ones load, the broken ones fail precisely.
 
 The INDEX marks five legacy files as unparseable (an undefined alias in three versions of one
 card, a mis-indented list item, a duplicate anchor). One more, ``97sparsity10epochblock.yaml``,

@@ -1,5 +1,5 @@
 """`recipe_spec.create`: Sparsify Create's `initialize` against its golden runs
-(../shared/conformance/sparsify-create/), the variables, the generated recipes and the CLI.
+(tests/data/conformance/sparsify-create/), the variables, the generated recipes and the CLI.
 
 Each golden case's model, data and loop are rebuilt from its `model_description`, and every
 recorded step is compared: LR exactly, each layer's sparsity within one weight. Where SPEC

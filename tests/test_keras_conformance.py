@@ -1,4 +1,4 @@
-"""The Keras 3 backend against SparseML 1.8's own runs (../shared/conformance/sparseml/).
+"""The Keras 3 backend against SparseML 1.8's own runs (tests/data/conformance/sparseml/).
 
 Every case runs on a Keras twin of its model: the case's own ``model_description`` builds the
 PyTorch net (``torch.manual_seed(0)``), its data and its case setup (the pre-zeroed weights of

@@ -1,5 +1,5 @@
 """M-FAC and OBS on Keras 3 (TensorFlow) against SparseML 1.8's own runs
-(../shared/conformance/sparseml-mfac/), on float64 Keras twins of the golden models.
+(tests/data/conformance/sparseml-mfac/), on float64 Keras twins of the golden models.
 
 The twins (TinyMLP: Dense 8->8 relu -> Dense 8->4; TinyCNN: Conv2D 2->3 3x3 relu, AvgPool 2,
 flattened in PyTorch's (C, H, W) order, Dense 12->8 relu, Dense 8->4) get the golden

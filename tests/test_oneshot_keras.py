@@ -1,6 +1,6 @@
 """``recipe_spec.oneshot`` on Keras 3: Dense and EinsumDense layers pruned as the Linear layers
 they are, a keras-hub Llama loaded from a Hugging Face checkpoint named by that checkpoint, and
-llm-compressor 0.14's own runs (``shared/conformance/llmcompressor``) reproduced on it.
+llm-compressor 0.14's own runs (``tests/data/conformance/llmcompressor``) reproduced on it.
 
 The file runs on the process's Keras backend (TensorFlow in the suite); ``test_keras_backends.py``
 runs it again on JAX and torch.

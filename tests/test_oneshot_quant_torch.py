@@ -1,5 +1,5 @@
 """``recipe_spec.oneshot`` quantization on PyTorch against llm-compressor 0.14's own runs
-(``shared/conformance/llmcompressor`` cases 06 GPTQ int8 per channel, 08 FP8_DYNAMIC round to
+(``tests/data/conformance/llmcompressor`` cases 06 GPTQ int8 per channel, 08 FP8_DYNAMIC round to
 nearest, 10 SparseGPT 2:4 then GPTQ W4A16) and compressed-tensors 0.19's own functions: the
 resolved config, the tensors left on the model, the saved folder and loading it back."""
 

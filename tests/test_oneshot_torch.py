@@ -1,5 +1,5 @@
 """``recipe_spec.oneshot`` on PyTorch, end to end against llm-compressor 0.14's own runs
-(``shared/conformance/llmcompressor``): tiny Llama models built from each case's config, its
+(``tests/data/conformance/llmcompressor``): tiny Llama models built from each case's config, its
 initial weights, its calibration token ids, and the final weights and zero patterns it stored."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The validation rules at their edges: each case sits just inside or just outside a boundary
 (an end a fraction of an epoch before its start, a milestone on the end, windows that touch),
 with the expected (code, line, column) worked out by hand from SPEC.md and SparseML's
-``validate_schedule`` (``/work/shared/reference/sparseml-semantics.md`` 3.1), never taken from
+``validate_schedule`` (SparseML's semantics notes, 3.1), never taken from
 the code's output. Found by mutation testing (docs/mutation.md): each case kills a changed
 comparison that every older test let through."""
 

@@ -1,4 +1,4 @@
-"""The compiled schedule against SparseML 1.8's own measured runs (``shared/conformance/sparseml``).
+"""The compiled schedule against SparseML 1.8's own measured runs (``tests/data/conformance/sparseml``).
 
 Every case is replayed through ``plan.events_at(k)`` for ``k = 0 .. total_steps - 1``, starting
 from the case's ``initial_state``, and compared with ``==`` (never approx) per step:

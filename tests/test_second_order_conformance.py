@@ -1,4 +1,4 @@
-"""M-FAC and OBS on PyTorch against SparseML 1.8's own runs (../shared/conformance/sparseml-mfac/).
+"""M-FAC and OBS on PyTorch against SparseML 1.8's own runs (tests/data/conformance/sparseml-mfac/).
 
 Every case of the folder is run from its own data (`initial_params`, `data`, the model and
 grad sampler code of `model_description`), by its `mode`:

@@ -1,4 +1,4 @@
-"""Every recipe example in the seed documents (``../shared/seeds/``) validates with no error and
+"""Every recipe example in the seed documents (``tests/data/seeds/``) validates with no error and
 runs on both backends (issue 16, item 1).
 
 What is extracted, from every file in the seeds folder:

@@ -1,4 +1,4 @@
-"""The PyTorch backend against SparseML 1.8's own runs (../shared/conformance/sparseml/).
+"""The PyTorch backend against SparseML 1.8's own runs (tests/data/conformance/sparseml/).
 
 Each case's model, data, optimizer and loop are rebuilt from the case's `model_description`
 (the exact code SparseML was run with), the recipe is run through
