@@ -59,6 +59,7 @@ from recipe_spec.one_shot.matching import matches
 from .hub import hf_names
 from .layout import LinearAxes, linear_axes
 from .oneshot_calls import ModuleCalls, held, is_held, on_device, wrapped
+from .oneshot_state import ModelState
 from .params import numpy_value
 from .quantization import layer_paths
 from .quantized_host import QuantizedWeights
@@ -143,7 +144,7 @@ def _no_grad() -> Any:
     return contextlib.nullcontext()
 
 
-class KerasCalibrationHost(QuantizedWeights, ModuleCalls):
+class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
     """A Keras 3 model held for one-shot compression (see the module docstring)."""
 
     ops = NUMPY_OPS

@@ -28,6 +28,7 @@ from recipe_spec.one_shot.host import CallRecorder, ModuleInfo, Observer, StopFo
 from recipe_spec.one_shot.matching import matches
 
 from .masks import TORCH_OPS
+from .oneshot_state import ModelState, refuse_meta
 
 __all__ = ["TorchCalibrationHost"]
 
@@ -48,12 +49,13 @@ def _length(x: Any) -> int:
     return int(x.shape[-1]) if hasattr(x, "shape") else len(x)
 
 
-class TorchCalibrationHost:
+class TorchCalibrationHost(ModelState):
     """A ``torch.nn.Module`` held for one-shot compression (see the module docstring)."""
 
     ops = TORCH_OPS
 
     def __init__(self, model: torch.nn.Module):
+        refuse_meta(model)
         self.model = model
         self._named = dict(model.named_modules())
         self._state: tuple[bool, Any] | None = None

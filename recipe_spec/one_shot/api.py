@@ -33,8 +33,10 @@ from ..registry import backend_for
 from ..runtime.preflight import refuse_invalid
 from ..text.targets import explain, refused_patterns
 from .calibration import prepare
+from .journal import Journal, journalled
 from .modifiers import resolve
 from .pipeline import PIPELINES, OneShotReport, Progress, run_pipeline
+from .preflight import check_arguments, check_model
 from .quant_modifiers import QUANT_KINDS, check_quant_shapes
 
 __all__ = ["oneshot", "apply_oneshot", "last_report"]
@@ -82,6 +84,7 @@ def oneshot(
     progress: Progress | None = None,
     preserve_masks: bool = False,
     compat: str | None = None,
+    restore_on_error: bool = True,
 ) -> Any:
     """Compress ``model`` in one pass with the stage/group ``recipe``; returns the model.
 
@@ -116,6 +119,15 @@ def oneshot(
     llm-compressor): the release whose rules the recipe is checked by and read as
     (``"llmcompressor==0.10"``); under 0.9 and 0.10 an AWQModifier in their combined form
     (with ``scheme``/``config_groups``) runs as those releases ran it (docs/oneshot.md).
+    ``restore_on_error`` (recipe-spec's own, default True): an error during the run puts the
+    model back as it was, from a copy of each module kept before its first change (False: no
+    copy, and a failed run leaves the model part-compressed).
+
+    Nothing changes before everything that can be checked is: the arguments' types, every
+    calibration sample (integer ids inside the vocabulary, masks of the ids' shape, no
+    sequence longer than the model's positions), the recipe against the model (targets, N:M
+    and group sizes against the widths, ``sequential_targets``, finite weights, no target
+    already quantized) and the output folder; each refusal leaves the model as it was.
 
     Quantization (QuantizationModifier, GPTQModifier) leaves compressed-tensors' quantization
     parameters on each quantized module (``weight_scale``, ``weight_zero_point``, static
@@ -157,6 +169,7 @@ def oneshot(
         offload=sequential_offload_device is not None and str(sequential_offload_device).startswith("cpu"),
         output_dir=output_dir, overwrite_output_dir=overwrite_output_dir, seed=seed, progress=progress,
         preserve_masks=preserve_masks, compat=compat, processor=processor if processor is not None else tokenizer,
+        restore_on_error=restore_on_error,
     )
     del report
     return model
@@ -168,15 +181,23 @@ def apply_oneshot(
     sequential_targets: Sequence[str] | str | None = None, offload: bool = False,
     output_dir: str | os.PathLike[str] | None = None, overwrite_output_dir: bool = False, seed: int = 42,
     progress: Progress | None = None, preserve_masks: bool = False, compat: str | None = None,
-    processor: Any = None,
+    processor: Any = None, restore_on_error: bool = True,
 ) -> OneShotReport:
     """:func:`oneshot` for a loaded recipe (``ScheduledModifierManager.apply(model,
     calibration=...)`` and ``recipe-spec oneshot`` call it); returns the run's
     :class:`~.pipeline.OneShotReport`. ``processor``: a tokenizer or processor saved into
-    ``output_dir`` with the model (when it has ``save_pretrained`` or ``save_to_preset``)."""
+    ``output_dir`` with the model (when it has ``save_pretrained`` or ``save_to_preset``).
+
+    Every check that does not need the compression runs before the first module is touched
+    (:mod:`.preflight`: the arguments, the data, the recipe against the model, the output
+    folder); an error after that (a Hessian that stays singular, Ctrl-C, a full disk) puts
+    the model back as it was (:mod:`.journal`; ``restore_on_error=False``: not, and without
+    the copy of each changed module that costs) and leaves no folder behind."""
     # the semantics run here: llm-compressor's newest (or ``compat``'s); what that tool does
     # otherwise than written (C005-C007) is validate's concern, not this run's
     release = _release(compat)
+    check_arguments(num_calibration_samples=num_calibration_samples, batch_size=batch_size, seed=seed,
+                    shuffle=shuffle_calibration_samples)
     if output_dir is not None:  # before anything is touched, as the recipe's checks below
         check_output_dir(output_dir, overwrite_output_dir)
     refuse_invalid(recipe, compat=compat or "llmcompressor", quiet=_OTHER_TOOL)
@@ -196,7 +217,9 @@ def apply_oneshot(
         first = needs_data[0]
         raise RecipeError([_need_data(recipe, first)])
     with make_host(model) as host:
+        # every check that does not need the compression, before the first module is touched
         _check_mappings(host, mods)
+        check_model(recipe, mods, host, sequential_targets)
         quantizers = [m for m in mods if m.quant is not None]
         problem = getattr(host, "save_problem", lambda quantized: None)(bool(quantizers))
         if output_dir is not None and problem is not None:
@@ -205,18 +228,26 @@ def apply_oneshot(
             shape_errors = check_quant_shapes(recipe, quantizers, host.modules())
             if shape_errors:
                 raise RecipeError(shape_errors)
-            _attach(recipe, host, quantizers, backend.name, output_dir)
         calibration = prepare(host, dataset, num_calibration_samples=num_calibration_samples,
                               shuffle=shuffle_calibration_samples, batch_size=batch_size,
                               seed=seed) if needs_data else None
-        report = run_pipeline(host, mods, calibration, pipeline=pipeline,
-                              sequential_targets=sequential_targets, offload=offload,
-                              progress=progress)
-        if output_dir is not None:
-            text = recipe.source.yaml_text if recipe.source is not None else recipe.to_yaml()
-            with writing(output_dir, overwrite_output_dir) as folder:
-                host.save(folder, text)
-                _save_processor(processor, folder)
+        # what can only fail while the model changes is undone (:mod:`.journal`)
+        work = journalled(host, restore_on_error)
+        try:
+            if quantizers:
+                _attach(recipe, work, quantizers, backend.name, output_dir)
+            report = run_pipeline(work, mods, calibration, pipeline=pipeline,
+                                  sequential_targets=sequential_targets, offload=offload,
+                                  progress=progress)
+            if output_dir is not None:
+                text = recipe.source.yaml_text if recipe.source is not None else recipe.to_yaml()
+                with writing(output_dir, overwrite_output_dir) as folder:
+                    work.save(folder, text)
+                    _save_processor(processor, folder)
+        except BaseException:
+            if isinstance(work, Journal):
+                work.restore()
+            raise
     report.notes += [m.note for m in mods if m.note]
     _LAST[:] = [report]
     return report

@@ -75,14 +75,23 @@ def order_samples(lengths: Sequence[int], *, shuffle: bool, seed: int,
 def prepare(host: Any, dataset: Any, *, num_calibration_samples: int, shuffle: bool,
             batch_size: int, seed: int = 42) -> Calibration:
     """The calibration batches for ``host`` (:class:`~.host.CalibrationHost`)."""
+    if isinstance(num_calibration_samples, bool) or not isinstance(num_calibration_samples, int) \
+            or isinstance(batch_size, bool) or not isinstance(batch_size, int):
+        raise TypeError(f"num_calibration_samples ({num_calibration_samples!r}) and batch_size ({batch_size!r}) "
+                        "must be ints")
     if num_calibration_samples < 1 or batch_size < 1:
         raise ValueError(f"num_calibration_samples ({num_calibration_samples}) and batch_size "
                          f"({batch_size}) must be at least 1")
+    from .preflight import check_batches, check_samples
+
     if is_dataloader(dataset):
-        return _from_loader(dataset, num_calibration_samples)
+        loaded = _from_loader(dataset, num_calibration_samples)
+        check_batches(host, loaded.batches)
+        return loaded
     samples = read_samples(dataset)
     if not samples:
         raise ValueError("the calibration dataset is empty")
+    check_samples(host, samples)
     if shuffle:
         picked = order_samples(range(len(samples)), shuffle=True, seed=seed,  # type: ignore[arg-type]
                                longest_first=host.order_longest_first)[:num_calibration_samples]
@@ -102,10 +111,15 @@ def prepare(host: Any, dataset: Any, *, num_calibration_samples: int, shuffle: b
 
 def _from_loader(loader: Iterable[Any], limit: int) -> Calibration:
     batches, rows, seen = [], [], 0
-    for batch in loader:
+    for i, batch in enumerate(loader):
         if seen >= limit:
             break
-        ids = batch["input_ids"] if isinstance(batch, Mapping) else batch
+        if not isinstance(batch, Mapping) or "input_ids" not in batch:
+            raise TypeError(f"calibration batch {i} of the DataLoader is {type(batch).__name__}"
+                            f"{'' if not isinstance(batch, Mapping) else ' without input_ids'}, not a dict of "
+                            "arrays with input_ids; give a DataLoader of {'input_ids': ..., 'attention_mask': ...} "
+                            "batches (a collate_fn that returns a dict)")
+        ids = batch["input_ids"]
         size = len(ids)
         batches.append(batch)
         rows.append(list(range(seen, seen + size)))

@@ -1,0 +1,206 @@
+"""Everything a one-shot run can check before the first module is touched: the arguments, the
+calibration data and the recipe against the model.
+
+``oneshot()``, ``ScheduledModifierManager.apply(model, calibration=...)`` and ``recipe-spec
+oneshot`` all run :func:`~.api.apply_oneshot`, which calls these checks in order before it
+attaches anything to the model; a refusal raises ``TypeError``/``ValueError`` (arguments,
+data) or :class:`~recipe_spec.RecipeError` (the recipe against the model, located), and the
+model is as it was.
+
+- :func:`check_arguments`: the types and ranges of the keyword arguments
+  (``num_calibration_samples="4"`` and ``batch_size=2.5`` are refused, not run).
+- :func:`check_samples`: every calibration sample, as the command line checks its file: token
+  ids of an integer type, none negative, each below the model's vocabulary size; no empty
+  sample; an ``attention_mask`` of the ids' shape holding 0 and 1; no sequence longer than
+  the model's positions; no key that is not an array (a ``text`` column left in).
+- :func:`check_model`: an N:M structure that divides every target's width (P004), recipe
+  ``sequential_targets`` and the keyword's naming a block of the model, every weight finite,
+  no target already quantized.
+
+The host describes arrays (:meth:`describe`, :class:`ArrayFacts`) and the model
+(``input_limits``, ``non_finite``, ``quantized_names``); the rules live here, once.
+
+>>> check_arguments(num_calibration_samples=4, batch_size=1, seed=0, shuffle=False)
+>>> check_arguments(num_calibration_samples="4", batch_size=1, seed=0, shuffle=False)
+Traceback (most recent call last):
+...
+TypeError: num_calibration_samples must be an int of at least 1, not str '4' (write num_calibration_samples=4)
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..diagnostics import codes
+from ..diagnostics.base import Diagnostic, RecipeError
+from ..recipe.model import Recipe
+from .host import ModuleInfo
+from .modifiers import OneShotModifier, select_modules
+
+__all__ = ["ArrayFacts", "check_arguments", "check_samples", "check_batches", "check_model", "LiveModel"]
+
+#: Keys a calibration sample may hold besides ``input_ids`` and ``attention_mask`` without
+#: being the ids' length (none yet: every array key is checked against the ids' shape).
+_MASK = "attention_mask"
+
+
+@dataclass(frozen=True)
+class ArrayFacts:
+    """What the host read off one array of a sample: its ``shape``, its ``kind`` (``int``,
+    ``float``, ``bool`` or ``other``), its ``dtype`` name, and the smallest and largest value
+    (None when empty or not numeric)."""
+
+    shape: tuple[int, ...]
+    kind: str
+    dtype: str
+    low: float | None = None
+    high: float | None = None
+
+
+def _count(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 1:
+        shown = f"{type(value).__name__} {value!r}"
+        fix = (f" (write {name}={int(value)})" if isinstance(value, str) and value.strip().isdigit()
+               else f" (write {name}={int(value)})" if isinstance(value, float) and value.is_integer() and value >= 1
+               else "")
+        raise TypeError(f"{name} must be an int of at least 1, not {shown}{fix}")
+
+
+def check_arguments(*, num_calibration_samples: Any, batch_size: Any, seed: Any, shuffle: Any) -> None:
+    """``TypeError`` for an argument of the wrong type or range, naming it and the fix."""
+    _count("num_calibration_samples", num_calibration_samples)
+    _count("batch_size", batch_size)
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed must be an int, not {type(seed).__name__} {seed!r}")
+    if not isinstance(shuffle, bool):
+        raise TypeError(f"shuffle_calibration_samples must be True or False, not {type(shuffle).__name__} "
+                        f"{shuffle!r}")
+
+
+def _facts(host: Any, where: str, key: str, value: Any) -> ArrayFacts:
+    facts = host.describe(value)
+    if facts is None:
+        raise TypeError(f"{where}: {key!r} is {type(value).__name__}, not an array of numbers; give the model's "
+                        "inputs only (input_ids, attention_mask): drop other columns, e.g. "
+                        "dataset.remove_columns([...])")
+    return facts
+
+
+def _check_one(host: Any, where: str, sample: Mapping[str, Any], limits: tuple[int | None, int | None],
+               batched: bool) -> None:
+    vocab, positions = limits
+    if "input_ids" not in sample:
+        raise TypeError(f"{where} has no 'input_ids' (it has {', '.join(map(repr, sample)) or 'nothing'}); "
+                        "give tokenised samples: {'input_ids': [...], 'attention_mask': [...]}")
+    ids = _facts(host, where, "input_ids", sample["input_ids"])
+    rows_ok = len(ids.shape) == 1 or (len(ids.shape) == 2 and (batched or ids.shape[0] == 1))
+    if not rows_ok:
+        raise ValueError(f"{where}: input_ids has shape {list(ids.shape)}; a sample is one sequence "
+                         "([length] or [1, length]): give one dict per sequence")
+    length = ids.shape[-1]
+    if length == 0 or (len(ids.shape) == 2 and ids.shape[0] == 0):
+        raise ValueError(f"{where} is empty (no token ids): leave it out of the dataset")
+    if ids.kind != "int":
+        raise TypeError(f"{where}: input_ids are {ids.dtype} values; token ids are integers "
+                        "(tokenise the text, or cast: ids.long() / np.asarray(ids, dtype=np.int64))")
+    if ids.low is not None and ids.low < 0:
+        raise ValueError(f"{where}: token id {int(ids.low)} is negative; ids run from 0 to the vocabulary size - 1")
+    if vocab is not None and ids.high is not None and ids.high >= vocab:
+        raise ValueError(f"{where}: token id {int(ids.high)} is outside the model's vocabulary of {vocab} "
+                         "tokens (ids 0 to {last}); tokenise with the model's own tokenizer".replace(
+                             "{last}", str(vocab - 1)))
+    if positions is not None and length > positions:
+        raise ValueError(f"{where} has {length} tokens, more than the model's {positions} positions "
+                         f"(max_position_embeddings); cut the samples to at most {positions} tokens")
+    for key, value in sample.items():
+        if key == "input_ids":
+            continue
+        facts = _facts(host, where, key, value)
+        if facts.shape != ids.shape and not (len(facts.shape) == 1 and facts.shape[-1:] == ids.shape[-1:]
+                                             and len(ids.shape) == 2 and ids.shape[0] == 1):
+            raise ValueError(f"{where}: {key} has shape {list(facts.shape)} and input_ids {list(ids.shape)}; "
+                             f"give {key} one value per token")
+        if key == _MASK and (facts.kind not in ("int", "bool") or (facts.low is not None and facts.low < 0)
+                             or (facts.high is not None and facts.high > 1)):
+            raise ValueError(f"{where}: attention_mask holds values other than 0 and 1 ({facts.dtype}, "
+                             f"from {facts.low} to {facts.high}); 1 marks a token to attend to, 0 padding")
+
+
+def check_samples(host: Any, samples: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse, naming the sample, what :func:`_check_one` finds in any of ``samples``."""
+    limits = host.input_limits()
+    for i, sample in enumerate(samples):
+        _check_one(host, f"calibration sample {i}", sample, limits, batched=False)
+
+
+def check_batches(host: Any, batches: Sequence[Any]) -> None:
+    """The same for a DataLoader's batches (each a dict of ``[batch, length]`` arrays)."""
+    limits = host.input_limits()
+    for i, batch in enumerate(batches):
+        if not isinstance(batch, Mapping):
+            raise TypeError(f"calibration batch {i} of the DataLoader is {type(batch).__name__}, not a dict of "
+                            "arrays; give a DataLoader of {'input_ids': ..., 'attention_mask': ...} batches "
+                            "(a collate_fn that returns a dict)")
+        _check_one(host, f"calibration batch {i}", batch, limits, batched=True)
+
+
+@dataclass(frozen=True)
+class LiveModel:
+    """A model held by a host, as :func:`~.checkpoint.model_findings` reads a checkpoint."""
+
+    modules: tuple[ModuleInfo, ...]
+    decoder_class: str | None
+    path: str = "the model"
+    architecture: str = "model"
+    classes: frozenset[str] = field(default_factory=frozenset)
+
+
+def live_model(host: Any) -> LiveModel:
+    modules = tuple(host.modules())
+    blocks = host.repeated_blocks(None)
+    by_name = {i.name: i for i in modules}
+    decoder = by_name[blocks[0]].classes[0] if blocks and blocks[0] in by_name else None
+    top = by_name.get("")
+    arch = top.classes[0] if top is not None and top.classes else "model"
+    return LiveModel(modules, decoder, "the model passed to oneshot", arch,
+                     frozenset(c for i in modules for c in i.classes if c != "Module"))
+
+
+def check_model(recipe: Recipe, mods: Sequence[OneShotModifier], host: Any,
+                sequential_targets: Sequence[str] | None) -> None:
+    """The recipe against the model (see the module docstring): a :class:`RecipeError` with
+    every finding located at the modifier, or a ``ValueError`` for the keyword argument."""
+    from .checkpoint import model_findings, sequential_targets_problem
+
+    model = live_model(host)
+    if sequential_targets:
+        problem = sequential_targets_problem(model, list(sequential_targets))  # type: ignore[arg-type]
+        if problem is not None:
+            hint = (f" (write sequential_targets=[{model.decoder_class!r}])" if model.decoder_class
+                    else " (name the class of its repeated block)")
+            raise ValueError(problem + hint)
+    found: list[Diagnostic] = list(model_findings(recipe, mods, model))  # type: ignore[arg-type]
+    quantized = set(getattr(host, "quantized_names", lambda: [])())
+    for mod in mods:
+        targets = select_modules(model.modules, mod) if mod.transform is None else []
+        again = [n for n in targets if n in quantized]
+        if again:
+            found.append(codes.B001(
+                f"{mod.type} targets {_few(again)}, already quantized in this model; compressing them "
+                "again would work on their dequantized weights",
+                "Start from the unquantized checkpoint (run every stage in one recipe), or leave those layers "
+                "out with ignore:.", mod.entry.span).in_file(recipe.path))
+    if found:
+        raise RecipeError(found)
+    bad = list(getattr(host, "non_finite", lambda: [])())
+    if bad:
+        raise ValueError(f"the model holds non-finite values (NaN or infinity) in {_few(bad)}; one-shot "
+                         "compression would spread them through every later layer: load a healthy checkpoint")
+
+
+def _few(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:3])
+    return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")

@@ -1,0 +1,233 @@
+"""``recipe_spec.oneshot`` on PyTorch changes nothing before everything is checked, and a run
+that fails leaves the model as it was.
+
+Every refusal path (arguments, data, recipe against the model, a failure during the run, a
+failure while the folder is written) is run on a fresh tiny Llama; the model's parameters and
+buffers (bit for bit), each module's parameter names and public attributes (what attaching
+quantization adds) and one forward output are compared before and after.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import recipe_spec  # noqa: E402
+from recipe_spec import RecipeError  # noqa: E402
+
+GPTQ = ("q_stage:\n  q_modifiers:\n    GPTQModifier: {scheme: W4A16, targets: [Linear], ignore: [lm_head], "
+        "block_size: 16}\n")
+SPARSEGPT = "s_stage:\n  s_modifiers:\n    SparseGPTModifier: {sparsity: 0.5, targets: [Linear], ignore: [lm_head]}\n"
+SMOOTH_W8A8 = ("q_stage:\n  q_modifiers:\n    SmoothQuantModifier: {smoothing_strength: 0.8}\n"
+               "    QuantizationModifier: {scheme: W8A8, targets: [Linear], ignore: [lm_head]}\n")
+RECIPES = {"gptq": GPTQ, "sparsegpt": SPARSEGPT}
+VOCAB, POSITIONS = 64, 64
+
+
+def _model(intermediate: int = 256) -> Any:
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=128, intermediate_size=intermediate,
+                                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                                      max_position_embeddings=POSITIONS)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def _samples(n: int = 4, length: int = 16) -> list[dict[str, Any]]:
+    g = torch.Generator().manual_seed(1)
+    return [{"input_ids": torch.randint(0, VOCAB, (length,), generator=g),
+             "attention_mask": torch.ones(length, dtype=torch.long)} for _ in range(n)]
+
+
+PROBE = torch.arange(8).reshape(1, 8) % VOCAB
+
+
+class Snapshot:
+    """The model's state, its modules' shells and one forward output."""
+
+    def __init__(self, model: Any):
+        self.tensors = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        self.shells = {n: (sorted(m._parameters), sorted(m._buffers), sorted(k for k in m.__dict__ if not k.startswith("_")),
+                           len(m._forward_hooks) + len(m._forward_pre_hooks))
+                       for n, m in model.named_modules()}
+        with torch.no_grad():
+            self.logits = model(PROBE).logits.clone()
+
+    def assert_same(self, model: Any) -> None:
+        after = Snapshot(model)
+        changed = [n for n in self.shells if self.shells[n] != after.shells.get(n)]
+        assert not changed, f"modules changed shape: {changed[:3]}"
+        assert self.tensors.keys() == after.tensors.keys()
+        differ = [k for k in self.tensors if not torch.equal(self.tensors[k], after.tensors[k])]
+        assert not differ, f"tensors changed: {differ[:3]}"
+        assert torch.equal(self.logits, after.logits)
+        assert model.training is False
+
+
+def _refused(recipe: str, exc: type[BaseException], match: str, model: Any = None, **kwargs: Any) -> None:
+    model = model if model is not None else _model()
+    before = Snapshot(model)
+    kwargs.setdefault("dataset", _samples())
+    with pytest.raises(exc, match=match):
+        recipe_spec.oneshot(model=model, recipe=recipe, **kwargs)
+    before.assert_same(model)
+
+
+BAD_DATA = {
+    "id outside the vocabulary": ([{"input_ids": torch.tensor([1, 2, VOCAB])}], ValueError, "outside the model's vocabulary of 64"),
+    "negative id": ([{"input_ids": torch.tensor([1, -2, 3])}], ValueError, "token id -2 is negative"),
+    "float ids": ([{"input_ids": torch.tensor([1.0, 2.0])}], TypeError, "token ids are integers"),
+    "list of float ids": ([{"input_ids": [1.5, 2.0]}], TypeError, "token ids are integers"),
+    "empty sample": ([{"input_ids": torch.tensor([], dtype=torch.long)}], ValueError, "is empty"),
+    "mask longer than ids": ([{"input_ids": [1, 2, 3], "attention_mask": [1, 1, 1, 1]}], ValueError,
+                             "attention_mask has shape \\[4\\] and input_ids \\[3\\]"),
+    "mask shorter than ids": ([{"input_ids": [1, 2, 3], "attention_mask": [1, 1]}], ValueError, "one value per token"),
+    "mask of other values": ([{"input_ids": [1, 2, 3], "attention_mask": [1, 2, 1]}], ValueError, "other than 0 and 1"),
+    "longer than the positions": ([{"input_ids": list(range(POSITIONS)) + [1]}], ValueError, "more than the model's 64 positions"),
+    "a text column left in": ([{"input_ids": [1, 2], "text": "hi"}], TypeError, "'text' is str"),
+    "several sequences in one sample": ([{"input_ids": [[1, 2], [3, 4]]}], ValueError, "one dict per sequence"),
+    "a later sample is bad": ([*_samples(3), {"input_ids": [1, 99]}], ValueError, "calibration sample 3"),
+    "a DataLoader of tuples": (torch.utils.data.DataLoader([(torch.tensor([1, 2]),)], batch_size=1), TypeError,
+                               "batch 0 of the DataLoader is list"),
+    "a DataLoader with an id outside the vocabulary": (
+        torch.utils.data.DataLoader([{"input_ids": torch.tensor([1, 200])}], batch_size=1), ValueError,
+        "calibration batch 0: token id 200"),
+}
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("case", BAD_DATA)
+def test_bad_calibration_data_is_refused_before_the_model_changes(recipe: str, case: str) -> None:
+    data, exc, match = BAD_DATA[case]
+    _refused(RECIPES[recipe], exc, match, dataset=data)
+
+
+BAD_ARGUMENTS = {
+    "num_calibration_samples as text": ({"num_calibration_samples": "4"}, TypeError, "num_calibration_samples=4"),
+    "batch_size as a float": ({"batch_size": 2.5}, TypeError, "batch_size must be an int"),
+    "batch_size zero": ({"batch_size": 0}, TypeError, "at least 1"),
+    "num_calibration_samples as a bool": ({"num_calibration_samples": True}, TypeError, "not bool"),
+    "shuffle as text": ({"shuffle_calibration_samples": "no"}, TypeError, "True or False"),
+    "unknown sequential_targets": ({"sequential_targets": ["NoSuchLayer"]}, ValueError,
+                                   "'NoSuchLayer'.*no such class or module.*LlamaDecoderLayer"),
+}
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("case", BAD_ARGUMENTS)
+def test_bad_arguments_are_refused_before_the_model_changes(recipe: str, case: str) -> None:
+    kwargs, exc, match = BAD_ARGUMENTS[case]
+    _refused(RECIPES[recipe], exc, match, **kwargs)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_a_non_finite_weight_in_a_later_layer_is_refused_before_the_first_changes(recipe: str) -> None:
+    model = _model()
+    with torch.no_grad():
+        model.model.layers[1].mlp.up_proj.weight[0, 0] = float("nan")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match="non-finite values.*model.layers.1.mlp.up_proj.weight"):
+        recipe_spec.oneshot(model=model, recipe=RECIPES[recipe], dataset=_samples())
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k], ) or k.endswith("up_proj.weight") for k in before)
+    assert torch.isnan(after["model.layers.1.mlp.up_proj.weight"][0, 0])
+    assert getattr(model.model.layers[0].self_attn.q_proj, "quantization_scheme", None) is None
+
+
+def test_an_nm_structure_a_later_layer_cannot_take_is_refused_before_the_first_changes() -> None:
+    """down_proj's 200 inputs do not split into groups of 16; q_proj's 128 do: nothing runs."""
+    recipe = ("s_stage:\n  s_modifiers:\n    SparseGPTModifier: {sparsity: 0.5, mask_structure: '8:16', "
+              "targets: [Linear], ignore: [lm_head]}\n")
+    _refused(recipe, RecipeError, "P004.*8:16.*model.layers.0.mlp.down_proj \\(in 200\\)",
+             model=_model(intermediate=200))
+
+
+def test_an_already_quantized_model_is_not_quantized_again() -> None:
+    model = _model()
+    recipe_spec.oneshot(model=model, recipe=GPTQ, dataset=_samples())
+    _refused(GPTQ, RecipeError, "B001.*already quantized", model=model)
+    _refused(SPARSEGPT, RecipeError, "B001.*already quantized", model=model)
+
+
+def test_a_model_on_the_meta_device_is_refused() -> None:
+    with torch.device("meta"):
+        model = _model()
+    with pytest.raises(ValueError, match="meta device.*load the checkpoint"):
+        recipe_spec.oneshot(model=model, recipe=SPARSEGPT, dataset=_samples())
+
+
+def _failing_after(monkeypatch: pytest.MonkeyPatch, module: Any, name: str, calls: int) -> list[int]:
+    """``module.name`` raises on its ``calls``-th call (the earlier ones run)."""
+    real, seen = getattr(module, name), []
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        seen.append(1)
+        if len(seen) >= calls:
+            raise RuntimeError("the solve failed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, wrapper)
+    return seen
+
+
+@pytest.mark.parametrize("recipe,where", [(SPARSEGPT, "sparsegpt_prune"), (GPTQ, "quantize_module"),
+                                          (SMOOTH_W8A8, "quantize_module")])
+def test_a_failure_during_the_run_puts_the_model_back(monkeypatch: pytest.MonkeyPatch, recipe: str,
+                                                      where: str) -> None:
+    """The ninth layer's solve fails: the eight before it (and, for quantization, every
+    scheme attached; for SmoothQuant, the smoothed norms) are undone."""
+    import recipe_spec.one_shot.compress as compress
+
+    seen = _failing_after(monkeypatch, compress, where, 9)
+    _refused(recipe, RuntimeError, "the solve failed")
+    assert len(seen) == 9
+
+
+def test_restore_on_error_false_leaves_the_changed_layers(monkeypatch: pytest.MonkeyPatch) -> None:
+    import recipe_spec.one_shot.compress as compress
+
+    _failing_after(monkeypatch, compress, "sparsegpt_prune", 3)
+    model = _model()
+    q_proj = model.model.layers[0].self_attn.q_proj.weight.detach().clone()
+    with pytest.raises(RuntimeError):
+        recipe_spec.oneshot(model=model, recipe=SPARSEGPT, dataset=_samples(), restore_on_error=False)
+    assert not torch.equal(model.model.layers[0].self_attn.q_proj.weight, q_proj)
+
+
+def test_a_disk_that_fills_while_saving_puts_the_model_back_and_leaves_no_folder(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """compressed-tensors has packed every quantized module when the write fails."""
+    model = _model()
+    real = type(model).save_pretrained
+
+    def full(self: Any, folder: str, *args: Any, **kwargs: Any) -> None:
+        real(self, folder, *args, **kwargs)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(type(model), "save_pretrained", full)
+    before = Snapshot(model)
+    with pytest.raises(OSError, match="No space left"):
+        recipe_spec.oneshot(model=model, recipe=GPTQ, dataset=_samples(), output_dir=tmp_path / "out")
+    before.assert_same(model)
+    assert not (tmp_path / "out").exists()
+    assert [p.name for p in tmp_path.iterdir()] == []
+
+
+def test_a_run_after_a_refusal_gives_the_result_of_a_fresh_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model put back runs as if nothing had happened: the same weights as on a new copy."""
+    import recipe_spec.one_shot.compress as compress
+
+    model = _model()
+    with monkeypatch.context() as patch:
+        _failing_after(patch, compress, "quantize_module", 5)
+        with pytest.raises(RuntimeError):
+            recipe_spec.oneshot(model=model, recipe=GPTQ, dataset=_samples())
+    recipe_spec.oneshot(model=model, recipe=GPTQ, dataset=_samples())
+    fresh = _model()
+    recipe_spec.oneshot(model=fresh, recipe=GPTQ, dataset=_samples())
+    for (k, a), b in zip(model.state_dict().items(), fresh.state_dict().values(), strict=True):
+        assert torch.equal(a, b), k
