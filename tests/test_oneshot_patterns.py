@@ -269,8 +269,8 @@ def test_oneshot_refuses_before_the_model_is_touched() -> None:
 
 def test_torch_llama_with_nested_repetition_is_llm_compressors_run() -> None:
     """llm-compressor 0.14's SparseGPT 2:4 run, with hostile patterns that match nothing added
-    to targets, ignore and sequential_targets (whose blocks a ``re:`` pattern names): the same
-    weights, at once."""
+    to targets and ignore, and its blocks named by a ``re:`` pattern: the same weights, at once.
+    A hostile pattern in ``sequential_targets`` names no block: refused at once, model untouched."""
     import recipe_spec
 
     safetensors_torch = pytest.importorskip("safetensors.torch")
@@ -283,9 +283,14 @@ def test_torch_llama_with_nested_repetition_is_llm_compressors_run() -> None:
         f"'{p}'" for p in HOSTILE) + "]")
     assert ON_LLAMA in recipe and HOSTILE[0] in recipe
     blocks: list[str] = []
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with deadline(300), pytest.raises(ValueError, match="no such class or module"):
+        recipe_spec.oneshot(model=model, recipe=recipe, dataset=samples, num_calibration_samples=16,
+                            shuffle_calibration_samples=False, sequential_targets=[ON_LLAMA, r"re:model\.layers\.\d+$"])
+    assert all(bool((v == before[k]).all()) for k, v in model.state_dict().items())
     with deadline(300):
         recipe_spec.oneshot(model=model, recipe=recipe, dataset=samples, num_calibration_samples=16,
-                            shuffle_calibration_samples=False, sequential_targets=[ON_LLAMA, r"re:model\.layers\.\d+$"],
+                            shuffle_calibration_samples=False, sequential_targets=[r"re:model\.layers\.\d+$"],
                             progress=lambda what, done, total: blocks.append(what) if done else None)
     assert blocks == [f"model.layers.{i}" for i in range(case["model_config"]["num_hidden_layers"])]
     final = safetensors_torch.load_file(str(LLMCOMPRESSOR / name / "final.safetensors"))
@@ -350,7 +355,8 @@ def test_torch_long_module_names() -> None:
 
 def test_keras_long_layer_names() -> None:
     """A functional Keras model whose Dense layer has a long name: SparseGPT with hostile
-    patterns in targets and ignore prunes as it does without them, at once."""
+    patterns in targets and ignore prunes as it does without them, at once; hostile patterns
+    in sequential_targets name no block of it: refused at once."""
     keras = pytest.importorskip("keras")
     import numpy as np
     from keras_hub_cases import plain_samples
@@ -372,9 +378,12 @@ def test_keras_long_layer_names() -> None:
                   f"      targets: [Linear{extra}]\n      ignore: [head{extra}]\n")
         with deadline(300):
             recipe_spec.oneshot(model=m, recipe=recipe, dataset=plain_samples(), num_calibration_samples=6,
-                                shuffle_calibration_samples=False, sequential_targets=[*HOSTILE, long])
+                                shuffle_calibration_samples=False, sequential_targets=[long])
         return keras.ops.convert_to_numpy(m.get_layer(long).kernel)
 
+    with deadline(300), pytest.raises(ValueError, match="no such class or module"):
+        recipe_spec.oneshot(model=model(), recipe="s_stage:\n  s_modifiers:\n    SparseGPTModifier: {sparsity: 0.5}\n",
+                            dataset=plain_samples(), sequential_targets=[*HOSTILE, long])
     hostile = run("".join(f", '{p}'" for p in HOSTILE))
     assert float((hostile == 0).mean()) == 0.5
     np.testing.assert_array_equal(hostile, run(""))

@@ -114,6 +114,12 @@ def _linear_of(layer: Any) -> _Linear | None:
     return None
 
 
+def _quantized_linear(layer: Any) -> bool:
+    """A Dense or EinsumDense layer already quantized (Keras's quantization mode)."""
+    return (isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense))
+            and getattr(layer, "quantization_mode", None) is not None)
+
+
 def _reverse_of(layer: Any) -> _Linear | None:
     if isinstance(layer, keras.layers.ReversibleEmbedding) and not layer.tie_weights and getattr(layer, "built", False):
         return _Linear(layer, layer.reverse_embeddings, None, reverse=True)
@@ -208,7 +214,8 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
                 self._layers[name] = layer
                 if lin is not None:
                     self._linear[name] = lin
-                self._infos.append(ModuleInfo(name, (*_classes(layer), "Linear") if lin is not None else _classes(layer),
+                linear = lin is not None or _quantized_linear(layer)  # a quantized one: still a Linear by class
+                self._infos.append(ModuleInfo(name, (*_classes(layer), "Linear") if linear else _classes(layer),
                                               lin is not None, (lin.rows, lin.columns) if lin is not None else ()))
                 self._groups.setdefault(parent_path, []).append(name)
                 walk(path, name)

@@ -96,8 +96,7 @@ class ModelState:
         return out
 
     def quantized_names(self) -> list[str]:
-        return [name for name, lin in self._linear.items()
-                if getattr(getattr(lin.layer, "dtype_policy", None), "quantization_mode", None)]
+        return [name for name, layer in self._layers.items() if getattr(layer, "quantization_mode", None)]
 
     # -- undo ----------------------------------------------------------------------------------
     def _variables(self, name: str) -> list[Any]:

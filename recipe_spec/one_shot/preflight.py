@@ -29,6 +29,7 @@ TypeError: num_calibration_samples must be an int of at least 1, not str '4' (wr
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -184,8 +185,10 @@ def check_model(recipe: Recipe, mods: Sequence[OneShotModifier], host: Any,
             raise ValueError(problem + hint)
     found: list[Diagnostic] = list(model_findings(recipe, mods, model))  # type: ignore[arg-type]
     quantized = set(getattr(host, "quantized_names", lambda: [])())
+    # a quantized layer counts as the Linear it was (a host may no longer list it as prunable)
+    as_linear = tuple(dataclasses.replace(i, prunable=True) if i.name in quantized else i for i in model.modules)
     for mod in mods:
-        targets = select_modules(model.modules, mod) if mod.transform is None else []
+        targets = select_modules(as_linear, mod) if mod.transform is None and quantized else []
         again = [n for n in targets if n in quantized]
         if again:
             found.append(codes.B001(
