@@ -179,17 +179,18 @@ def installed_backends() -> list[Any]:
     return found
 
 
-def backend_for(model: Any) -> Any:
+def backend_for(model: Any, caller: str = "modify()") -> Any:
     """The backend whose framework ``model`` belongs to (asked of every backend, no import).
 
-    Raises ``TypeError`` naming the backends there are when none owns it.
+    Raises ``TypeError`` naming the backends there are (and ``caller``, the function given
+    the model) when none owns it.
     """
     backends = installed_backends()
     for backend in backends:
         if backend.owns(model):
             return backend
     kinds = "; ".join(f"{b.name}: {b.model_kind}" for b in backends)
-    raise TypeError(f"modify() got a {type(model).__name__}, which is not a model of any backend ({kinds})")
+    raise TypeError(f"{caller} got a {type(model).__name__}, which is not a model of any backend ({kinds})")
 
 
 def backend_with(capability: str) -> Any:

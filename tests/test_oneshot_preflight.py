@@ -114,6 +114,16 @@ BAD_ARGUMENTS = {
     "shuffle as text": ({"shuffle_calibration_samples": "no"}, TypeError, "True or False"),
     "unknown sequential_targets": ({"sequential_targets": ["NoSuchLayer"]}, ValueError,
                                    "'NoSuchLayer'.*no such class or module.*LlamaDecoderLayer"),
+    "sequential_targets as a number": ({"sequential_targets": 5}, TypeError, "sequential_targets must be a name"),
+    "seed as a float": ({"seed": 1.5}, TypeError, "seed must be an int"),
+    "output_dir as a number": ({"output_dir": 5}, TypeError, "output_dir must be a folder path"),
+    "recipe_args as a number": ({"recipe_args": 5}, TypeError, "recipe_args must be a mapping"),
+    "progress as a number": ({"progress": 5}, TypeError, "progress must be a function"),
+    "compat as a number": ({"compat": 5}, TypeError, "compat must be a string"),
+    "save_compressed as text": ({"save_compressed": "no"}, TypeError, "save_compressed must be True or False"),
+    "preserve_masks as text": ({"preserve_masks": "x"}, TypeError, "preserve_masks must be True or False"),
+    "dataset as a number": ({"dataset": 5}, TypeError, "dataset must be tokenised samples"),
+    "dataset as text": ({"dataset": "some text"}, TypeError, "dataset must be tokenised samples"),
 }
 
 
@@ -231,3 +241,20 @@ def test_a_run_after_a_refusal_gives_the_result_of_a_fresh_model(monkeypatch: py
     recipe_spec.oneshot(model=fresh, recipe=GPTQ, dataset=_samples())
     for (k, a), b in zip(model.state_dict().items(), fresh.state_dict().values(), strict=True):
         assert torch.equal(a, b), k
+
+
+def test_a_model_of_no_backend_is_refused_naming_oneshot() -> None:
+    with pytest.raises(TypeError, match="oneshot\\(\\) got a int, which is not a model of any backend"):
+        recipe_spec.oneshot(model=5, recipe=SPARSEGPT, dataset=_samples())
+
+
+def test_ids_of_any_integer_type_give_the_same_run() -> None:
+    """uint8 and int32 ids are the same token ids as int64 ones (an embedding takes int64)."""
+    results = []
+    for dtype in (torch.int64, torch.int32, torch.uint8):
+        model = _model()
+        data = [{k: v.to(dtype) if k == "input_ids" else v for k, v in s.items()} for s in _samples()]
+        recipe_spec.oneshot(model=model, recipe=SPARSEGPT, dataset=data)
+        results.append(model.model.layers[1].mlp.down_proj.weight.detach().clone())
+    assert float((results[0] == 0).float().mean()) == pytest.approx(0.5, abs=1e-3)
+    assert all(torch.equal(results[0], r) for r in results[1:])

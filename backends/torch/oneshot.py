@@ -146,7 +146,11 @@ class TorchCalibrationHost(ModelState):
     def _forward(self, batch: Any) -> None:
         extra = {"use_cache": False} if self._use_cache else {}
         if isinstance(batch, Mapping):
-            self.model(**_move(dict(batch), self.device), **extra)
+            batch = _move(dict(batch), self.device)
+            ids = batch.get("input_ids")
+            if isinstance(ids, torch.Tensor) and ids.dtype not in (torch.int64, torch.int32):
+                batch["input_ids"] = ids.long()  # uint8, int16: ids all the same, as an embedding takes them
+            self.model(**batch, **extra)
         else:
             self.model(_move(batch, self.device))
 

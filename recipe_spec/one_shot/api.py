@@ -154,6 +154,8 @@ def oneshot(
     """
     if model is None or recipe is None:
         raise TypeError("oneshot() needs model= and recipe=")
+    check_arguments(save_compressed=save_compressed, data_collator=data_collator, recipe_args=recipe_args,
+                    sequential_offload_device=sequential_offload_device)
     if data_collator != "truncation":
         raise ValueError(f"data_collator {data_collator!r}: recipe_spec.oneshot batches with 'truncation' only")
     if pipeline not in PIPELINES:
@@ -195,9 +197,12 @@ def apply_oneshot(
     the copy of each changed module that costs) and leaves no folder behind."""
     # the semantics run here: llm-compressor's newest (or ``compat``'s); what that tool does
     # otherwise than written (C005-C007) is validate's concern, not this run's
-    release = _release(compat)
     check_arguments(num_calibration_samples=num_calibration_samples, batch_size=batch_size, seed=seed,
-                    shuffle=shuffle_calibration_samples)
+                    shuffle_calibration_samples=shuffle_calibration_samples, pipeline=pipeline,
+                    sequential_targets=sequential_targets, offload=offload, output_dir=output_dir,
+                    overwrite_output_dir=overwrite_output_dir, progress=progress, preserve_masks=preserve_masks,
+                    compat=compat, restore_on_error=restore_on_error, dataset=dataset)
+    release = _release(compat)
     if output_dir is not None:  # before anything is touched, as the recipe's checks below
         check_output_dir(output_dir, overwrite_output_dir)
     refuse_invalid(recipe, compat=compat or "llmcompressor", quiet=_OTHER_TOOL)
@@ -205,7 +210,7 @@ def apply_oneshot(
         sequential_targets = [sequential_targets]
     _refuse_patterns("sequential_targets", sequential_targets or ())
     _refuse_recipe_patterns(recipe)
-    backend = backend_for(model)
+    backend = backend_for(model, "oneshot()")
     mods = resolve(recipe, frozenset(backend.capabilities), backend.name, release)
     if preserve_masks:
         mods = [dataclasses.replace(m, preserve_mask=True) if m.kind == "gptq" else m for m in mods]

@@ -20,8 +20,8 @@ model is as it was.
 The host describes arrays (:meth:`describe`, :class:`ArrayFacts`) and the model
 (``input_limits``, ``non_finite``, ``quantized_names``); the rules live here, once.
 
->>> check_arguments(num_calibration_samples=4, batch_size=1, seed=0, shuffle=False)
->>> check_arguments(num_calibration_samples="4", batch_size=1, seed=0, shuffle=False)
+>>> check_arguments(num_calibration_samples=4, batch_size=1, seed=0, shuffle_calibration_samples=False)
+>>> check_arguments(num_calibration_samples="4", batch_size=1)
 Traceback (most recent call last):
 ...
 TypeError: num_calibration_samples must be an int of at least 1, not str '4' (write num_calibration_samples=4)
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,19 +71,67 @@ def _count(name: str, value: Any) -> None:
         raise TypeError(f"{name} must be an int of at least 1, not {shown}{fix}")
 
 
-def check_arguments(*, num_calibration_samples: Any, batch_size: Any, seed: Any, shuffle: Any) -> None:
-    """``TypeError`` for an argument of the wrong type or range, naming it and the fix."""
-    _count("num_calibration_samples", num_calibration_samples)
-    _count("batch_size", batch_size)
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed must be an int, not {type(seed).__name__} {seed!r}")
-    if not isinstance(shuffle, bool):
-        raise TypeError(f"shuffle_calibration_samples must be True or False, not {type(shuffle).__name__} "
-                        f"{shuffle!r}")
+def _strings(name: str, value: Any) -> None:
+    if value is None or isinstance(value, str):
+        return
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return
+    raise TypeError(f"{name} must be a name or a list of names (class names, module names or re: patterns), "
+                    f"not {type(value).__name__} {value!r}")
+
+
+#: The keyword arguments :func:`check_arguments` knows, by the kind of value each takes.
+_COUNTS = ("num_calibration_samples", "batch_size")
+_FLAGS = ("shuffle_calibration_samples", "overwrite_output_dir", "save_compressed", "preserve_masks",
+          "restore_on_error", "offload")
+_TEXTS = ("pipeline", "data_collator", "compat", "sequential_offload_device")
+
+
+def check_arguments(**given: Any) -> None:
+    """``TypeError`` for a keyword argument of the wrong type or range, naming it and the fix
+    (``seed``: an int; ``output_dir``: a path or None; ``sequential_targets``: names;
+    ``recipe_args``: a mapping or None; ``progress``: a callable, a bool or None; counts: ints
+    of at least 1; flags: True or False; texts: a string or None)."""
+    for name, value in given.items():
+        if name in _COUNTS:
+            _count(name, value)
+        elif name in _FLAGS:
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be True or False, not {type(value).__name__} {value!r}")
+        elif name in _TEXTS:
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be a string, not {type(value).__name__} {value!r}")
+        elif name == "seed":
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"seed must be an int, not {type(value).__name__} {value!r}")
+        elif name == "output_dir":
+            if value is not None and not isinstance(value, (str, os.PathLike)):
+                raise TypeError(f"output_dir must be a folder path, not {type(value).__name__} {value!r}")
+        elif name == "sequential_targets":
+            _strings(name, value)
+        elif name == "recipe_args":
+            if value is not None and not isinstance(value, Mapping):
+                raise TypeError(f"recipe_args must be a mapping of variable names to values, not "
+                                f"{type(value).__name__} {value!r}")
+        elif name == "progress":
+            if value is not None and not isinstance(value, bool) and not callable(value):
+                raise TypeError(f"progress must be a function progress(what, done, total), True, False or None, "
+                                f"not {type(value).__name__} {value!r}")
+        elif name == "dataset":
+            if value is not None and not (hasattr(value, "__iter__") or hasattr(value, "__getitem__")) \
+                    or isinstance(value, (str, bytes)):
+                raise TypeError(f"dataset must be tokenised samples (a list of {{'input_ids': [...]}} dicts, a "
+                                f"datasets.Dataset or a DataLoader), not {type(value).__name__}")
+        else:
+            raise TypeError(f"check_arguments() knows no argument {name!r}")
 
 
 def _facts(host: Any, where: str, key: str, value: Any) -> ArrayFacts:
     facts = host.describe(value)
+    if facts is None and key in ("input_ids", _MASK):
+        raise TypeError(f"{where}: {key} is {type(value).__name__}{' ' + repr(value)[:40] if isinstance(value, str) else ''}, "
+                        "not one sequence of integers (a list, NumPy array or tensor of one length; give one dict "
+                        "per sequence)")
     if facts is None:
         raise TypeError(f"{where}: {key!r} is {type(value).__name__}, not an array of numbers; give the model's "
                         "inputs only (input_ids, attention_mask): drop other columns, e.g. "
