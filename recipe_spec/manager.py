@@ -172,6 +172,7 @@ class ScheduledModifierManager:
         if calibration is not None or self._one_shot():
             from .one_shot.api import apply_oneshot
 
+            _one_shot_options(options)
             offload = str(options.pop("sequential_offload_device", "") or "").startswith("cpu")
             apply_oneshot(model, self.recipe, calibration, offload=offload, **options)
             return
@@ -254,3 +255,20 @@ class ScheduledModifierManager:
         with what changed (``RecipeChangedError``, a ``ValueError``) unless
         ``allow_recipe_change=True``."""
         self._need_runtime().load_state_dict(state, allow_recipe_change)
+
+
+def _one_shot_options(options: dict[str, Any]) -> None:
+    """A TypeError naming each option ``apply(calibration=...)`` does not take, and those it
+    does (``apply_oneshot``'s keywords, and ``sequential_offload_device``)."""
+    import inspect
+
+    from .one_shot.api import apply_oneshot
+
+    taken = [n for n in inspect.signature(apply_oneshot).parameters if n not in ("model", "recipe", "dataset", "offload")]
+    taken.append("sequential_offload_device")
+    unknown = [n for n in options if n not in taken]
+    if unknown:
+        raise TypeError(f"ScheduledModifierManager.apply(calibration=...) takes no option "
+                        f"{', '.join(map(repr, unknown))}; it takes {', '.join(sorted(taken))} "
+                        "(recipe_spec.oneshot takes llm-compressor's other keywords)")
+

@@ -258,3 +258,16 @@ def test_ids_of_any_integer_type_give_the_same_run() -> None:
         results.append(model.model.layers[1].mlp.down_proj.weight.detach().clone())
     assert float((results[0] == 0).float().mean()) == pytest.approx(0.5, abs=1e-3)
     assert all(torch.equal(results[0], r) for r in results[1:])
+
+
+def test_the_manager_checks_as_oneshot_does() -> None:
+    """``ScheduledModifierManager.apply(model, calibration=...)``: the same data checks, the
+    model untouched, and an option it does not take named."""
+    manager = recipe_spec.ScheduledModifierManager.from_yaml(SPARSEGPT)
+    model = _model()
+    before = Snapshot(model)
+    with pytest.raises(ValueError, match="calibration sample 0: token id -1 is negative"):
+        manager.apply(model, calibration=[{"input_ids": [1, -1]}])
+    with pytest.raises(TypeError, match="takes no option 'max_seq_length'.*num_calibration_samples"):
+        manager.apply(model, calibration=_samples(), max_seq_length=8)
+    before.assert_same(model)
