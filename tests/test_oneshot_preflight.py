@@ -271,3 +271,8 @@ def test_the_manager_checks_as_oneshot_does() -> None:
     with pytest.raises(TypeError, match="takes no option 'max_seq_length'.*num_calibration_samples"):
         manager.apply(model, calibration=_samples(), max_seq_length=8)
     before.assert_same(model)
+
+
+def test_a_modifier_that_needs_data_in_the_datafree_pipeline_is_refused_before_attaching() -> None:
+    _refused(GPTQ, ValueError, "GPTQModifier .* needs calibration data, which the datafree pipeline",
+             pipeline="datafree")

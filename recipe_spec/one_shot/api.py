@@ -221,6 +221,10 @@ def apply_oneshot(
     if needs_data and dataset is None:
         first = needs_data[0]
         raise RecipeError([_need_data(recipe, first)])
+    if needs_data and pipeline == "datafree":
+        first = needs_data[0]
+        raise ValueError(f"{first.type} ({first.where}) needs calibration data, which the datafree pipeline does "
+                         "not feed: use pipeline='independent' (the default) or 'sequential'")
     with make_host(model) as host:
         # every check that does not need the compression, before the first module is touched
         _check_mappings(host, mods)
