@@ -276,3 +276,8 @@ def test_the_manager_checks_as_oneshot_does() -> None:
 def test_a_modifier_that_needs_data_in_the_datafree_pipeline_is_refused_before_attaching() -> None:
     _refused(GPTQ, ValueError, "GPTQModifier .* needs calibration data, which the datafree pipeline",
              pipeline="datafree")
+
+
+def test_a_batch_size_beside_a_dataloader_is_refused_not_ignored() -> None:
+    loader = torch.utils.data.DataLoader(_samples(), batch_size=2)
+    _refused(SPARSEGPT, ValueError, "batch_size=4 with a DataLoader.*its batch_size 2", dataset=loader, batch_size=4)

@@ -18,6 +18,7 @@ rules, ``datasets/utils.py``).
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -85,6 +86,13 @@ def prepare(host: Any, dataset: Any, *, num_calibration_samples: int, shuffle: b
     from .preflight import check_batches, check_samples
 
     if is_dataloader(dataset):
+        if batch_size != 1:
+            raise ValueError(f"batch_size={batch_size} with a DataLoader: the DataLoader makes its own batches "
+                             f"(its batch_size {getattr(dataset, 'batch_size', None)}); leave batch_size out, or "
+                             "pass the dataset itself")
+        logging.getLogger("recipe_spec.oneshot").info(
+            "calibration: the DataLoader's batches are fed as it gives them (its sampler's order); "
+            "shuffle_calibration_samples and seed order a dataset, not a DataLoader")
         loaded = _from_loader(dataset, num_calibration_samples)
         check_batches(host, loaded.batches)
         return loaded
