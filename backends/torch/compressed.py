@@ -129,9 +129,10 @@ def finish(model: torch.nn.Module) -> None:
     model.apply(enable_quantization)
 
 
-def save(model: torch.nn.Module, output_dir: str) -> bool:
+def save(model: torch.nn.Module, output_dir: str, save: Any = None) -> bool:
     """Save a quantized Hugging Face model compressed (see the module docstring); False (and
-    nothing written) when no module is quantized."""
+    nothing written) when no module is quantized. ``save``: the function that writes the
+    model into ``output_dir`` (default ``model.save_pretrained``)."""
     if not quantized(model):
         return False
     from compressed_tensors import ModelCompressor
@@ -139,6 +140,10 @@ def save(model: torch.nn.Module, output_dir: str) -> bool:
     finish(model)
     compressor = ModelCompressor.from_pretrained_model(model)
     compressor.compress_model(model, skip_compressed=True)
-    model.save_pretrained(output_dir)
+    if save is None:
+        from .saving import original_save
+
+        save = original_save(model)
+    save(output_dir)
     compressor.update_config(output_dir)
     return True
