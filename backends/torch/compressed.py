@@ -30,7 +30,10 @@ from typing import Any
 import torch
 from recipe_spec.text.targets import regex_match
 
-__all__ = ["attach", "record", "finish", "quantized", "save"]
+__all__ = ["attach", "record", "finish", "quantized", "save", "installed", "original_save", "MARK"]
+
+#: The attribute that marks ``save_pretrained`` as :mod:`.saving`'s wrapper.
+MARK = "_recipe_spec_save"
 
 
 def _ct() -> Any:
@@ -141,9 +144,18 @@ def save(model: torch.nn.Module, output_dir: str, save: Any = None) -> bool:
     compressor = ModelCompressor.from_pretrained_model(model)
     compressor.compress_model(model, skip_compressed=True)
     if save is None:
-        from .saving import original_save
-
         save = original_save(model)
     save(output_dir)
     compressor.update_config(output_dir)
     return True
+
+
+def installed(model: torch.nn.Module) -> bool:
+    """Whether ``model.save_pretrained`` is :mod:`.saving`'s wrapper."""
+    return getattr(getattr(model, "save_pretrained", None), MARK, False)
+
+
+def original_save(model: torch.nn.Module) -> Any:
+    """``model.save_pretrained`` as transformers has it (under :mod:`.saving`'s wrapper)."""
+    current = getattr(model, "save_pretrained", None)
+    return getattr(current, "__wrapped__", current) if installed(model) else current

@@ -295,7 +295,7 @@ class TorchCalibrationHost:
             raise ValueError(f"{problem}: save it yourself")
         os.makedirs(output_dir, exist_ok=True)
         written = []
-        from .saving import original_save
+        from .compressed import original_save
 
         save = original_save(self.model)
         if callable(save):

@@ -21,20 +21,9 @@ from typing import Any
 import torch
 from recipe_spec.atomic import write_text
 
+from .compressed import MARK, installed, original_save, quantized, save
+
 __all__ = ["install", "installed", "original_save"]
-
-_MARK = "_recipe_spec_save"
-
-
-def installed(model: torch.nn.Module) -> bool:
-    """Whether ``model.save_pretrained`` is the wrapper of :func:`install`."""
-    return getattr(getattr(model, "save_pretrained", None), _MARK, False)
-
-
-def original_save(model: torch.nn.Module) -> Any:
-    """``model.save_pretrained`` as transformers has it (under the wrapper when installed)."""
-    current = getattr(model, "save_pretrained", None)
-    return getattr(current, "__wrapped__", current) if installed(model) else current
 
 
 def install(model: torch.nn.Module, recipe_text: str, processor: Any = None) -> bool:
@@ -58,8 +47,6 @@ def install(model: torch.nn.Module, recipe_text: str, processor: Any = None) -> 
         if quantization_format is not None:
             raise ValueError(f"quantization_format={quantization_format!r}: recipe_spec saves in the format "
                              "compressed-tensors infers per module; leave quantization_format out")
-        from .compressed import quantized, save
-
         folder = os.fspath(save_directory)
         os.makedirs(folder, exist_ok=True)
         if quantized(target):
@@ -73,7 +60,7 @@ def install(model: torch.nn.Module, recipe_text: str, processor: Any = None) -> 
         _save_processor(processor, folder)
 
     save_pretrained.__wrapped__ = original  # type: ignore[attr-defined]
-    setattr(save_pretrained, _MARK, True)
+    setattr(save_pretrained, MARK, True)
     save_pretrained.__doc__ = __doc__
     model.save_pretrained = save_pretrained  # type: ignore[method-assign]
     return True

@@ -179,9 +179,7 @@ def oneshot(
     """
     if model is None or recipe is None:
         raise TypeError("oneshot() needs model= and recipe=")
-    check_options(llmcompressor_options)
-    if data_collator != "truncation":
-        raise ValueError(f"data_collator {data_collator!r}: recipe_spec.oneshot batches with 'truncation' only")
+    check_options({"data_collator": data_collator, **llmcompressor_options})
     pipeline = "independent" if pipeline is None else pipeline
     if pipeline not in PIPELINES:
         raise ValueError(f"pipeline {pipeline!r} is not one of {', '.join(PIPELINES)}")
