@@ -269,6 +269,12 @@ def test_modifier_classes_import_from_llmcompressors_paths() -> None:
         found = importlib.import_module(f"recipe_spec.modifiers.{module}")
         for name in names:
             cls = getattr(found, name)
+            if name == "AWQModifier" and module == "awq":  # llm-compressor's deprecated shim
+                with pytest.warns(DeprecationWarning):
+                    transform, quant = cls(scheme="W4A16_ASYM", duo_scaling="both")
+                assert (transform.args, quant.type, quant.args) == ({"duo_scaling": "both"}, "QuantizationModifier",
+                                                                     {"scheme": "W4A16_ASYM"})
+                continue
             assert name == "AWQMapping" or cls(targets="x").type == name
     # the training catalogue (SparseML's !Modifier declarations) is as it was
     from recipe_spec.modifiers import all_specs, pruning, quantization
@@ -325,8 +331,8 @@ def test_recipes_llmcompressor_cannot_run_either_are_type_errors(recipe: Any, re
 def test_quantization_schemes_of_compressed_tensors_become_recipe_text() -> None:
     from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
 
-    from recipe_spec.modifiers.awq import AWQMapping, AWQModifier
     from recipe_spec.modifiers.quantization import QuantizationModifier
+    from recipe_spec.modifiers.transform.awq import AWQMapping, AWQModifier
     from recipe_spec.one_shot.objects import object_recipe
 
     scheme = QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(num_bits=8, symmetric=True,
@@ -363,8 +369,31 @@ def test_save_pretrained_writes_what_output_dir_writes(tmp_path: pathlib.Path) -
     logits = [transformers.AutoModelForCausalLM.from_pretrained(f)(ids).logits for f in (out, saved)]
     assert torch.equal(logits[0], logits[1])
     assert transformers.AutoTokenizer.from_pretrained(saved)("ab")["input_ids"] == _ids("ab")
-    with pytest.raises(ValueError, match="save_compressed=False"):
-        model.save_pretrained(tmp_path / "dense", save_compressed=False)
+    with pytest.raises(ValueError, match="quantization_format='dense'.*not quantized"):
+        _wrapped_sparse().save_pretrained(tmp_path / "x", quantization_format="dense")
+
+
+def _wrapped_sparse() -> Any:
+    model = dc.llama()
+    recipe_spec.oneshot(model=model, recipe="s_stage:\n  s_modifiers:\n    WandaPruningModifier: "
+                        "{sparsity: 0.5, targets: [Linear], ignore: [lm_head]}\n", dataset=dc.TEXTS,
+                        tokenizer=dc.tokenizer(), max_seq_length=8, num_calibration_samples=2)
+    return model
+
+
+def test_save_compressed_false_writes_the_dense_format(tmp_path: pathlib.Path) -> None:
+    model = dc.llama()
+    recipe_spec.oneshot(model=model, recipe=_gptq(), dataset=dc.TEXTS, tokenizer=dc.tokenizer(), max_seq_length=16,
+                        num_calibration_samples=3)
+    ids = torch.tensor([_ids("the lazy dog")])
+    with torch.no_grad():
+        before = model(ids).logits
+    model.save_pretrained(tmp_path / "dense", save_compressed=False)
+    q = _quant_config(tmp_path / "dense")
+    assert q["format"] == "dense" and q["config_groups"]["group_0"]["weights"]["num_bits"] == 4
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "dense")
+    with torch.no_grad():
+        assert torch.equal(back(ids).logits, before)
 
 
 def test_a_pruned_model_saves_dense_through_save_pretrained(tmp_path: pathlib.Path) -> None:

@@ -132,17 +132,24 @@ def finish(model: torch.nn.Module) -> None:
     model.apply(enable_quantization)
 
 
-def save(model: torch.nn.Module, output_dir: str, save: Any = None) -> bool:
+def save(model: torch.nn.Module, output_dir: str, save: Any = None, quantization_format: str | None = None,
+         compress: bool = True) -> bool:
     """Save a quantized Hugging Face model compressed (see the module docstring); False (and
     nothing written) when no module is quantized. ``save``: the function that writes the
-    model into ``output_dir`` (default ``model.save_pretrained``)."""
+    model into ``output_dir`` (default ``model.save_pretrained``); ``quantization_format``:
+    compressed-tensors' format instead of the one it infers; ``compress=False``: the weights
+    are written as they are, in the ``dense`` format (llm-compressor's
+    ``save_compressed=False``)."""
     if not quantized(model):
         return False
     from compressed_tensors import ModelCompressor
 
     finish(model)
-    compressor = ModelCompressor.from_pretrained_model(model)
-    compressor.compress_model(model, skip_compressed=True)
+    if not compress and quantization_format is None:
+        quantization_format = "dense"
+    compressor = ModelCompressor.from_pretrained_model(model, quantization_format=quantization_format)
+    if compress:
+        compressor.compress_model(model, skip_compressed=True)
     if save is None:
         save = original_save(model)
     save(output_dir)

@@ -5,11 +5,12 @@ llm-compressor's wrapped ``save_pretrained`` (``modify_save_pretrained``): the f
 that is not quantized (pruned only) saves dense, as before; ``recipe.yaml`` (the recipe run)
 and the tokenizer or processor given to (or loaded by) ``oneshot`` are written beside it.
 
-``save_compressed=False`` on a quantized model is a ValueError (saving fake-quantized dense
-weights is not implemented); the keywords of transformers' own ``save_pretrained``
-(``safe_serialization``, ``max_shard_size``, ...) are passed on. A ``quantization_format``
-other than None is refused by name (compressed-tensors infers the format per module).
-Installed by the calibration host at the end of a successful run (:func:`install`).
+``save_compressed=False`` writes a quantized model's weights as they are (the values the run
+left, with their scales and zero points) in compressed-tensors' ``dense`` format, and
+``quantization_format`` names the format instead of the one compressed-tensors infers, as
+there; the keywords of transformers' own ``save_pretrained`` (``safe_serialization``,
+``max_shard_size``: default ``"20GB"`` as there, ...) are passed on. A ``quantization_format``
+for a model that is not quantized is a ValueError. Installed by the calibration host at the end of a successful run (:func:`install`).
 """
 
 from __future__ import annotations
@@ -44,17 +45,17 @@ def install(model: torch.nn.Module, recipe_text: str, processor: Any = None) -> 
         if args:
             raise TypeError("save_pretrained(save_directory, save_compressed=..., **kwargs): pass its other "
                             "arguments by keyword")
-        if quantization_format is not None:
-            raise ValueError(f"quantization_format={quantization_format!r}: recipe_spec saves in the format "
-                             "compressed-tensors infers per module; leave quantization_format out")
         folder = os.fspath(save_directory)
-        os.makedirs(folder, exist_ok=True)
+        kwargs.setdefault("max_shard_size", "20GB")  # as llm-compressor's wrapper
         if quantized(target):
-            if not save_compressed:
-                raise ValueError("save_compressed=False: recipe_spec saves quantized models compressed only "
-                                 "(compressed-tensors' formats); leave save_compressed at True")
-            save(target, folder, save=lambda out: original(out, **kwargs))
+            os.makedirs(folder, exist_ok=True)
+            save(target, folder, save=lambda out: original(out, **kwargs), quantization_format=quantization_format,
+                 compress=save_compressed)
+        elif quantization_format is not None:
+            raise ValueError(f"quantization_format={quantization_format!r}: this model is not quantized (nothing to "
+                             "save in a quantization format); leave quantization_format out")
         else:
+            os.makedirs(folder, exist_ok=True)
             original(folder, **kwargs)
         write_text(os.path.join(folder, "recipe.yaml"), recipe_text)
         _save_processor(processor, folder)

@@ -65,7 +65,8 @@ LLMCOMPRESSOR_KEYWORDS: dict[str, Keyword] = dict((
     _k("trust_remote_code_model", False, "runs", "allow a checkpoint's own modelling code",
        "passed to transformers when model=, tokenizer= or processor= is a folder"),
     _k("save_compressed", True, "runs", "save quantized models compressed",
-       "False is refused for quantized models (dense fake-quantized saving is not implemented)"),
+       "False with output_dir= is refused for quantized models; model.save_pretrained(dir, save_compressed=False) "
+       "after the run writes the dense format"),
     _k("model_revision", "main", "default", "hub revision of the checkpoint",
        "a local folder has no revisions: check out the revision you want"),
     # RecipeArguments
