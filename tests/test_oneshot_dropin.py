@@ -162,6 +162,16 @@ def test_a_checkpoint_folder_is_loaded_with_its_tokenizer(folder: pathlib.Path, 
     assert {"tokenizer.json", "tokenizer_config.json", "config.json", "recipe.yaml"} <= names
 
 
+def test_a_tokenizer_named_by_its_folder_is_loaded(folder: pathlib.Path) -> None:
+    from recipe_spec.one_shot.dropin import resolve_processor
+
+    loaded = resolve_processor(dc.llama(), None, str(folder), None)
+    assert loaded("ab")["input_ids"] == _ids("ab")
+    with pytest.raises(ValueError, match=r"processor='/no/such/folder': transformers cannot load"):
+        resolve_processor(dc.llama(), None, None, "/no/such/folder")
+    assert resolve_processor(dc.llama(), None, None, None) is None  # nothing to load: no folder
+
+
 def test_precision_picks_the_dtype_and_auto_keeps_the_checkpoints(tmp_path: pathlib.Path) -> None:
     from recipe_spec.one_shot.dropin import load_model
 
@@ -316,6 +326,27 @@ def test_an_object_the_run_cannot_do_is_refused_located() -> None:
         recipe_spec.oneshot(model=dc.llama(), recipe=AutoRoundModifier(scheme="W4A16", targets="Linear"),
                             dataset=dc.TEXTS, tokenizer=dc.tokenizer())
     assert [d.code for d in err.value.diagnostics] == ["B001"] and err.value.diagnostics[0].line == 4
+
+
+def _not_run_in_one_shot() -> list[str]:
+    from recipe_spec.core_dialect import core_names
+
+    ran = {"AWQModifier", "ConstantPruningModifier", "GPTQModifier", "LogarithmicEqualizationModifier",
+           "MagnitudePruningModifier", "QuantizationModifier", "SmoothQuantModifier", "SparseGPTModifier",
+           "WandaPruningModifier"}  # schemas/backends.json, torch's oneshot_modifiers
+    return [n for n in core_names() if n not in ran]
+
+
+@pytest.mark.parametrize("name", _not_run_in_one_shot())
+def test_every_other_modifier_validate_knows_is_refused_located(name: str) -> None:
+    from recipe_spec.modifiers.objects import ModifierObject
+
+    model = dc.llama()
+    with pytest.raises(RecipeError) as err:
+        recipe_spec.oneshot(model=model, recipe=[ModifierObject.of(name, targets=["Linear"])])
+    assert err.value.diagnostics and all(d.line is not None and d.line >= 4 for d in err.value.diagnostics)
+    assert "<recipe from modifier objects>" in str(err.value) and name in str(err.value)
+    assert not any(hasattr(m, "quantization_scheme") for m in model.modules())
 
 
 @pytest.mark.parametrize("recipe, recipe_args, says", [
