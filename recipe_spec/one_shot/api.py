@@ -191,6 +191,8 @@ def oneshot(
     if not save_compressed and output_dir is not None and any(m.type in QUANT_KINDS for m in loaded.modifiers):
         raise ValueError("save_compressed=False: recipe_spec.oneshot saves quantized models compressed only "
                          "(compressed-tensors' formats); leave save_compressed at True")
+    # the recipe's checks before a checkpoint is loaded or text tokenised (apply_oneshot repeats them)
+    refuse_invalid(loaded, compat=compat or "llmcompressor", quiet=_OTHER_TOOL)
     model, folder = load_model(model, config_name=config_name, precision=precision,
                                trust_remote_code=trust_remote_code_model)
     refuse_experts(model, moe_calibrate_all_experts)
