@@ -349,6 +349,23 @@ def test_every_other_modifier_validate_knows_is_refused_located(name: str) -> No
     assert not any(hasattr(m, "quantization_scheme") for m in model.modules())
 
 
+def test_quantizing_attention_modules_is_refused_located_before_anything_is_attached() -> None:
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
+
+    from recipe_spec.modifiers.quantization import QuantizationModifier
+
+    # llm-compressor's examples/quantization_attention/llama3_attention.py recipe
+    scheme = QuantizationScheme(targets=["LlamaAttention"],
+                                input_activations=QuantizationArgs(num_bits=8, type="float", strategy="tensor"))
+    model = dc.llama()
+    with pytest.raises(RecipeError) as err:
+        recipe_spec.oneshot(model=model, recipe=QuantizationModifier(config_groups={"attention": scheme}),
+                            dataset=dc.TEXTS, tokenizer=dc.tokenizer(), max_seq_length=8)
+    (d,) = err.value.diagnostics
+    assert d.code == "B001" and d.line == 5 and "model.layers.0.self_attn (LlamaAttention)" in d.message
+    assert not any(hasattr(m, "quantization_scheme") for m in model.modules())
+
+
 @pytest.mark.parametrize("recipe, recipe_args, says", [
     (["a.yaml", "b.yaml"], None, r"recipe\[0\] is a str: a recipe list holds modifier objects only"),
     ("__gptq__", ["x=1"], "recipe_args set the variables of a YAML recipe"),

@@ -60,9 +60,29 @@ def attach(model: torch.nn.Module, config: Mapping[str, Any]) -> None:
         disable_quantization,
     )
 
+    parsed = QuantizationConfig.model_validate(dict(config))
     with _linear_matching():
-        apply_quantization_config(model, QuantizationConfig.model_validate(dict(config)), show_progress=False)
+        _refuse_other_modules(model, parsed)
+        apply_quantization_config(model, parsed, show_progress=False)
     model.apply(disable_quantization)
+
+
+#: The module types whose quantized results the host records and saves.
+_HELD = (torch.nn.Linear, torch.nn.Embedding)
+
+
+def _refuse_other_modules(model: torch.nn.Module, config: Any) -> None:
+    """``NotImplementedError`` naming the first module a config group would quantize that is
+    neither a Linear nor an Embedding (an attention module's inputs, say: compressed-tensors'
+    attention hooks need llm-compressor's own calibration), before anything is attached."""
+    from compressed_tensors.utils import match_named_modules
+
+    for name, scheme in config.config_groups.items():
+        for module_name, module in match_named_modules(model, scheme.targets, config.ignore):
+            if not isinstance(module, _HELD):
+                raise NotImplementedError(
+                    f"config group {name} targets {module_name} ({type(module).__name__}); recipe_spec.oneshot "
+                    "quantizes Linear and Embedding layers only")
 
 
 class _LinearRe:
