@@ -118,6 +118,20 @@ class PyTorchBackend:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise ValueError(f"transformers cannot load it ({type(exc).__name__}: {first[:200]})") from None
 
+    def load_pretrained(self, path: str, precision: str = "auto", config_name: str | None = None,
+                        trust_remote_code: bool = False) -> Any:
+        """A Hugging Face checkpoint (a folder, or a hub id in the local cache) loaded as
+        llm-compressor's ``oneshot(model=path)`` loads it (:mod:`.pretrained`)."""
+        from .pretrained import load_model
+
+        return load_model(path, precision, config_name, trust_remote_code)
+
+    def load_processor(self, source: str, trust_remote_code: bool = False) -> Any:
+        """The tokenizer or processor of a checkpoint folder (:mod:`.pretrained`)."""
+        from .pretrained import load_processor
+
+        return load_processor(source, trust_remote_code)
+
     def canonical_axes(self, layer_type: str, ndim: int) -> tuple[int, ...]:
         """PyTorch stores weights in the canonical order: (out, in, spatial...)."""
         return canonical_axes(layer_type, ndim)

@@ -30,7 +30,10 @@ from typing import Any
 import torch
 from recipe_spec.text.targets import regex_match
 
-__all__ = ["attach", "record", "finish", "quantized", "save"]
+__all__ = ["attach", "record", "finish", "quantized", "save", "installed", "original_save", "MARK"]
+
+#: The attribute that marks ``save_pretrained`` as :mod:`.saving`'s wrapper.
+MARK = "_recipe_spec_save"
 
 
 def _ct() -> Any:
@@ -57,9 +60,29 @@ def attach(model: torch.nn.Module, config: Mapping[str, Any]) -> None:
         disable_quantization,
     )
 
+    parsed = QuantizationConfig.model_validate(dict(config))
     with _linear_matching():
-        apply_quantization_config(model, QuantizationConfig.model_validate(dict(config)), show_progress=False)
+        _refuse_other_modules(model, parsed)
+        apply_quantization_config(model, parsed, show_progress=False)
     model.apply(disable_quantization)
+
+
+#: The module types whose quantized results the host records and saves.
+_HELD = (torch.nn.Linear, torch.nn.Embedding)
+
+
+def _refuse_other_modules(model: torch.nn.Module, config: Any) -> None:
+    """``NotImplementedError`` naming the first module a config group would quantize that is
+    neither a Linear nor an Embedding (an attention module's inputs, say: compressed-tensors'
+    attention hooks need llm-compressor's own calibration), before anything is attached."""
+    from compressed_tensors.utils import match_named_modules
+
+    for name, scheme in config.config_groups.items():
+        for module_name, module in match_named_modules(model, scheme.targets, config.ignore):
+            if not isinstance(module, _HELD):
+                raise NotImplementedError(
+                    f"config group {name} targets {module_name} ({type(module).__name__}); recipe_spec.oneshot "
+                    "quantizes Linear and Embedding layers only")
 
 
 class _LinearRe:
@@ -129,16 +152,37 @@ def finish(model: torch.nn.Module) -> None:
     model.apply(enable_quantization)
 
 
-def save(model: torch.nn.Module, output_dir: str) -> bool:
+def save(model: torch.nn.Module, output_dir: str, save: Any = None, quantization_format: str | None = None,
+         compress: bool = True) -> bool:
     """Save a quantized Hugging Face model compressed (see the module docstring); False (and
-    nothing written) when no module is quantized."""
+    nothing written) when no module is quantized. ``save``: the function that writes the
+    model into ``output_dir`` (default ``model.save_pretrained``); ``quantization_format``:
+    compressed-tensors' format instead of the one it infers; ``compress=False``: the weights
+    are written as they are, in the ``dense`` format (llm-compressor's
+    ``save_compressed=False``)."""
     if not quantized(model):
         return False
     from compressed_tensors import ModelCompressor
 
     finish(model)
-    compressor = ModelCompressor.from_pretrained_model(model)
-    compressor.compress_model(model, skip_compressed=True)
-    model.save_pretrained(output_dir)
+    if not compress and quantization_format is None:
+        quantization_format = "dense"
+    compressor = ModelCompressor.from_pretrained_model(model, quantization_format=quantization_format)
+    if compress:
+        compressor.compress_model(model, skip_compressed=True)
+    if save is None:
+        save = original_save(model)
+    save(output_dir)
     compressor.update_config(output_dir)
     return True
+
+
+def installed(model: torch.nn.Module) -> bool:
+    """Whether ``model.save_pretrained`` is :mod:`.saving`'s wrapper."""
+    return getattr(getattr(model, "save_pretrained", None), MARK, False)
+
+
+def original_save(model: torch.nn.Module) -> Any:
+    """``model.save_pretrained`` as transformers has it (under :mod:`.saving`'s wrapper)."""
+    current = getattr(model, "save_pretrained", None)
+    return getattr(current, "__wrapped__", current) if installed(model) else current

@@ -62,6 +62,7 @@ class TorchCalibrationHost(ModelState):
         self._no_grad: Any = None
         self._quantizing = False
         self._attention: Any = None
+        self._wrap: tuple[str, Any] | None = None
         self.device = next((p.device for p in model.parameters()), torch.device("cpu"))
         try:
             params = inspect.signature(model.forward).parameters
@@ -99,6 +100,10 @@ class TorchCalibrationHost(ModelState):
             config.use_cache = use_cache
         if self._attention is not None:
             config._attn_implementation = self._attention
+        if self._wrap is not None and exc[0] is None:
+            from .saving import install
+
+            install(self.model, *self._wrap)
 
     # -- the model -------------------------------------------------------------------------------
     def modules(self) -> list[ModuleInfo]:
@@ -247,6 +252,12 @@ class TorchCalibrationHost(ModelState):
             out.append(y.float())
         return out
 
+    def wrap_save(self, recipe_text: str, processor: Any = None) -> None:
+        """Once the run ends without an error, ``model.save_pretrained(dir, save_compressed=True)``
+        writes what ``output_dir=`` writes (``recipe_text`` as ``recipe.yaml``, ``processor``
+        beside it), as llm-compressor's wrapped ``save_pretrained`` (:mod:`.saving`)."""
+        self._wrap = (recipe_text, processor)
+
     # -- weights and saving --------------------------------------------------------------------
     def weight(self, name: str) -> torch.Tensor:
         w = self._named[name].weight.detach()
@@ -290,7 +301,9 @@ class TorchCalibrationHost(ModelState):
             raise ValueError(f"{problem}: save it yourself")
         os.makedirs(output_dir, exist_ok=True)
         written = []
-        save = getattr(self.model, "save_pretrained", None)
+        from .compressed import original_save
+
+        save = original_save(self.model)
         if callable(save):
             from .compressed import save as save_compressed
 

@@ -31,9 +31,16 @@ from .common import (
     gradual_pruning,
     update_frequency,
 )
+from .objects import (  # llm-compressor's classes (plain data)
+    ConstantPruningModifier,
+    MagnitudePruningModifier,
+    REAPPruningModifier,
+    SparseGPTModifier,
+    WandaPruningModifier,
+)
 from .spec import Arg, Look, ModifierSpec
 
-__all__ = ["SPECS"]
+__all__ = ["SPECS", "ConstantPruningModifier", "MagnitudePruningModifier", "REAPPruningModifier", "SparseGPTModifier", "WandaPruningModifier"]
 
 # The keywords after "properties" in the three gradual magnitude pruning schemas.
 _MAGNITUDE_SCHEMA_EXTRA: dict[str, Any] = {

@@ -6,9 +6,10 @@ from typing import Any
 
 from . import rules
 from .common import LOG_TYPES
+from .objects import GPTQModifier, QuantizationModifier  # llm-compressor's classes (plain data)
 from .spec import Arg, Look, ModifierSpec
 
-__all__ = ["SPECS"]
+__all__ = ["SPECS", "GPTQModifier", "QuantizationModifier"]
 
 _NOT_WITH_LEGACY_KEYS: dict[str, Any] = {
     "description": (

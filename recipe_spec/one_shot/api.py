@@ -33,8 +33,12 @@ from ..registry import backend_for
 from ..runtime.preflight import refuse_invalid
 from ..text.targets import explain, refused_patterns
 from .calibration import prepare
+from .dropin import load_model, log_to, refuse_experts, resolve_processor
+from .inputs import TextOptions, calibration_input, is_text
 from .journal import Journal, journalled
+from .keywords import check_options, recipe_arguments
 from .modifiers import resolve
+from .objects import is_object_recipe, object_recipe
 from .pipeline import PIPELINES, OneShotReport, Progress, run_pipeline
 from .preflight import check_arguments, check_model
 from .quant_modifiers import QUANT_KINDS, check_quant_shapes
@@ -73,7 +77,7 @@ def oneshot(
     shuffle_calibration_samples: bool = True,
     batch_size: int = 1,
     data_collator: str = "truncation",
-    pipeline: str = "independent",
+    pipeline: str | None = "independent",
     sequential_targets: Sequence[str] | str | None = None,
     sequential_offload_device: str | None = None,
     output_dir: str | os.PathLike[str] | None = None,
@@ -85,6 +89,18 @@ def oneshot(
     preserve_masks: bool = False,
     compat: str | None = None,
     restore_on_error: bool = True,
+    config_name: str | None = None,
+    precision: str = "auto",
+    trust_remote_code_model: bool = False,
+    max_seq_length: int | None = None,
+    pad_to_max_length: bool = True,
+    text_column: str = "text",
+    concatenate_data: bool = False,
+    preprocessing_func: Any = None,
+    preprocessing_num_workers: int | None = None,
+    moe_calibrate_all_experts: bool = True,
+    log_dir: str | os.PathLike[str] | None = None,
+    **llmcompressor_options: Any,
 ) -> Any:
     """Compress ``model`` in one pass with the stage/group ``recipe``; returns the model.
 
@@ -129,6 +145,27 @@ def oneshot(
     and group sizes against the widths, ``sequential_targets``, finite weights, no target
     already quantized) and the output folder; each refusal leaves the model as it was.
 
+    llm-compressor 0.14's other keywords (its scripts run unchanged; docs/oneshot.md,
+    "llm-compressor's keywords", and :data:`~recipe_spec.one_shot.keywords.LLMCOMPRESSOR_KEYWORDS`
+    say what each does here): ``model`` may be a checkpoint folder (str or PathLike), loaded
+    with ``AutoModelForCausalLM.from_pretrained(folder, dtype=precision)`` (``config_name``,
+    ``trust_remote_code_model``), its tokenizer too when ``tokenizer``/``processor`` is not
+    given (a str there is a folder to load it from). ``recipe`` may be llm-compressor's modifier
+    objects (``GPTQModifier(scheme="W4A16", targets="Linear", ignore=["lm_head"])`` from
+    ``recipe_spec.modifiers.gptq`` & co., or a list of them: :mod:`.objects`), checked as a YAML
+    recipe is. ``dataset`` may be text (a list of strings, of ``{text_column: ...}`` dicts, a
+    ``datasets.Dataset``): tokenised as llm-compressor does (``max_seq_length``,
+    ``pad_to_max_length``, ``concatenate_data``, ``preprocessing_func``,
+    ``preprocessing_num_workers``: :mod:`.inputs`); tokenised samples are cut to
+    ``max_seq_length``. ``moe_calibrate_all_experts=True`` is refused for a model with experts
+    (pass False: routed experts only). ``log_dir``: a log file of the run there. Any other
+    keyword of llm-compressor (``**llmcompressor_options``) runs only at its default (a
+    ValueError names it otherwise) or has nothing to act on here (``tracing_ignore``,
+    ``clear_sparse_session``, ``overwrite_cache``, ...); a keyword neither tool takes is a
+    TypeError. After the run, ``model.save_pretrained(folder, save_compressed=True)`` writes what
+    ``output_dir`` writes (compressed-tensors for a quantized model, ``recipe.yaml``, the
+    tokenizer), as llm-compressor's wrapped ``save_pretrained``.
+
     Quantization (QuantizationModifier, GPTQModifier) leaves compressed-tensors' quantization
     parameters on each quantized module (``weight_scale``, ``weight_zero_point``, static
     ``input_scale`` / ``input_zero_point``) and saves the model with compressed-tensors
@@ -154,26 +191,41 @@ def oneshot(
     """
     if model is None or recipe is None:
         raise TypeError("oneshot() needs model= and recipe=")
-    check_arguments(save_compressed=save_compressed, data_collator=data_collator, recipe_args=recipe_args,
-                    sequential_offload_device=sequential_offload_device)
-    if data_collator != "truncation":
-        raise ValueError(f"data_collator {data_collator!r}: recipe_spec.oneshot batches with 'truncation' only")
+    check_arguments(save_compressed=save_compressed, sequential_offload_device=sequential_offload_device, compat=compat,
+                    num_calibration_samples=num_calibration_samples, batch_size=batch_size, seed=seed,
+                    shuffle_calibration_samples=shuffle_calibration_samples, sequential_targets=sequential_targets,
+                    output_dir=output_dir, overwrite_output_dir=overwrite_output_dir, progress=progress,
+                    preserve_masks=preserve_masks, restore_on_error=restore_on_error)
+    check_options({"data_collator": data_collator, **llmcompressor_options})
+    pipeline = "independent" if pipeline is None else pipeline
     if pipeline not in PIPELINES:
         raise ValueError(f"pipeline {pipeline!r} is not one of {', '.join(PIPELINES)}")
-    loaded = _recipe(recipe, recipe_args)
+    text = TextOptions(max_seq_length=max_seq_length, pad_to_max_length=pad_to_max_length, text_column=text_column,
+                       concatenate_data=concatenate_data, preprocessing_func=preprocessing_func,
+                       preprocessing_num_workers=preprocessing_num_workers)
+    arguments = recipe_arguments(recipe_args)
+    loaded = object_recipe(recipe, arguments) if is_object_recipe(recipe) else _recipe(recipe, arguments)
     if not save_compressed and output_dir is not None and any(m.type in QUANT_KINDS for m in loaded.modifiers):
         raise ValueError("save_compressed=False: recipe_spec.oneshot saves quantized models compressed only "
                          "(compressed-tensors' formats); leave save_compressed at True")
-    report = apply_oneshot(
-        model, loaded, dataset, num_calibration_samples=num_calibration_samples,
-        shuffle_calibration_samples=shuffle_calibration_samples, batch_size=batch_size,
-        pipeline=pipeline, sequential_targets=sequential_targets,
-        offload=sequential_offload_device is not None and str(sequential_offload_device).startswith("cpu"),
-        output_dir=output_dir, overwrite_output_dir=overwrite_output_dir, seed=seed, progress=progress,
-        preserve_masks=preserve_masks, compat=compat, processor=processor if processor is not None else tokenizer,
-        restore_on_error=restore_on_error,
-    )
-    del report
+    # the recipe's checks before a checkpoint is loaded or text tokenised (apply_oneshot repeats them)
+    refuse_invalid(loaded, compat=compat or "llmcompressor", quiet=_OTHER_TOOL)
+    model, folder = load_model(model, config_name=config_name, precision=precision,
+                               trust_remote_code=trust_remote_code_model)
+    refuse_experts(model, moe_calibrate_all_experts)
+    processor = resolve_processor(model, folder, tokenizer, processor, trust_remote_code_model,
+                                  needed=is_text(dataset))
+    dataset = calibration_input(dataset, processor, text)
+    with log_to(log_dir):
+        apply_oneshot(
+            model, loaded, dataset, num_calibration_samples=num_calibration_samples,
+            shuffle_calibration_samples=shuffle_calibration_samples, batch_size=batch_size,
+            pipeline=pipeline, sequential_targets=sequential_targets,
+            offload=sequential_offload_device is not None and str(sequential_offload_device).startswith("cpu"),
+            output_dir=output_dir, overwrite_output_dir=overwrite_output_dir, seed=seed, progress=progress,
+            preserve_masks=preserve_masks, compat=compat, processor=processor,
+            restore_on_error=restore_on_error,
+        )
     return model
 
 
@@ -253,6 +305,9 @@ def apply_oneshot(
                 with writing(output_dir, overwrite_output_dir) as folder:
                     work.save(folder, text)
                     _save_processor(processor, folder)
+            # ``model.save_pretrained`` writes the same folder from now on (a host that has it)
+            getattr(host, "wrap_save", lambda *_: None)(
+                recipe.source.yaml_text if recipe.source else recipe.to_yaml(), processor)
         except BaseException:
             if isinstance(work, Journal):
                 work.restore()

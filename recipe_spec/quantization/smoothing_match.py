@@ -27,7 +27,7 @@ of a model known by its module names (e.g. read from a checkpoint's headers).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,7 +85,7 @@ def parse_mappings(value: Any, style: str) -> tuple[SmoothMapping, ...]:
     out = []
     for i, entry in enumerate(value):
         if style == "awq":
-            if not isinstance(entry, dict) or set(entry) - {"smooth_layer", "balance_layers",
+            if not isinstance(entry, Mapping) or set(entry) - {"smooth_layer", "balance_layers",
                                                              "activation_hook_target"}:
                 raise ValueError(f"mappings[{i}]: an AWQ mapping is {{smooth_layer: ..., balance_layers: "
                                  f"[...]}} (optionally activation_hook_target), got {entry!r}")

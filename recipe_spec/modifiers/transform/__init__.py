@@ -1,0 +1,6 @@
+"""``llmcompressor.modifiers.transform``'s modifier classes under the same path: plain data turned into a recipe by
+:func:`recipe_spec.oneshot` (:mod:`recipe_spec.modifiers.objects`)."""
+
+from ..objects import AWQMapping, AWQModifier, QuIPModifier, SmoothQuantModifier, SpinQuantModifier
+
+__all__ = ['AWQMapping', 'AWQModifier', 'QuIPModifier', 'SmoothQuantModifier', 'SpinQuantModifier']

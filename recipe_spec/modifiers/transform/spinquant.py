@@ -1,0 +1,6 @@
+"""``llmcompressor.modifiers.transform.spinquant``'s modifier classes under the same path: plain data turned into a recipe by
+:func:`recipe_spec.oneshot` (:mod:`recipe_spec.modifiers.objects`)."""
+
+from ..objects import SpinQuantModifier
+
+__all__ = ['SpinQuantModifier']
