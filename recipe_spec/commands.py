@@ -302,9 +302,9 @@ def schedule_command(args: argparse.Namespace) -> int:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            raise UsageError(
-                "--plot needs matplotlib, which is not installed: pip install 'recipe-spec[plot]'"
-            ) from None
+            from .diagnostics.packages import MissingPackageError
+
+            raise UsageError(str(MissingPackageError("matplotlib", "--plot"))) from None
     diags = validate(Path(path), variables or None)
     for d in diags:
         print(d.in_file(path).format(), file=sys.stderr)

@@ -29,7 +29,7 @@ from .diagnostics.base import Diagnostic, RecipeError, Severity
 from .one_shot.summary import summary as _summary
 
 __all__ = ["oneshot_command", "lint_command", "read_calibration", "checkpoint_lint", "print_estimates",
-           "DEFAULT_SEQ_LEN"]
+           "DEFAULT_SEQ_LEN", "header_findings"]
 
 #: The sequence length ``lint`` estimates with when none is given (capped by the model's
 #: ``max_position_embeddings``).
@@ -115,9 +115,9 @@ def checkpoint_lint(path: str, model: Any, variables: Any, samples: int, seq_len
     included (:mod:`recipe_spec.one_shot.quant_lint`); its cost estimate, when it holds a
     one-shot modifier or a GPTQModifier, is appended to ``estimates``."""
     from .loader import check
-    from .one_shot.checkpoint import estimate, model_findings
+    from .one_shot.checkpoint import estimate
     from .one_shot.modifiers import runnable
-    from .one_shot.quant_lint import gptq_modifiers, mapping_findings, quant_findings
+    from .one_shot.quant_lint import gptq_modifiers
     from .text.patterns import PatternError
 
     recipe, _ = check(Path(path), variables)
@@ -125,10 +125,9 @@ def checkpoint_lint(path: str, model: Any, variables: Any, samples: int, seq_len
         return []
     try:
         mods = runnable(recipe)
-        smoothing = mapping_findings(recipe, mods, model.modules, model.architecture)
         mods += gptq_modifiers(recipe, mods)
+        found = header_findings(recipe, mods, model)
         cost = estimate(mods, model, samples, _seq_len(model.config, seq_len)) if mods else None
-        found = model_findings(recipe, mods, model) + quant_findings(recipe, model.modules) + smoothing
     except PatternError:  # a pattern no run matches: validation's P005 says where and why
         return []
     if cost is not None:
@@ -321,7 +320,7 @@ def oneshot_command(args: argparse.Namespace) -> int:
         recipe, mods = _recipe(args)
         _, model = read_checkpoint_model(args.model, classes=False)
         flag_targets_problem(model, args.sequential_targets)
-        if _print(model_findings_of(recipe, mods, model), args.recipe):
+        if _print(header_findings(recipe, mods, model), args.recipe):
             return 1
     except _Failed:
         return 1
@@ -341,11 +340,18 @@ def oneshot_command(args: argparse.Namespace) -> int:
     return _run_and_save(args, recipe, loaded, samples)
 
 
-def model_findings_of(recipe: Any, mods: Sequence[Any], model: Any) -> list[Diagnostic]:
-    """:func:`recipe_spec.one_shot.checkpoint.model_findings` (imported when needed)."""
+def header_findings(recipe: Any, mods: Sequence[Any], model: Any) -> list[Diagnostic]:
+    """What the checkpoint's headers alone tell against ``recipe`` (``mods``: its one-shot
+    modifiers): an N:M structure or a ``sequential_targets`` the model cannot take
+    (:func:`recipe_spec.one_shot.checkpoint.model_findings`: P004, P006), a quantization
+    ``group_size`` that does not divide a target's ``in_features`` (P012), a smoothing mapping
+    that resolves to no layer (P006). ``lint --model DIR`` and ``oneshot`` both report them;
+    ``oneshot`` before torch is imported."""
     from .one_shot.checkpoint import model_findings
+    from .one_shot.quant_lint import mapping_findings, quant_findings
 
-    return model_findings(recipe, mods, model)
+    return (model_findings(recipe, mods, model) + quant_findings(recipe, model.modules)
+            + mapping_findings(recipe, mods, model.modules, model.architecture))
 
 
 class _Tokenizer:

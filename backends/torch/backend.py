@@ -54,9 +54,9 @@ class PyTorchBackend:
     def compile(self, recipe: Any, **options: Any) -> Any:
         """A manager that applies ``recipe`` on PyTorch."""
         if not self.framework_available():
-            raise ImportError(
-                f"the torch backend needs {self.framework}: pip install 'recipe-spec[torch]'"
-            )
+            from recipe_spec.diagnostics.packages import MissingPackageError
+
+            raise MissingPackageError("torch", "the torch backend")
         from .manager import TorchManager
 
         return TorchManager(recipe, **options)
