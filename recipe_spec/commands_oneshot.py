@@ -23,7 +23,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .commands import InputError, UsageError, _check_files, _compat, _known_backend, parse_var
+from .commands import (
+    InputError,
+    UsageError,
+    _check_files,
+    _compat,
+    _known_backend,
+    parse_var,
+)
 from .commands import lint_command as _lint_command
 from .diagnostics.base import Diagnostic, RecipeError, Severity
 from .one_shot.summary import summary as _summary
@@ -214,45 +221,13 @@ def _print(diagnostics: Sequence[Diagnostic], path: str) -> bool:
     return any(d.severity is Severity.ERROR for d in diagnostics)
 
 
-class _Progress:
-    """A progress bar per pass on a terminal (tqdm), plain lines otherwise."""
-
-    def __init__(self) -> None:
-        self.bar: Any = None
-        self.tty = sys.stderr.isatty()
-
-    def __call__(self, what: str, done: int, total: int) -> None:
-        if done == 0:
-            self.close()
-            if self.tty:
-                try:
-                    from tqdm import tqdm
-
-                    self.bar = tqdm(total=total, desc=what, file=sys.stderr, unit="layer", leave=True)
-                    return
-                except ImportError:
-                    self.tty = False
-            print(f"{what}: {total} layer(s)", file=sys.stderr, flush=True)
-            return
-        if self.bar is not None:
-            self.bar.set_postfix_str(what, refresh=False)
-            self.bar.update(1)
-            if done >= total:
-                self.close()
-        else:
-            print(f"  [{done}/{total}] {what}", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-
-
 def _check_paths(args: argparse.Namespace) -> None:
     if not os.path.isfile(args.recipe):
         raise UsageError(f"no such recipe file: {args.recipe}")
     if not os.path.isdir(args.model):
-        raise UsageError(f"--model {args.model}: no such folder (give a Hugging Face checkpoint folder)")
+        from .params.folders import not_a_checkpoint_folder
+
+        raise UsageError(f"--model {args.model}: {not_a_checkpoint_folder(args.model)}")
     if not os.path.isfile(args.calibration):
         raise UsageError(f"--calibration {args.calibration}: no such file")
     if args.output is not None:  # the rule oneshot(output_dir=...) follows, with the flags' names
@@ -262,6 +237,24 @@ def _check_paths(args: argparse.Namespace) -> None:
             check_output_dir(args.output, args.force, _OUTPUT_NAMES)
         except OutputDirError as exc:
             raise UsageError(str(exc)) from None
+
+
+def _required_packages(mods: Sequence[Any]) -> None:
+    """A usage error, before torch is imported, naming each package the run needs that is not
+    installed (torch, transformers; compressed-tensors when a modifier quantizes) and the
+    command that installs it."""
+    from .diagnostics.packages import MissingPackageError, require
+
+    needs = [("torch", "recipe-spec oneshot (loading the checkpoint)"),
+             ("transformers", "recipe-spec oneshot (loading the checkpoint)")]
+    quantizers = [m.type for m in mods if getattr(m, "quant", None) is not None]
+    if quantizers:
+        needs.append(("compressed_tensors", f"{quantizers[0]} on PyTorch (quantizing and saving the model)"))
+    try:
+        for module, why in needs:
+            require(module, why)
+    except MissingPackageError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _recipe(args: argparse.Namespace) -> tuple[Any, list[Any]]:
@@ -326,6 +319,7 @@ def oneshot_command(args: argparse.Namespace) -> int:
         return 1
     vocab = model.config.get("vocab_size")
     samples = read_calibration(args.calibration, vocab if isinstance(vocab, int) else None)
+    _required_packages(mods)
     chosen = samples[: args.num_samples]
     from .one_shot.checkpoint import estimate
 
@@ -333,8 +327,9 @@ def oneshot_command(args: argparse.Namespace) -> int:
                              sum(len(s) for s in chosen)).lines()))
     try:
         loaded = _checkpoint_backend().load_checkpoint(args.model, quiet=not sys.stderr.isatty())
-    except ImportError as exc:
-        raise UsageError(f"oneshot needs torch and transformers ({exc}): pip install torch transformers") from None
+    except ImportError as exc:  # installed, yet it does not import (a broken install)
+        raise UsageError(f"recipe-spec oneshot could not import what loading the checkpoint needs ({exc}); "
+                         "reinstall torch and transformers") from None
     except ValueError as exc:
         raise InputError(f"{args.model}: {exc}") from None
     return _run_and_save(args, recipe, loaded, samples)
@@ -378,8 +373,9 @@ def _run_and_save(args: argparse.Namespace, recipe: Any, model: Any, samples: li
     (SIGTERM unwinds as Ctrl-C does), print the per-layer summary."""
     from .atomic import sigterm_interrupts
     from .one_shot.api import apply_oneshot
+    from .one_shot.progress import OneShotProgress
 
-    progress = _Progress()
+    progress = OneShotProgress(log=False)  # a bar per pass on a terminal, plain lines otherwise
     dataset = [{"input_ids": s} for s in samples]
     options = dict(num_calibration_samples=args.num_samples, shuffle_calibration_samples=args.shuffle,
                    batch_size=args.batch_size, pipeline=args.pipeline,
@@ -393,6 +389,10 @@ def _run_and_save(args: argparse.Namespace, recipe: Any, model: Any, samples: li
             progress.close()
             _print(exc.diagnostics, args.recipe)
             return 1
+        except ImportError as exc:  # an optional package missing (named, with its command); nothing written
+            progress.close()
+            print(f"recipe-spec: error: {exc}", file=sys.stderr)
+            return 2
         except (ValueError, RuntimeError, OSError) as exc:
             progress.close()
             print(f"recipe-spec: error: {exc}", file=sys.stderr)
