@@ -4,7 +4,7 @@ message names it.
 recipe-spec is installed from a clone (``pip install -c constraints.txt -e ".[extra]"``), so a
 message never says ``pip install 'recipe-spec[extra]'``: it names the packages of the extra
 themselves (the requirements of ``[project.optional-dependencies]`` in pyproject.toml, which
-``tests/test_quickstart.py`` compares with this table) and the extra for a clone.
+``tests/test_oneshot_messages.py`` compares with this table) and the extra for a clone.
 
 >>> install_command("plot")
 'pip install "matplotlib>=3.7" (from a clone of recipe-spec: pip install -c constraints.txt -e ".[plot]")'
