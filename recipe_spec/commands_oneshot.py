@@ -240,16 +240,15 @@ def _check_paths(args: argparse.Namespace) -> None:
 
 
 def _required_packages(mods: Sequence[Any]) -> None:
-    """A usage error, before torch is imported, naming each package the run needs that is not
-    installed (torch, transformers; compressed-tensors when a modifier quantizes) and the
-    command that installs it."""
+    """A usage error, before any framework is imported, naming the first package the run needs
+    that is not installed (the checkpoint backend's ``checkpoint_requirements``: for PyTorch,
+    torch, transformers and, when a modifier quantizes, compressed-tensors) and the command
+    that installs it."""
     from .diagnostics.packages import MissingPackageError, require
 
-    needs = [("torch", "recipe-spec oneshot (loading the checkpoint)"),
-             ("transformers", "recipe-spec oneshot (loading the checkpoint)")]
-    quantizers = [m.type for m in mods if getattr(m, "quant", None) is not None]
-    if quantizers:
-        needs.append(("compressed_tensors", f"{quantizers[0]} on PyTorch (quantizing and saving the model)"))
+    backend = _checkpoint_backend()
+    quantizing = any(getattr(m, "quant", None) is not None for m in mods)
+    needs = getattr(backend, "checkpoint_requirements", lambda quantizing: [])(quantizing)
     try:
         for module, why in needs:
             require(module, why)

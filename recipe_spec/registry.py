@@ -204,7 +204,7 @@ def backend_with(capability: str) -> Any:
     from .diagnostics.packages import install_command
 
     raise BackendError(f"no installed backend can do {capability!r}: install one that can "
-                       f"({install_command('torch')} for Hugging Face checkpoints)")
+                       f"({install_command('oneshot')} for Hugging Face checkpoints)")
 
 
 def supported_modifiers(name: str) -> frozenset[str]:

@@ -118,6 +118,18 @@ class PyTorchBackend:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise ValueError(f"transformers cannot load it ({type(exc).__name__}: {first[:200]})") from None
 
+    def checkpoint_requirements(self, quantizing: bool) -> list[tuple[str, str]]:
+        """The modules :meth:`load_checkpoint` and a one-shot run of the loaded model need, each
+        with what needs it: torch and transformers, and compressed-tensors when a modifier
+        quantizes (it holds and saves the quantized layers). Asked (without importing them)
+        before anything is loaded, so that a missing one is named first."""
+        loading = "recipe-spec oneshot (loading a Hugging Face checkpoint)"
+        needs = [("torch", loading), ("transformers", loading)]
+        if quantizing:
+            needs.append(("compressed_tensors", "quantization on PyTorch (compressed-tensors holds and saves the "
+                                                "quantized layers)"))
+        return needs
+
     def canonical_axes(self, layer_type: str, ndim: int) -> tuple[int, ...]:
         """PyTorch stores weights in the canonical order: (out, in, spatial...)."""
         return canonical_axes(layer_type, ndim)
