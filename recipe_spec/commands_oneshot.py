@@ -23,14 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .commands import (
-    InputError,
-    UsageError,
-    _check_files,
-    _compat,
-    _known_backend,
-    parse_var,
-)
+from .commands import InputError, UsageError, _check_files, _compat, _known_backend, parse_var
 from .commands import lint_command as _lint_command
 from .diagnostics.base import Diagnostic, RecipeError, Severity
 from .one_shot.summary import summary as _summary
