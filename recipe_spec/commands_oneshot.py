@@ -241,7 +241,7 @@ def _required_packages(mods: Sequence[Any]) -> None:
 
     backend = _checkpoint_backend()
     quantizing = any(getattr(m, "quant", None) is not None for m in mods)
-    needs = getattr(backend, "checkpoint_requirements", lambda quantizing: [])(quantizing)
+    needs: list[tuple[str, str]] = getattr(backend, "checkpoint_requirements", lambda quantizing: [])(quantizing)
     try:
         for module, why in needs:
             require(module, why)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 __all__ = ["OneShotProgress", "default_progress"]
@@ -120,7 +121,7 @@ class OneShotProgress:
             self._bar = None
 
 
-def default_progress(progress: Any) -> Any:
+def default_progress(progress: Any) -> Callable[[str, int, int], None] | None:
     """What ``oneshot(progress=...)`` reports to: None or True -> a new :class:`OneShotProgress`,
     False -> nothing (None), a callable -> itself; anything else is a TypeError."""
     if progress is None or progress is True:
