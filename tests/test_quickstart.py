@@ -1,6 +1,6 @@
 """docs/quickstart-oneshot.md runs as written: its ```python and ```bash blocks, in order, in an
 empty folder with no network (step 0 builds the model and tokenizer), each Python block in a
-fresh interpreter as a reader pastes it; a block under a ``<!-- not run ... -->`` comment is
+fresh namespace (one interpreter per section, so that torch is imported once); a block under a ``<!-- not run ... -->`` comment is
 left out (installs, vLLM, the datasets variant, which runs here when datasets is installed).
 The PyTorch part ends with a reloaded compressed-tensors model, the Keras part with a reloaded
 ``model.keras`` whose layers are Keras's int4 ones."""
@@ -48,11 +48,44 @@ def _env(folder: Path) -> dict[str, str]:
     return env
 
 
+#: Runs the blocks given as JSON on stdin in order, in the current folder: each Python block
+#: in a fresh namespace (imports paid once per section), each bash block in bash; the output
+#: of each between markers.
+_DRIVER = """
+import contextlib, io, json, subprocess, sys, traceback
+for i, (lang, code) in enumerate(json.load(sys.stdin)):
+    print(f"@@block {i}", flush=True)
+    if lang == "python":
+        try:
+            exec(compile(code, f"block {i}", "exec"), {"__name__": "__main__"})
+        except BaseException:
+            traceback.print_exc()
+            print(f"@@failed {i}", flush=True)
+            sys.exit(1)
+    else:
+        sys.stdout.flush()
+        if subprocess.run(["bash", "-euo", "pipefail", "-c", code]).returncode:
+            print(f"@@failed {i}", flush=True)
+            sys.exit(1)
+    sys.stdout.flush()
+"""
+
+
+def run_blocks(chosen: list[tuple[str, str]], folder: Path, label: str) -> list[str]:
+    """Run ``chosen`` (language, code) blocks in order in ``folder``; each block's output."""
+    done = subprocess.run([sys.executable, "-c", _DRIVER], input=json.dumps(chosen), cwd=folder,
+                          env=_env(folder), capture_output=True, text=True, timeout=900)
+    failed = re.search(r"@@failed (\d+)", done.stdout)
+    if done.returncode or failed:
+        which = int(failed.group(1)) if failed else -1
+        code = chosen[which][1] if failed else ""
+        raise AssertionError(f"{label} block {which} failed:\n{code}\n--- stdout:\n{done.stdout[-2000:]}"
+                             f"\n--- stderr:\n{done.stderr[-3000:]}")
+    return re.split(r"^@@block \d+\n", done.stdout, flags=re.M)[1:]
+
+
 def run_block(lang: str, code: str, folder: Path, label: str) -> str:
-    command = [sys.executable, "-c", code] if lang == "python" else ["bash", "-euo", "pipefail", "-c", code]
-    done = subprocess.run(command, cwd=folder, env=_env(folder), capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"{label} failed ({done.returncode}):\n{code}\n--- stderr:\n{done.stderr[-3000:]}"
-    return done.stdout
+    return run_blocks([(lang, code)], folder, label)[0]
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +96,7 @@ def torch_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]
     pytest.importorskip("compressed_tensors")
     pytest.importorskip("tokenizers")
     folder = tmp_path_factory.mktemp("quickstart")
-    outputs = []
-    for i, (lang, code, run) in enumerate(blocks("PyTorch")):
-        if run:
-            outputs.append(run_block(lang, code, folder, f"PyTorch block {i}"))
-    return folder, outputs
+    return folder, run_blocks([(lang, code) for lang, code, run in blocks("PyTorch") if run], folder, "PyTorch")
 
 
 def test_the_install_commands_keep_torch_on_its_cpu_build() -> None:
@@ -115,8 +144,7 @@ def test_the_keras_quick_start_ends_with_a_reloaded_int4_model(torch_run: tuple[
     pytest.importorskip("keras")
     pytest.importorskip("keras_hub")
     folder, _ = torch_run
-    outputs = [run_block(lang, code, folder, f"Keras block {i}")
-               for i, (lang, code, run) in enumerate(blocks("Keras 3")) if run]
+    outputs = run_blocks([(lang, code) for lang, code, run in blocks("Keras 3") if run], folder, "Keras")
     assert (folder / "tiny-llama-keras-W4A16" / "model.keras").is_file()
     text = "\n".join(outputs)
     assert "int4" in text
