@@ -173,7 +173,10 @@ def _compat(text: str | None) -> Any:
         raise UsageError(f"--compat: {exc}") from None
 
 
-def _model_records(args: argparse.Namespace) -> tuple[str, list[Any]]:
+def _model_records(args: argparse.Namespace, folders: bool = False) -> tuple[str, list[Any]]:
+    """The parameter records of ``--model`` or ``--params``. ``folders``: the command also takes
+    a Hugging Face checkpoint folder (``lint``), which a message about a spec that is nothing
+    then names, with how to get a hub id's folder."""
     if bool(getattr(args, "model", None)) == bool(getattr(args, "params", None)):
         raise UsageError("give exactly one of --model SPEC or --params params.json")
     if args.params:
@@ -191,6 +194,11 @@ def _model_records(args: argparse.Namespace) -> tuple[str, list[Any]]:
     try:
         return load_param_records(args.model)
     except ModelSpecError as exc:
+        if folders and not os.path.exists(args.model):
+            from .params.folders import hub_hint
+
+            raise UsageError(f"{exc}; or a Hugging Face checkpoint folder (config.json beside *.safetensors)"
+                             f"{hub_hint(args.model)}") from None
         raise UsageError(str(exc)) from None
 
 
@@ -202,7 +210,7 @@ def lint_command(args: argparse.Namespace) -> int:
     _known_backend(args.target, "--target")
     if getattr(args, "sequential_targets", None):
         raise UsageError("--sequential-targets needs --model DIR (a Hugging Face checkpoint folder)")
-    framework, records = _model_records(args)
+    framework, records = _model_records(args, folders=True)
     return _check_files(
         args, args.paths, lambda p, v: lint(p, records, framework, v, target=args.target)
     )
@@ -302,9 +310,9 @@ def schedule_command(args: argparse.Namespace) -> int:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            raise UsageError(
-                "--plot needs matplotlib, which is not installed: pip install 'recipe-spec[plot]'"
-            ) from None
+            from .diagnostics.packages import MissingPackageError
+
+            raise UsageError(str(MissingPackageError("matplotlib", "--plot"))) from None
     diags = validate(Path(path), variables or None)
     for d in diags:
         print(d.in_file(path).format(), file=sys.stderr)

@@ -29,7 +29,7 @@ from .diagnostics.base import Diagnostic, RecipeError, Severity
 from .one_shot.summary import summary as _summary
 
 __all__ = ["oneshot_command", "lint_command", "read_calibration", "checkpoint_lint", "print_estimates",
-           "DEFAULT_SEQ_LEN"]
+           "DEFAULT_SEQ_LEN", "header_findings"]
 
 #: The sequence length ``lint`` estimates with when none is given (capped by the model's
 #: ``max_position_embeddings``).
@@ -115,9 +115,9 @@ def checkpoint_lint(path: str, model: Any, variables: Any, samples: int, seq_len
     included (:mod:`recipe_spec.one_shot.quant_lint`); its cost estimate, when it holds a
     one-shot modifier or a GPTQModifier, is appended to ``estimates``."""
     from .loader import check
-    from .one_shot.checkpoint import estimate, model_findings
+    from .one_shot.checkpoint import estimate
     from .one_shot.modifiers import runnable
-    from .one_shot.quant_lint import gptq_modifiers, mapping_findings, quant_findings
+    from .one_shot.quant_lint import gptq_modifiers
     from .text.patterns import PatternError
 
     recipe, _ = check(Path(path), variables)
@@ -125,10 +125,9 @@ def checkpoint_lint(path: str, model: Any, variables: Any, samples: int, seq_len
         return []
     try:
         mods = runnable(recipe)
-        smoothing = mapping_findings(recipe, mods, model.modules, model.architecture)
         mods += gptq_modifiers(recipe, mods)
+        found = header_findings(recipe, mods, model)
         cost = estimate(mods, model, samples, _seq_len(model.config, seq_len)) if mods else None
-        found = model_findings(recipe, mods, model) + quant_findings(recipe, model.modules) + smoothing
     except PatternError:  # a pattern no run matches: validation's P005 says where and why
         return []
     if cost is not None:
@@ -215,45 +214,13 @@ def _print(diagnostics: Sequence[Diagnostic], path: str) -> bool:
     return any(d.severity is Severity.ERROR for d in diagnostics)
 
 
-class _Progress:
-    """A progress bar per pass on a terminal (tqdm), plain lines otherwise."""
-
-    def __init__(self) -> None:
-        self.bar: Any = None
-        self.tty = sys.stderr.isatty()
-
-    def __call__(self, what: str, done: int, total: int) -> None:
-        if done == 0:
-            self.close()
-            if self.tty:
-                try:
-                    from tqdm import tqdm
-
-                    self.bar = tqdm(total=total, desc=what, file=sys.stderr, unit="layer", leave=True)
-                    return
-                except ImportError:
-                    self.tty = False
-            print(f"{what}: {total} layer(s)", file=sys.stderr, flush=True)
-            return
-        if self.bar is not None:
-            self.bar.set_postfix_str(what, refresh=False)
-            self.bar.update(1)
-            if done >= total:
-                self.close()
-        else:
-            print(f"  [{done}/{total}] {what}", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-
-
 def _check_paths(args: argparse.Namespace) -> None:
     if not os.path.isfile(args.recipe):
         raise UsageError(f"no such recipe file: {args.recipe}")
     if not os.path.isdir(args.model):
-        raise UsageError(f"--model {args.model}: no such folder (give a Hugging Face checkpoint folder)")
+        from .params.folders import not_a_checkpoint_folder
+
+        raise UsageError(f"--model {args.model}: {not_a_checkpoint_folder(args.model)}")
     if not os.path.isfile(args.calibration):
         raise UsageError(f"--calibration {args.calibration}: no such file")
     if args.output is not None:  # the rule oneshot(output_dir=...) follows, with the flags' names
@@ -263,6 +230,23 @@ def _check_paths(args: argparse.Namespace) -> None:
             check_output_dir(args.output, args.force, _OUTPUT_NAMES)
         except OutputDirError as exc:
             raise UsageError(str(exc)) from None
+
+
+def _required_packages(mods: Sequence[Any]) -> None:
+    """A usage error, before any framework is imported, naming the first package the run needs
+    that is not installed (the checkpoint backend's ``checkpoint_requirements``: for PyTorch,
+    torch, transformers and, when a modifier quantizes, compressed-tensors) and the command
+    that installs it."""
+    from .diagnostics.packages import MissingPackageError, require
+
+    backend = _checkpoint_backend()
+    quantizing = any(getattr(m, "quant", None) is not None for m in mods)
+    needs: list[tuple[str, str]] = getattr(backend, "checkpoint_requirements", lambda quantizing: [])(quantizing)
+    try:
+        for module, why in needs:
+            require(module, why)
+    except MissingPackageError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _recipe(args: argparse.Namespace) -> tuple[Any, list[Any]]:
@@ -321,12 +305,13 @@ def oneshot_command(args: argparse.Namespace) -> int:
         recipe, mods = _recipe(args)
         _, model = read_checkpoint_model(args.model, classes=False)
         flag_targets_problem(model, args.sequential_targets)
-        if _print(model_findings_of(recipe, mods, model), args.recipe):
+        if _print(header_findings(recipe, mods, model), args.recipe):
             return 1
     except _Failed:
         return 1
     vocab = model.config.get("vocab_size")
     samples = read_calibration(args.calibration, vocab if isinstance(vocab, int) else None)
+    _required_packages(mods)
     chosen = samples[: args.num_samples]
     from .one_shot.checkpoint import estimate
 
@@ -334,18 +319,26 @@ def oneshot_command(args: argparse.Namespace) -> int:
                              sum(len(s) for s in chosen)).lines()))
     try:
         loaded = _checkpoint_backend().load_checkpoint(args.model, quiet=not sys.stderr.isatty())
-    except ImportError as exc:
-        raise UsageError(f"oneshot needs torch and transformers ({exc}): pip install torch transformers") from None
+    except ImportError as exc:  # installed, yet it does not import (a broken install)
+        raise UsageError(f"recipe-spec oneshot could not import what loading the checkpoint needs ({exc}); "
+                         "reinstall torch and transformers") from None
     except ValueError as exc:
         raise InputError(f"{args.model}: {exc}") from None
     return _run_and_save(args, recipe, loaded, samples)
 
 
-def model_findings_of(recipe: Any, mods: Sequence[Any], model: Any) -> list[Diagnostic]:
-    """:func:`recipe_spec.one_shot.checkpoint.model_findings` (imported when needed)."""
+def header_findings(recipe: Any, mods: Sequence[Any], model: Any) -> list[Diagnostic]:
+    """What the checkpoint's headers alone tell against ``recipe`` (``mods``: its one-shot
+    modifiers): an N:M structure or a ``sequential_targets`` the model cannot take
+    (:func:`recipe_spec.one_shot.checkpoint.model_findings`: P004, P006), a quantization
+    ``group_size`` that does not divide a target's ``in_features`` (P012), a smoothing mapping
+    that resolves to no layer (P006). ``lint --model DIR`` and ``oneshot`` both report them;
+    ``oneshot`` before torch is imported."""
     from .one_shot.checkpoint import model_findings
+    from .one_shot.quant_lint import mapping_findings, quant_findings
 
-    return model_findings(recipe, mods, model)
+    return (model_findings(recipe, mods, model) + quant_findings(recipe, model.modules)
+            + mapping_findings(recipe, mods, model.modules, model.architecture))
 
 
 class _Tokenizer:
@@ -372,8 +365,9 @@ def _run_and_save(args: argparse.Namespace, recipe: Any, model: Any, samples: li
     (SIGTERM unwinds as Ctrl-C does), print the per-layer summary."""
     from .atomic import sigterm_interrupts
     from .one_shot.api import apply_oneshot
+    from .one_shot.progress import OneShotProgress
 
-    progress = _Progress()
+    progress = OneShotProgress(log=False)  # a bar per pass on a terminal, plain lines otherwise
     dataset = [{"input_ids": s} for s in samples]
     options = dict(num_calibration_samples=args.num_samples, shuffle_calibration_samples=args.shuffle,
                    batch_size=args.batch_size, pipeline=args.pipeline,
@@ -387,6 +381,10 @@ def _run_and_save(args: argparse.Namespace, recipe: Any, model: Any, samples: li
             progress.close()
             _print(exc.diagnostics, args.recipe)
             return 1
+        except ImportError as exc:  # an optional package missing (named, with its command); nothing written
+            progress.close()
+            print(f"recipe-spec: error: {exc}", file=sys.stderr)
+            return 2
         except (ValueError, RuntimeError, OSError) as exc:
             progress.close()
             print(f"recipe-spec: error: {exc}", file=sys.stderr)

@@ -155,12 +155,14 @@ def get_backend(name: str) -> Any:
         module_name, _, attr = target.partition(":")
         import importlib
 
+        from .diagnostics.packages import EXTRAS, install_command
+
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
             raise BackendError(
                 f"backend {name!r} cannot be imported ({exc}); install it with "
-                f"pip install 'recipe-spec[{name}]'"
+                f"{install_command(name) if name in EXTRAS else 'pip install ' + name}"
             ) from exc
         backend = getattr(module, attr) if attr else module
     _LOADED[name] = backend
@@ -200,8 +202,10 @@ def backend_with(capability: str) -> Any:
     for backend in installed_backends():
         if capability in backend.capabilities:
             return backend
+    from .diagnostics.packages import install_command
+
     raise BackendError(f"no installed backend can do {capability!r}: install one that can "
-                       "(pip install 'recipe-spec[torch]' for Hugging Face checkpoints)")
+                       f"({install_command('oneshot')} for Hugging Face checkpoints)")
 
 
 def supported_modifiers(name: str) -> frozenset[str]:

@@ -17,7 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 CASES = LLMCOMPRESSOR
 try:
     import keras_hub
-except ImportError:  # the keras-hub extra: pip install 'recipe-spec[keras-hub]'
+except ImportError:  # the keras-hub extra: pip install --no-deps keras-hub sentencepiece
     keras_hub = None
 needs_hub = pytest.mark.skipif(keras_hub is None, reason="needs keras-hub")
 

@@ -120,7 +120,7 @@ def runs() -> Iterator[Path]:
 @pytest.mark.parametrize("backend", list(BACKENDS))
 def test_keras_file_passes_on_backend(backend: str, test_file: str, runs: Path) -> None:
     if backend not in _RUNS:
-        pytest.skip(f"{BACKENDS[backend]} is not installed (pip install 'recipe-spec[keras-jax]' for JAX)")
+        pytest.skip(f"{BACKENDS[backend]} is not installed (pip install 'jax[cpu]>=0.4.30' for JAX)")
     code, output, by_file = _collect(backend, runs)
     entry = by_file[test_file]
     failed = entry["failed"]

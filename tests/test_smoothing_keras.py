@@ -33,7 +33,7 @@ from recipe_spec.one_shot import last_report  # noqa: E402
 
 try:
     import keras_hub
-except ImportError:  # the keras-hub extra: pip install 'recipe-spec[keras-hub]'
+except ImportError:  # the keras-hub extra: pip install --no-deps keras-hub sentencepiece
     keras_hub = None
 needs_hub = pytest.mark.skipif(keras_hub is None, reason="needs keras-hub")
 

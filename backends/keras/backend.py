@@ -77,9 +77,9 @@ class KerasBackend:
     def compile(self, recipe: Any, **options: Any) -> Any:
         """A manager that applies ``recipe`` on Keras 3."""
         if not self.framework_available():
-            raise ImportError(
-                f"the keras backend needs {self.framework}: pip install 'recipe-spec[keras]'"
-            )
+            from recipe_spec.diagnostics.packages import MissingPackageError
+
+            raise MissingPackageError("keras", "the keras backend")
         import os
 
         os.environ.setdefault("KERAS_BACKEND", "tensorflow")

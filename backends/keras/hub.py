@@ -145,7 +145,11 @@ def load_causal_lm(folder: str | os.PathLike[str], task: Any = None, dtype: str 
     ``keras_hub.models.LlamaCausalLM``) without a preprocessor, in ``dtype``: the backbone
     comes from ``task.backbone_cls.from_preset(folder)`` with :func:`missing_config`'s
     arguments for keras-hub's own converter of the folder, so it computes what the checkpoint
-    does."""
+    does. Without keras-hub: :class:`~recipe_spec.diagnostics.packages.MissingPackageError`
+    naming the command that installs it."""
+    from recipe_spec.diagnostics.packages import require
+
+    require("keras_hub", "loading a Hugging Face checkpoint folder as a keras-hub model")
     import keras_hub
     from keras_hub.src.utils.preset_utils import get_preset_loader
 

@@ -54,9 +54,9 @@ class PyTorchBackend:
     def compile(self, recipe: Any, **options: Any) -> Any:
         """A manager that applies ``recipe`` on PyTorch."""
         if not self.framework_available():
-            raise ImportError(
-                f"the torch backend needs {self.framework}: pip install 'recipe-spec[torch]'"
-            )
+            from recipe_spec.diagnostics.packages import MissingPackageError
+
+            raise MissingPackageError("torch", "the torch backend")
         from .manager import TorchManager
 
         return TorchManager(recipe, **options)
@@ -131,6 +131,18 @@ class PyTorchBackend:
         from .pretrained import load_processor
 
         return load_processor(source, trust_remote_code)
+
+    def checkpoint_requirements(self, quantizing: bool) -> list[tuple[str, str]]:
+        """The modules :meth:`load_checkpoint` and a one-shot run of the loaded model need, each
+        with what needs it: torch and transformers, and compressed-tensors when a modifier
+        quantizes (it holds and saves the quantized layers). Asked (without importing them)
+        before anything is loaded, so that a missing one is named first."""
+        loading = "recipe-spec oneshot (loading a Hugging Face checkpoint)"
+        needs = [("torch", loading), ("transformers", loading)]
+        if quantizing:
+            needs.append(("compressed_tensors", "quantization on PyTorch (compressed-tensors holds and saves the "
+                                                "quantized layers)"))
+        return needs
 
     def canonical_axes(self, layer_type: str, ndim: int) -> tuple[int, ...]:
         """PyTorch stores weights in the canonical order: (out, in, spatial...)."""

@@ -17,8 +17,9 @@ library llm-compressor 0.14 saves with): the calibration host's
   As there, the model stays compressed in memory afterwards and decompresses itself at its
   next forward pass.
 
-compressed-tensors is imported here only, when a recipe quantizes
-(``pip install 'recipe-spec[oneshot]'``).
+compressed-tensors is imported here only, when a recipe quantizes; without it the run stops
+before any weight changes (:func:`_ct`, called first by :func:`attach`) with the command that
+installs it.
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ def _ct() -> Any:
     try:
         import compressed_tensors
     except ImportError:
-        raise ImportError("quantization in recipe_spec.oneshot needs compressed-tensors: "
-                          "pip install 'recipe-spec[oneshot]' (compressed-tensors==0.19.0)") from None
+        from recipe_spec.diagnostics.packages import MissingPackageError
+
+        raise MissingPackageError("compressed_tensors", "quantization in recipe_spec.oneshot on PyTorch "
+                                  "(QuantizationModifier, GPTQModifier)") from None
     return compressed_tensors
 
 

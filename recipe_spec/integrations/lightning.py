@@ -37,9 +37,9 @@ import torch
 try:
     import lightning.pytorch as pl
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "recipe_spec.integrations.lightning needs lightning: pip install 'recipe-spec[lightning]'"
-    ) from exc
+    from ..diagnostics.packages import MissingPackageError
+
+    raise MissingPackageError("lightning", "recipe_spec.integrations.lightning") from exc
 
 from recipe_spec.manager import ScheduledModifierManager
 from recipe_spec.recipe import Recipe

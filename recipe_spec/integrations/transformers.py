@@ -33,10 +33,9 @@ import torch
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "recipe_spec.integrations.transformers needs transformers and accelerate: "
-        "pip install 'recipe-spec[transformers]'"
-    ) from exc
+    from recipe_spec.diagnostics.packages import MissingPackageError
+
+    raise MissingPackageError("transformers", "recipe_spec.integrations.transformers") from exc
 
 from recipe_spec.atomic import replacing
 from recipe_spec.manager import ScheduledModifierManager

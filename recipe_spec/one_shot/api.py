@@ -41,6 +41,7 @@ from .modifiers import resolve
 from .objects import is_object_recipe, object_recipe
 from .pipeline import PIPELINES, OneShotReport, Progress, run_pipeline
 from .preflight import check_arguments, check_model
+from .progress import default_progress
 from .quant_modifiers import QUANT_KINDS, check_quant_shapes
 
 __all__ = ["oneshot", "apply_oneshot", "last_report"]
@@ -85,7 +86,7 @@ def oneshot(
     save_compressed: bool = True,
     recipe_args: Any = None,
     seed: int = 42,
-    progress: Progress | None = None,
+    progress: Progress | bool | None = None,
     preserve_masks: bool = False,
     compat: str | None = None,
     restore_on_error: bool = True,
@@ -127,8 +128,11 @@ def oneshot(
     command line), which replaces the whole folder; it is checked (not a file, writable) before
     any weight changes, and written whole or not at all: into a temporary folder beside it that
     takes its name once everything is written (:mod:`recipe_spec.atomic`). ``progress``
-    (recipe-spec's own): ``progress(what, done, total)``, told when each pass starts and after
-    each block (:data:`~recipe_spec.one_shot.pipeline.Progress`). ``preserve_masks``
+    (recipe-spec's own): by default (None) log lines through :mod:`logging` (logger
+    ``recipe_spec.oneshot``, INFO; on stderr when logging is not configured) and a bar per pass
+    when stderr is a terminal (:class:`~recipe_spec.one_shot.progress.OneShotProgress`);
+    ``False`` silences it; a callable ``progress(what, done, total)`` is told when each pass
+    starts and after each block (:data:`~recipe_spec.one_shot.pipeline.Progress`). ``preserve_masks``
     (recipe-spec's own, default False as llm-compressor): GPTQ keeps the zeros of the weights
     it quantizes, so a 2:4 pattern an earlier SparseGPT stage left survives (llm-compressor's
     GPTQ error feedback fills them in). ``compat`` (recipe-spec's own, default the newest
@@ -205,6 +209,7 @@ def oneshot(
                        preprocessing_num_workers=preprocessing_num_workers)
     arguments = recipe_arguments(recipe_args)
     loaded = object_recipe(recipe, arguments) if is_object_recipe(recipe) else _recipe(recipe, arguments)
+    progress = default_progress(progress)
     if not save_compressed and output_dir is not None and any(m.type in QUANT_KINDS for m in loaded.modifiers):
         raise ValueError("save_compressed=False: recipe_spec.oneshot saves quantized models compressed only "
                          "(compressed-tensors' formats); leave save_compressed at True")

@@ -19,6 +19,7 @@ rules, ``datasets/utils.py``).
 from __future__ import annotations
 
 import logging
+import os
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +52,15 @@ def read_samples(dataset: Any) -> list[Mapping[str, Any]]:
     names = getattr(dataset, "column_names", None)
     if names is not None and "input_ids" in names and hasattr(dataset, "__getitem__"):
         return [dict(dataset[i]) for i in range(len(dataset))]
+    if isinstance(dataset, (str, bytes, os.PathLike)):
+        from ..diagnostics.packages import install_command
+
+        raise TypeError(f"dataset {dataset!r} is a name or a path: recipe_spec.oneshot does not download or "
+                        "tokenise datasets. Load and tokenise it first (e.g. with the datasets package: "
+                        "pip install datasets; then datasets.load_dataset(...).map(lambda row: "
+                        "tokenizer(row['text'])) or, without a network, a list of tokenizer(text) dicts) "
+                        f"and pass the samples; the tokenizer comes with transformers: "
+                        f"{install_command('transformers')}")
     if isinstance(dataset, Mapping):
         raise TypeError("dataset must be an iterable of input dicts, a tokenised datasets.Dataset "
                         "or a DataLoader, not one dict: wrap it in a list")

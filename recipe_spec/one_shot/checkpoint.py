@@ -226,6 +226,9 @@ class ModifierCost:
     statistic_flops: float = 0.0
     solve_flops: float = 0.0
     blocks: int = 0
+    #: A smoothing modifier (SmoothQuant, AWQ): the mappings it resolves on the model (None for
+    #: any other); ``targets`` then counts the balance layers it scales.
+    mappings: int | None = None
 
     @property
     def flops(self) -> float:
@@ -252,6 +255,9 @@ class Estimate:
                f"{self.samples} samples x {self.seq_len} tokens:"]
         for c in self.costs:
             mod = c.modifier
+            if c.mappings is not None:
+                out += _smoothing_lines(c, self.cache_bytes)
+                continue
             out.append(f"  {mod.type} ({mod.where}): {c.targets} target layers, {c.pipeline} pipeline")
             if c.largest[1]:
                 what = "Hessian" if mod.kind in _HESSIAN else "row scalars"
@@ -266,6 +272,52 @@ class Estimate:
                        f"{CPU_FLOPS / 1e9:g} GFLOP/s (a CPU), {_seconds(c.flops / GPU_FLOPS)} at "
                        f"{GPU_FLOPS / 1e12:g} TFLOP/s (a GPU)")
         return out
+
+
+def _smoothing_lines(c: ModifierCost, cache_bytes: int) -> list[str]:
+    """The estimate of a smoothing modifier: what it does, its mappings, its passes."""
+    mod = c.modifier
+    awq = mod.kind == "awq"
+    what = ("activation-aware scaling (AWQ): each mapping's scales searched over a grid of ratios"
+            if awq else "smoothing: each mapping's per-channel scales moved from the activations into the weights")
+    search = f"grid search {_flops(c.statistic_flops)}, " if awq else ""
+    return [f"  {mod.type} ({mod.where}): {what}; {c.mappings} mapping(s) over {c.targets} balance layers "
+            f"(no weight pruned or quantized by it), {c.pipeline} pipeline",
+            f"    activation cache (samples x seq_len x hidden x 4 B): {_bytes(cache_bytes)}",
+            f"    per block: forward {_flops(c.forward_flops)} (2 passes), {search}scaling {_flops(c.solve_flops)}",
+            f"    time: {_flops(c.flops)} in all: {_seconds(c.flops / CPU_FLOPS)} at {CPU_FLOPS / 1e9:g} GFLOP/s "
+            f"(a CPU), {_seconds(c.flops / GPU_FLOPS)} at {GPU_FLOPS / 1e12:g} TFLOP/s (a GPU)"]
+
+
+def _smoothing_cost(mod: OneShotModifier, model: CheckpointModel, tokens: int) -> ModifierCost:
+    """A smoothing modifier's cost: its mappings resolved on the model (as the run resolves
+    them; one that cannot resolve counts none: P006 says why), the forward passes, AWQ's grid
+    search (``n_grid`` forward passes of each mapping's balance layers) and the scaling."""
+    import logging
+
+    from .smoothing import resolve_mappings
+
+    log = logging.getLogger("recipe_spec.oneshot")
+    was, log.disabled = log.disabled, True  # the run tells its skips; the estimate does not
+    try:
+        resolved = resolve_mappings(model.modules, mod.transform, mod.type)
+    except ValueError:
+        resolved = []
+    finally:
+        log.disabled = was
+    shapes = {i.name: i.weight_shape for i in model.modules}
+    by_block: dict[str, list[str]] = {}
+    for r in resolved:
+        block = next((b for b in model.blocks if r.key.startswith(b + ".")), "")
+        by_block.setdefault(block, []).extend(b for b in r.balance if len(shapes.get(b, ())) == 2)
+    params = dict(zip(model.blocks, model.block_params, strict=True))
+    heaviest = max(by_block.values(), key=len) if by_block else []
+    weights = sum(shapes[n][0] * shapes[n][1] for n in heaviest)
+    forward = 2 * 2.0 * max((params.get(b, 0) for b in by_block), default=0) * tokens
+    grid = getattr(mod.transform, "n_grid", 0) if mod.kind == "awq" else 0
+    return ModifierCost(mod, sum(len(r.balance) for r in resolved), "sequential", forward_flops=forward,
+                        statistic_flops=grid * 2.0 * weights * tokens, solve_flops=2.0 * weights,
+                        blocks=len(by_block), mappings=len(resolved))
 
 
 def _bytes(n: float) -> str:
@@ -294,6 +346,8 @@ def _seconds(s: float) -> str:
 
 
 def _cost(mod: OneShotModifier, model: CheckpointModel, tokens: int) -> ModifierCost:
+    if mod.transform is not None:
+        return _smoothing_cost(mod, model, tokens)
     shapes = {i.name: i.weight_shape for i in model.modules}
     names = select_modules(model.modules, mod)
     pipeline = mod.pipeline

@@ -219,7 +219,9 @@ def run_smoothing(host: CalibrationHost, modules: Sequence[ModuleInfo], mod: Any
         _LOG.warning("%s resolves no mapping on this model", what)
     blocks = _outermost(host.repeated_blocks(sequential_targets))
     label = f"{mod.type} (sequential)"
-    total = len(blocks) + 1
+    # one unit per block, and one for the mappings outside every block when there are any
+    outside = any(not any(_inside(r.key, b) for b in blocks) for r in resolved)
+    total = len(blocks) + (1 if outside else 0)
     if tell is not None:
         tell(label, 0, total)
     reports: list[SmoothingReport] = []
@@ -242,8 +244,8 @@ def run_smoothing(host: CalibrationHost, modules: Sequence[ModuleInfo], mod: Any
         def whole(outputs: dict[str, Any], observers: dict[str, Any], calls: dict[str, Any]) -> None:
             host.run_model(calibration.batches, observers, outputs=outputs, calls=calls, offload_calls=plan.offload)
         reports += _calibrate(host, mod, plan, rest, whole)
-    if tell is not None:
-        tell(", ".join(r.smooth for r in rest) or label, total, total)
+        if tell is not None:
+            tell(", ".join(r.smooth for r in rest), total, total)
     return reports
 
 

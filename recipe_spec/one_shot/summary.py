@@ -36,17 +36,24 @@ def _smoothing_lines(smoothing: Sequence[Any]) -> list[str]:
 
 
 def summary(report: Any, output: str | None) -> str:
-    """The smoothing done (one line per mapping), one line per module compressed (sparsity,
-    loss, samples, quantization grid, any solver note), the totals, any note on how the recipe
+    """The smoothing done (one line per mapping), one line per module compressed (sparsity, or
+    "zeros" when a layer is quantized; loss, samples, quantization grid, any solver note), the totals, any note on how the recipe
     was read, and where the model was written."""
     lines = _smoothing_lines(getattr(report, "smoothing", []))
-    rows: list[tuple[str, ...]] = [("module", "modifier", "sparsity", "loss", "samples", "quantized", "note")]
+    # a quantized layer's zeros are weights its grid rounds to 0, not pruning: the column says
+    # "zeros" when a layer is quantized, and a line under the table says what it counts
+    quantizing = any(getattr(r, "grid", "") for r in report.layers)
+    rows: list[tuple[str, ...]] = [("module", "modifier", "zeros" if quantizing else "sparsity", "loss",
+                                     "samples", "quantized", "note")]
     for r in report.layers:
         rows.append((r.module, r.modifier, f"{r.sparsity:.4f}", "" if r.loss is None else f"{r.loss:.4g}",
                      str(r.samples or ""), getattr(r, "grid", ""), r.note))
-    if not any(row[5] for row in rows[1:]):
+    if not quantizing:
         rows = [(*row[:5], row[6]) for row in rows]
     lines += _table(rows)
+    if quantizing:
+        lines.append("zeros: the fraction of a layer's weights that are 0 after the run; for a quantized layer, "
+                     "the weights its grid rounds to 0 (nothing is pruned unless a pruning modifier ran)")
     by_modifier: dict[str, list[Any]] = {}
     for r in report.layers:
         by_modifier.setdefault(r.modifier, []).append(r)

@@ -105,7 +105,9 @@ def _installed(module: str) -> bool:
 
 
 def _install_hint(name: str) -> str:
-    return f"pip install 'recipe-spec[{name}]'"
+    from ..diagnostics.packages import install_command
+
+    return install_command(name)
 
 
 def _backend(name: str, path: str | None = None) -> Any:

@@ -362,7 +362,7 @@ def plot(
     Two panels over epochs: the learning rate (only when the recipe sets it or
     ``initial_lr`` is given) above the target sparsity of the pruning modifiers (one line per
     distinct schedule, dots at its update steps). Dashed lines mark where modifiers start and
-    end. Needs matplotlib (``pip install 'recipe-spec[plot]'``).
+    end. Needs matplotlib (``pip install "matplotlib>=3.7"``; the ``plot`` extra).
     """
     from .report import PLOT_SUFFIXES, horizon, lr_changes, sparsity_tracks
 
