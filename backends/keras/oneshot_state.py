@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 import keras
-from recipe_spec.one_shot.preflight import ArrayFacts
+from recipe_spec.one_shot.data_checks import ArrayFacts
 
 from .hub import backbone_of
 

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from recipe_spec.one_shot.preflight import ArrayFacts
+from recipe_spec.one_shot.data_checks import ArrayFacts
 
 __all__ = ["ModelState", "refuse_meta"]
 

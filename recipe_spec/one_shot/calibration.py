@@ -93,7 +93,7 @@ def prepare(host: Any, dataset: Any, *, num_calibration_samples: int, shuffle: b
     if num_calibration_samples < 1 or batch_size < 1:
         raise ValueError(f"num_calibration_samples ({num_calibration_samples}) and batch_size "
                          f"({batch_size}) must be at least 1")
-    from .preflight import check_batches, check_samples
+    from .data_checks import check_batches, check_samples
 
     if is_dataloader(dataset):
         if batch_size != 1:
