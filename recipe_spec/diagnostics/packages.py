@@ -34,7 +34,7 @@ keras-jax     keras>=3.0 tensorflow-cpu>=2.16 jax[cpu]>=0.4.30
 keras-hub     keras-hub>=0.32 sentencepiece>=0.2                                           --no-deps
 plot          matplotlib>=3.7
 transformers  transformers>=4.40 accelerate>=0.26
-oneshot       torch>=2.1!cpu transformers>=4.40 accelerate>=0.26 compressed-tensors>=0.19,<0.20
+oneshot       torch>=2.1!cpu transformers>=4.40 accelerate>=0.26 compressed-tensors>=0.19,<0.20 datasets>=2.19
 lightning     lightning>=2.0
 """
 # A module a message is about: its distribution and the extra that installs it (- none).
@@ -48,7 +48,7 @@ matplotlib          matplotlib          plot
 transformers        transformers        transformers
 compressed_tensors  compressed-tensors  oneshot
 lightning           lightning           lightning
-datasets            datasets            -
+datasets            datasets            oneshot
 """
 
 
