@@ -2,9 +2,11 @@
 rules, ``datasets/utils.py``).
 
 - ``dataset``: an iterable of input dicts (``input_ids`` and optionally ``attention_mask``,
-  tensors or lists), a tokenised ``datasets.Dataset`` (anything with an ``input_ids`` column,
-  read by index; ``datasets`` is never imported here), or a DataLoader (its batches are used as
-  they come, up to ``num_calibration_samples`` samples).
+  tensors or lists, or the model's own input names such as keras-hub's
+  ``token_ids``/``padding_mask``), batched dicts, arrays, a ``tf.data.Dataset``, text for a
+  model with a preprocessor (:mod:`.calibration_inputs`), a tokenised ``datasets.Dataset``
+  (read by index; ``datasets`` is never imported here), or a DataLoader (its batches are used
+  as they come, up to ``num_calibration_samples`` samples).
 - The first ``num_calibration_samples`` samples are taken (after a seeded shuffle when
   ``shuffle_calibration_samples``); without shuffling they are fed longest first
   (``LengthAwareSampler``: ``torch.argsort(lengths, descending=True)``), with it in the
@@ -22,6 +24,8 @@ import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from .calibration_inputs import canonical_batch, canonical_samples
 
 __all__ = ["Calibration", "order_samples", "is_dataloader", "read_samples", "prepare"]
 
@@ -45,20 +49,16 @@ def is_dataloader(dataset: Any) -> bool:
     return all(hasattr(dataset, a) for a in ("batch_size", "dataset", "sampler"))
 
 
-def read_samples(dataset: Any) -> list[Mapping[str, Any]]:
-    """Every sample of an iterable of dicts or of a datasets-like table, as dicts."""
-    names = getattr(dataset, "column_names", None)
-    if names is not None and "input_ids" in names and hasattr(dataset, "__getitem__"):
-        return [dict(dataset[i]) for i in range(len(dataset))]
-    if isinstance(dataset, Mapping):
-        raise TypeError("dataset must be an iterable of input dicts, a tokenised datasets.Dataset "
-                        "or a DataLoader, not one dict: wrap it in a list")
-    samples = list(dataset)
-    for i, s in enumerate(samples):
-        if not isinstance(s, Mapping) or "input_ids" not in s:
-            raise TypeError(f"calibration sample {i} is {type(s).__name__}, not a dict with 'input_ids' "
-                            "(give tokenised samples: {'input_ids': [...], 'attention_mask': [...]})")
-    return samples
+def read_samples(dataset: Any, host: Any = None) -> list[Mapping[str, Any]]:
+    """Every sample of ``dataset`` as a dict with ``input_ids`` (and ``attention_mask`` where
+    given): dicts under llm-compressor's names or the model's own (keras-hub's
+    ``token_ids``/``padding_mask``), batched dicts split into rows, arrays and framework
+    tensors, ``(x, y)`` tuples, a ``tf.data.Dataset``, a datasets-like table, and text through
+    ``host``'s optional ``preprocess`` (:mod:`.calibration_inputs`). ``host``'s optional
+    ``input_keys()`` names the model's inputs."""
+    keys = getattr(host, "input_keys", None)
+    return list(canonical_samples(dataset, input_keys=keys() if callable(keys) else None,
+                                  preprocess=getattr(host, "preprocess", None)))
 
 
 def order_samples(lengths: Sequence[int], *, shuffle: bool, seed: int,
@@ -80,7 +80,7 @@ def prepare(host: Any, dataset: Any, *, num_calibration_samples: int, shuffle: b
                          f"({batch_size}) must be at least 1")
     if is_dataloader(dataset):
         return _from_loader(dataset, num_calibration_samples)
-    samples = read_samples(dataset)
+    samples = read_samples(dataset, host)
     if not samples:
         raise ValueError("the calibration dataset is empty")
     if shuffle:
@@ -105,6 +105,7 @@ def _from_loader(loader: Iterable[Any], limit: int) -> Calibration:
     for batch in loader:
         if seen >= limit:
             break
+        batch = canonical_batch(batch)
         ids = batch["input_ids"] if isinstance(batch, Mapping) else batch
         size = len(ids)
         batches.append(batch)
