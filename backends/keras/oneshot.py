@@ -58,7 +58,7 @@ from recipe_spec.one_shot.calibration_inputs import to_numpy
 from recipe_spec.one_shot.host import CallRecorder, ModuleInfo, Observer, StopForward, feed_until
 from recipe_spec.one_shot.matching import matches
 
-from .hub import hf_names
+from .hub import hf_names, warn_config_differences
 from .inputs import feed, input_keys, preprocess
 from .layout import LinearAxes, linear_axes
 from .oneshot_calls import ModuleCalls, held, is_held, on_device, wrapped
@@ -156,6 +156,7 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls):
         self._groups: dict[str, list[str]] = {}
         self._index(model)
         self._grad: Any = None
+        warn_config_differences(model)  # a keras-hub backbone unlike its checkpoint's config.json
 
     def __enter__(self) -> KerasCalibrationHost:
         self._grad = _no_grad()

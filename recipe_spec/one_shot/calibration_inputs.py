@@ -91,7 +91,7 @@ def _rename(sample: Mapping[str, Any], aliases: Mapping[str, str], where: str) -
     return out
 
 
-def _rows(sample: dict[str, Any], where: str) -> list[dict[str, Any]]:
+def _rows(sample: dict[str, Any], where: str, given: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """The samples of a dict: itself (1-D token ids) or one per row (a leading batch axis)."""
     ids = sample["input_ids"]
     rank = _ndim(ids)
@@ -103,7 +103,7 @@ def _rows(sample: dict[str, Any], where: str) -> list[dict[str, Any]]:
     size = len(ids)
     for key, value in sample.items():
         if _ndim(value) == 0 or len(value) != size:
-            raise ValueError(f"{where} is a batch of {size} rows (its token ids), but {key!r} has "
+            raise ValueError(f"{where} is a batch of {size} rows (its token ids), but {(given or {}).get(key, key)!r} has "
                              f"{len(value) if _ndim(value) else 'no'} leading rows: give every input "
                              "with the same leading batch axis")
     return [{key: value[r] for key, value in sample.items()} for r in range(size)]
@@ -140,7 +140,8 @@ def canonical_samples(dataset: Any, *, input_keys: Mapping[str, str] | None = No
     for where, element in _elements(dataset):
         element = _unpack(element)
         if isinstance(element, Mapping):
-            items += [("sample", s) for s in _rows(_rename(element, aliases, where), where)]
+            given = {(aliases.get(str(k), k) if k not in _CANONICAL else k): k for k in element}
+            items += [("sample", s) for s in _rows(_rename(element, aliases, where), where, given)]
         elif is_text(element):
             items += [("text", t) for t in _texts(element)]
         else:
