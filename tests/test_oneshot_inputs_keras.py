@@ -79,10 +79,28 @@ def _forms(rows: np.ndarray) -> dict[str, object]:
     }
 
 
+def _framework_tensors(rows: np.ndarray) -> dict[str, object]:
+    """The rows as TensorFlow, JAX and torch tensors (those installed), whatever the backend."""
+    forms: dict[str, object] = {"tf tensors": [{"token_ids": tf.constant(r)} for r in rows]}
+    try:
+        import jax.numpy as jnp
+
+        forms["jax array"] = jnp.asarray(rows)
+    except ImportError:
+        pass
+    try:
+        import torch
+
+        forms["torch batched dict"] = {"token_ids": torch.tensor(rows), "padding_mask": torch.ones(rows.shape, dtype=torch.bool)}
+    except ImportError:
+        pass
+    return forms
+
+
 def test_every_input_form_reads_as_the_same_samples() -> None:
     rows = np.asarray([s["input_ids"] for s in _plain_samples()], "int32")
     host = _host(_plain_model())
-    for form, dataset in _forms(rows).items():
+    for form, dataset in {**_forms(rows), **_framework_tensors(rows)}.items():
         samples = read_samples(dataset, host)
         assert _ids(samples) == rows.tolist(), form
         for s in samples:

@@ -43,13 +43,16 @@ def to_numpy(value: Any) -> Any:
     lists, NumPy arrays and scalars are returned as they are."""
     if isinstance(value, (np.ndarray, list, tuple, int, float, str, bytes)) or value is None:
         return value
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch
-        return value.detach().cpu().numpy()
-    numpy = getattr(value, "numpy", None)
-    if callable(numpy):  # TensorFlow eager tensors
-        return np.asarray(numpy())
-    if hasattr(value, "__array__") or hasattr(value, "shape"):  # JAX arrays and other array-likes
-        return np.asarray(value)
+    try:
+        if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch
+            return value.detach().cpu().numpy()
+        numpy = getattr(value, "numpy", None)
+        if callable(numpy):  # TensorFlow eager tensors
+            return np.asarray(numpy())
+        if hasattr(value, "__array__") or hasattr(value, "shape"):  # JAX arrays and other array-likes
+            return np.asarray(value)
+    except (TypeError, RuntimeError, ValueError):  # a dtype NumPy lacks (torch bfloat16): left to the host
+        return value
     return value
 
 
