@@ -117,5 +117,6 @@ def test_samples_are_read_from_dicts_or_a_datasets_like_table() -> None:
             return {"input_ids": [i] * (i + 1), "attention_mask": [1] * (i + 1)}
 
     assert [len(s["input_ids"]) for s in read_samples(Table())] == [1, 2]
+    assert read_samples([[1, 2, 3]]) == [{"input_ids": [1, 2, 3]}]  # a list of token ids
     with pytest.raises(TypeError, match="input_ids"):
-        read_samples([[1, 2, 3]])
+        read_samples([{"ids": [1, 2, 3]}])

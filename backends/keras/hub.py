@@ -18,6 +18,9 @@ the backbone the normalisation epsilon of the checkpoint's ``config.json``
 (``rms_norm_eps``/``layer_norm_eps``) where keras-hub's converter leaves it out: keras-hub 0.32's
 Llama converter does, so a Llama trained with ``rms_norm_eps: 1e-5`` otherwise runs with
 keras-hub's default 1e-6 and its logits differ from the checkpoint's own.
+:func:`warn_config_differences` (the one-shot host calls it) logs a warning for a keras-hub
+model whose backbone differs from the ``config.json`` of the folder it was loaded from, where
+that folder is known (:func:`checkpoint_of`).
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ import logging
 import os
 import pkgutil
 import sys
+import weakref
 from typing import Any
 
-__all__ = ["backbone_of", "hf_names", "converter_for", "load_causal_lm", "missing_config"]
+__all__ = ["backbone_of", "hf_names", "converter_for", "load_causal_lm", "missing_config", "checkpoint_of",
+           "config_differences", "warn_config_differences", "remember_checkpoint"]
 
 _LOG = logging.getLogger("recipe_spec.oneshot")
 _PACKAGE = "keras_hub.src.utils.transformers"
@@ -159,4 +164,77 @@ def load_causal_lm(folder: str | os.PathLike[str], task: Any = None, dtype: str 
     converter = getattr(loader, "converter", None)
     extra = missing_config(converter, task.backbone_cls, dict(loader.config)) if converter is not None else {}
     backbone = task.backbone_cls.from_preset(path, dtype=dtype, **extra)
-    return task(backbone=backbone, preprocessor=None)
+    model = task(backbone=backbone, preprocessor=None)
+    remember_checkpoint(model, path)
+    return model
+
+
+def remember_checkpoint(model: Any, folder: str | os.PathLike[str]) -> None:
+    """Record that keras-hub ``model`` was loaded from the Hugging Face checkpoint ``folder``
+    (for a model loaded with keras-hub's own ``from_preset``): the one-shot host then compares
+    its backbone with the folder's ``config.json`` (:func:`warn_config_differences`)."""
+    backbone = backbone_of(model)
+    if backbone is None:
+        raise TypeError(f"{type(model).__name__} is not a keras-hub model: no backbone to compare with {folder}")
+    for key in [k for k, (ref, _) in _LOADED_FROM.items() if ref() is None]:
+        del _LOADED_FROM[key]
+    _LOADED_FROM[id(backbone)] = (weakref.ref(backbone), os.fspath(folder))
+
+
+#: ``id(backbone): (weak reference, folder)`` of the backbones :func:`load_causal_lm` loaded.
+_LOADED_FROM: dict[int, tuple[Any, str]] = {}
+
+
+def checkpoint_of(model: Any) -> str | None:
+    """The Hugging Face checkpoint folder keras-hub ``model`` was loaded from, where that can
+    be told: a model of :func:`load_causal_lm` or one given to :func:`remember_checkpoint`;
+    None otherwise (keras-hub 0.32's ``from_preset`` keeps no trace of its folder in the
+    model: its tokenizer holds the vocabulary, not the file it came from)."""
+    backbone = backbone_of(model)
+    if backbone is None:
+        return None
+    entry = _LOADED_FROM.get(id(backbone))
+    if entry is not None and entry[0]() is backbone:
+        return entry[1]
+    return None
+
+
+def config_differences(model: Any, folder: str | os.PathLike[str]) -> list[tuple[str, Any, str, Any]]:
+    """``(backbone argument, its value, config.json key, the config's value)`` for each
+    argument :func:`missing_config` reads from ``folder``'s ``config.json`` that keras-hub
+    ``model``'s backbone holds with another value ([] when they agree or keras-hub's converter
+    carries every one)."""
+    from keras_hub.src.utils.preset_utils import get_preset_loader
+
+    backbone = backbone_of(model)
+    loader = get_preset_loader(os.fspath(folder))
+    converter = getattr(loader, "converter", None)
+    if backbone is None or converter is None:
+        return []
+    config = dict(loader.config)
+    out = []
+    for argument, wanted in missing_config(converter, type(backbone), config).items():
+        held = getattr(backbone, argument, None)
+        if held is not None and float(held) != float(wanted):
+            key = next((k for k in _EPSILON_KEYS if k in config), argument)
+            out.append((argument, held, key, wanted))
+    return out
+
+
+def warn_config_differences(model: Any) -> list[tuple[str, Any, str, Any]]:
+    """Log a warning per :func:`config_differences` of keras-hub ``model`` and the folder
+    :func:`checkpoint_of` finds, naming the field and the fix; returns them."""
+    folder = checkpoint_of(model)
+    if folder is None:
+        return []
+    try:
+        found = config_differences(model, folder)
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # the folder changed since: nothing to compare
+        _LOG.info("the checkpoint folder %s of the keras-hub model could not be read: %s", folder, exc)
+        return []
+    for argument, held, key, wanted in found:
+        _LOG.warning("the keras-hub backbone runs with %s=%g, but its checkpoint's config.json (%s) sets %s: %g "
+                     "(keras-hub's from_preset leaves it out); its outputs differ from the checkpoint's own: "
+                     "load the folder with recipe_spec_keras.hub.load_causal_lm(%r)",
+                     argument, held, folder, key, wanted, folder)
+    return found

@@ -28,8 +28,9 @@ functional graph). Their call arguments (hidden states, padding mask) are captur
 a block's output takes the hidden states' place for the next block.
 
 **Inputs.** Samples carry ``input_ids`` and ``attention_mask`` (llm-compressor's); a model
-whose inputs are named ``token_ids``/``padding_mask`` (keras-hub) gets them under those
-names, in each input's dtype.
+whose inputs are named ``token_ids``/``padding_mask`` (keras-hub), or otherwise, gets them
+under its own names, in each input's dtype; text is tokenised by the model's keras-hub
+preprocessor (:mod:`.inputs`).
 
 **Quantized weights**: ``attach_quantization`` / ``set_quantized`` / ``finish``
 (:mod:`.quantized_host`); leaving the host (the end of a ``oneshot`` run) and ``save`` turn
@@ -53,10 +54,12 @@ import numpy as np
 import keras
 from recipe_spec.atomic import write_text
 from recipe_spec.masks.numpy_ops import NUMPY_OPS
+from recipe_spec.one_shot.calibration_inputs import to_numpy
 from recipe_spec.one_shot.host import CallRecorder, ModuleInfo, Observer, StopForward, feed_until
 from recipe_spec.one_shot.matching import matches
 
-from .hub import hf_names
+from .hub import hf_names, warn_config_differences
+from .inputs import feed, input_keys, preprocess
 from .layout import LinearAxes, linear_axes
 from .oneshot_calls import ModuleCalls, held, is_held, on_device, wrapped
 from .oneshot_state import ModelState
@@ -65,9 +68,6 @@ from .quantization import layer_paths
 from .quantized_host import QuantizedWeights
 
 __all__ = ["KerasCalibrationHost"]
-
-#: A model input named like the key on the left reads the sample key on the right.
-INPUT_ALIASES = {"token_ids": "input_ids", "padding_mask": "attention_mask"}
 
 
 class _Linear:
@@ -163,6 +163,7 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
         self._groups: dict[str, list[str]] = {}
         self._index(model)
         self._grad: Any = None
+        warn_config_differences(model)  # a keras-hub backbone unlike its checkpoint's config.json
 
     def __enter__(self) -> KerasCalibrationHost:
         self._grad = _no_grad()
@@ -272,27 +273,18 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
         return [int(i) for i in np.argsort(-np.asarray(lengths), kind="stable")]
 
     def collate(self, samples: Sequence[Mapping[str, Any]], length: int) -> dict[str, np.ndarray]:
-        return {key: np.stack([np.asarray(s[key]).reshape(-1)[:length] for s in samples]) for key in samples[0]}
+        return {key: np.stack([np.asarray(to_numpy(s[key])).reshape(-1)[:length] for s in samples]) for key in samples[0]}
+
+    def input_keys(self) -> dict[str, str]:
+        """``{model input name: sample key}`` (:func:`.inputs.input_keys`)."""
+        return input_keys(self.model)
+
+    def preprocess(self, texts: Sequence[str]) -> list[dict[str, np.ndarray]] | None:
+        """``texts`` as samples by the model's keras-hub preprocessor (:func:`.inputs.preprocess`)."""
+        return preprocess(self.model, texts)
 
     def _feed(self, batch: Any) -> Any:
-        if not isinstance(batch, Mapping):
-            return batch
-        try:
-            spec = self.model.input
-        except (AttributeError, ValueError):
-            spec = None
-        if isinstance(spec, Mapping):
-            feed = {}
-            for name, tensor in spec.items():
-                key = name if name in batch else INPUT_ALIASES.get(name, name)
-                if key not in batch:
-                    raise ValueError(f"the model takes an input {name!r}; the calibration samples have "
-                                     f"{', '.join(map(repr, batch))} (give each sample {key!r})")
-                feed[name] = np.asarray(batch[key]).astype(keras.backend.standardize_dtype(tensor.dtype))
-            return feed
-        value = batch["input_ids"] if "input_ids" in batch else next(iter(batch.values()))
-        dtype = getattr(spec, "dtype", None)
-        return np.asarray(value).astype(keras.backend.standardize_dtype(dtype)) if dtype is not None else value
+        return feed(self.model, batch)
 
     def _forward(self, batch: Any) -> None:
         self.model(self._feed(batch), training=False)

@@ -2,9 +2,11 @@
 rules, ``datasets/utils.py``).
 
 - ``dataset``: an iterable of input dicts (``input_ids`` and optionally ``attention_mask``,
-  tensors or lists), a tokenised ``datasets.Dataset`` (anything with an ``input_ids`` column,
-  read by index; ``datasets`` is never imported here), or a DataLoader (its batches are used as
-  they come, up to ``num_calibration_samples`` samples).
+  tensors or lists, or the model's own input names such as keras-hub's
+  ``token_ids``/``padding_mask``), batched dicts, arrays, a ``tf.data.Dataset``, text for a
+  model with a preprocessor (:mod:`.calibration_inputs`), a tokenised ``datasets.Dataset``
+  (read by index; ``datasets`` is never imported here), or a DataLoader (its batches are used
+  as they come, up to ``num_calibration_samples`` samples).
 - The first ``num_calibration_samples`` samples are taken (after a seeded shuffle when
   ``shuffle_calibration_samples``); without shuffling they are fed longest first
   (``LengthAwareSampler``: ``torch.argsort(lengths, descending=True)``), with it in the
@@ -19,11 +21,12 @@ rules, ``datasets/utils.py``).
 from __future__ import annotations
 
 import logging
-import os
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from .calibration_inputs import canonical_batch, canonical_samples
 
 __all__ = ["Calibration", "order_samples", "is_dataloader", "read_samples", "prepare"]
 
@@ -47,29 +50,16 @@ def is_dataloader(dataset: Any) -> bool:
     return all(hasattr(dataset, a) for a in ("batch_size", "dataset", "sampler"))
 
 
-def read_samples(dataset: Any) -> list[Mapping[str, Any]]:
-    """Every sample of an iterable of dicts or of a datasets-like table, as dicts."""
-    names = getattr(dataset, "column_names", None)
-    if names is not None and "input_ids" in names and hasattr(dataset, "__getitem__"):
-        return [dict(dataset[i]) for i in range(len(dataset))]
-    if isinstance(dataset, (str, bytes, os.PathLike)):
-        from ..diagnostics.packages import install_command
-
-        raise TypeError(f"dataset {dataset!r} is a name or a path: recipe_spec.oneshot does not download or "
-                        "tokenise datasets. Load and tokenise it first (e.g. with the datasets package: "
-                        "pip install datasets; then datasets.load_dataset(...).map(lambda row: "
-                        "tokenizer(row['text'])) or, without a network, a list of tokenizer(text) dicts) "
-                        f"and pass the samples; the tokenizer comes with transformers: "
-                        f"{install_command('transformers')}")
-    if isinstance(dataset, Mapping):
-        raise TypeError("dataset must be an iterable of input dicts, a tokenised datasets.Dataset "
-                        "or a DataLoader, not one dict: wrap it in a list")
-    samples = list(dataset)
-    for i, s in enumerate(samples):
-        if not isinstance(s, Mapping) or "input_ids" not in s:
-            raise TypeError(f"calibration sample {i} is {type(s).__name__}, not a dict with 'input_ids' "
-                            "(give tokenised samples: {'input_ids': [...], 'attention_mask': [...]})")
-    return samples
+def read_samples(dataset: Any, host: Any = None) -> list[Mapping[str, Any]]:
+    """Every sample of ``dataset`` as a dict with ``input_ids`` (and ``attention_mask`` where
+    given): dicts under llm-compressor's names or the model's own (keras-hub's
+    ``token_ids``/``padding_mask``), batched dicts split into rows, arrays and framework
+    tensors, ``(x, y)`` tuples, a ``tf.data.Dataset``, a datasets-like table, and text through
+    ``host``'s optional ``preprocess`` (:mod:`.calibration_inputs`). ``host``'s optional
+    ``input_keys()`` names the model's inputs."""
+    keys = getattr(host, "input_keys", None)
+    return list(canonical_samples(dataset, input_keys=keys() if callable(keys) else None,
+                                  preprocess=getattr(host, "preprocess", None)))
 
 
 def order_samples(lengths: Sequence[int], *, shuffle: bool, seed: int,
@@ -106,7 +96,7 @@ def prepare(host: Any, dataset: Any, *, num_calibration_samples: int, shuffle: b
         loaded = _from_loader(dataset, num_calibration_samples)
         check_batches(host, loaded.batches)
         return loaded
-    samples = read_samples(dataset)
+    samples = read_samples(dataset, host)
     if not samples:
         raise ValueError("the calibration dataset is empty")
     check_samples(host, samples)
@@ -132,6 +122,7 @@ def _from_loader(loader: Iterable[Any], limit: int) -> Calibration:
     for i, batch in enumerate(loader):
         if seen >= limit:
             break
+        batch = canonical_batch(batch)
         if not isinstance(batch, Mapping) or "input_ids" not in batch:
             raise TypeError(f"calibration batch {i} of the DataLoader is {type(batch).__name__}"
                             f"{'' if not isinstance(batch, Mapping) else ' without input_ids'}, not a dict of "

@@ -9,6 +9,11 @@ weight, recording a quantized one, and the array operations of :class:`recipe_sp
 
 Arrays, batches and cached block inputs are opaque to the core: it hands back what the host
 gave it.
+
+Two optional methods let the calibration data come in the model's own forms
+(:mod:`.calibration_inputs`): ``input_keys()`` (``{model input name: sample key}``, e.g.
+``{"token_ids": "input_ids"}``) and ``preprocess(texts)`` (text as samples, None without a
+tokeniser); the Keras host has both.
 """
 
 from __future__ import annotations
