@@ -89,7 +89,6 @@ BAD_DATA = {
     "mask of other values": ([{"input_ids": [1, 2, 3], "attention_mask": [1, 2, 1]}], ValueError, "other than 0 and 1"),
     "longer than the positions": ([{"input_ids": list(range(POSITIONS)) + [1]}], ValueError, "more than the model's 64 positions"),
     "a text column left in": ([{"input_ids": [1, 2], "text": "hi"}], TypeError, "'text' is str"),
-    "several sequences in one sample": ([{"input_ids": [[1, 2], [3, 4]]}], ValueError, "one dict per sequence"),
     "a later sample is bad": ([*_samples(3), {"input_ids": [1, 99]}], ValueError, "calibration sample 3"),
     "a DataLoader of tuples": (torch.utils.data.DataLoader([(torch.tensor([1, 2]),)], batch_size=1), TypeError,
                                "batch 0 of the DataLoader is list"),

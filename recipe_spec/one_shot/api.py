@@ -220,7 +220,15 @@ def oneshot(
     refuse_experts(model, moe_calibrate_all_experts)
     processor = resolve_processor(model, folder, tokenizer, processor, trust_remote_code_model,
                                   needed=is_text(dataset))
-    dataset = calibration_input(dataset, processor, text)
+    if processor is None and getattr(model, "preprocessor", None) is not None and is_text(dataset, None):
+        # text for a model that tokenises its own (a keras-hub task with its preprocessor): the
+        # backend's host reads it (:mod:`.calibration_inputs`), at the preprocessor's length
+        if max_seq_length is not None or concatenate_data:
+            raise ValueError("max_seq_length / concatenate_data apply to text a tokenizer= reads; this model's own "
+                             "preprocessor tokenises it at its sequence_length (set preprocessor.sequence_length, "
+                             "or pass tokenizer=)")
+    else:
+        dataset = calibration_input(dataset, processor, text)
     with log_to(log_dir):
         apply_oneshot(
             model, loaded, dataset, num_calibration_samples=num_calibration_samples,

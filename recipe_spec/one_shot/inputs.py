@@ -82,7 +82,9 @@ def is_text(dataset: Any, processor: Any = None) -> bool:
     if isinstance(dataset, Mapping) or not isinstance(dataset, Sequence) or not dataset:
         return False
     first = dataset[0]
-    return isinstance(first, str) or (isinstance(first, Mapping) and not any(k in first for k in names))
+    # a dict of arrays under a model's own input names (keras-hub's token_ids) is not text
+    return isinstance(first, str) or (isinstance(first, Mapping) and not any(k in first for k in names)
+                                      and any(isinstance(v, str) for v in first.values()))
 
 
 def calibration_input(dataset: Any, processor: Any, options: TextOptions) -> Any:
