@@ -55,6 +55,8 @@ def main() -> int:
     ap.add_argument("--case", type=int, help="rerun this one case id and print it")
     ap.add_argument("--progress", type=int, default=200, help="print a line every N cases")
     ap.add_argument("--log", type=Path, help="the workers' stderr (default: discarded)")
+    ap.add_argument("--regressions", type=Path, help="add one case of each new defect kind to this file "
+                    "(tests/fixtures/oneshot_fuzz_regressions.json, replayed by tests/test_oneshot_fuzz_regressions.py)")
     args = ap.parse_args()
     backends = ["torch", "keras"] if args.backend == "all" else [args.backend]
     log = args.log.open("ab") if args.log else None
@@ -108,7 +110,27 @@ def main() -> int:
             "refused_valid": [dict(r, reproducer=reproducer(r)) for r in over],
             "results": done,
         }, indent=1) + "\n")
+    if args.regressions:
+        _save_regressions(args.regressions, kinds, args)
     return int(bool(defects))
+
+
+def _save_regressions(path: Path, kinds: dict[tuple[str, str, str, str], dict[str, Any]],
+                      args: argparse.Namespace) -> None:
+    """One case of each defect kind not in ``path`` yet, in full (the replay does not depend on
+    the generator), marked as failing now."""
+    held = json.loads(path.read_text()) if path.exists() else {"cases": []}
+    known = {(e["case"]["backend"], e["found"], e["case"]["family"], e["case"]["mutation"]) for e in held["cases"]}
+    added = 0
+    for key, r in sorted(kinds.items()):
+        if key in known:
+            continue
+        case = make_case(r["id"], r["backend"], None if args.surface == "all" else args.surface)
+        held["cases"].append({"key": f"{r['backend']}-{r['id']}-{r['family']}-{r['mutation']}", "found": r["outcome"],
+                              "fails_now": True, "detail": r["detail"][:400], "case": case})
+        added += 1
+    path.write_text(json.dumps(held, indent=1) + "\n")
+    print(f"{added} new case(s) in {path} ({len(held['cases'])} in all)")
 
 
 if __name__ == "__main__":

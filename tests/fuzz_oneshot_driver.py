@@ -33,6 +33,7 @@ class Worker:
         self.proc: subprocess.Popen[bytes] | None = None
         self.read_fd = -1
         self.buffer = b""
+        self.ended = False
         self.started = 0
 
     def start(self) -> None:
@@ -47,7 +48,7 @@ class Worker:
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self.log or subprocess.DEVNULL,
             pass_fds=(write_fd,), env=env, cwd=str(ROOT), start_new_session=True)
         os.close(write_fd)
-        self.read_fd, self.buffer = read_fd, b""
+        self.read_fd, self.buffer, self.ended = read_fd, b"", False
         self.started += 1
         ready = self._line(300.0)
         if ready is None or not json.loads(ready).get("ready"):
@@ -78,14 +79,16 @@ class Worker:
             if not ready:
                 return None
             chunk = os.read(self.read_fd, 65536)
-            if not chunk:
+            if not chunk:  # the worker ended
+                self.ended = True
                 return None
             self.buffer += chunk
         line, self.buffer = self.buffer.split(b"\n", 1)
         return line.decode()
 
     def run(self, case: dict[str, Any]) -> dict[str, Any]:
-        """Run one case; the worker is (re)started as needed."""
+        """Run one case (``case["limit"]``, when given, is its own time limit); the worker is
+        (re)started as needed."""
         if self.proc is None or self.proc.poll() is not None:
             self.stop()
             self.start()
@@ -96,14 +99,15 @@ class Worker:
             self.proc.stdin.flush()
         except BrokenPipeError:
             pass
-        line = self._line(self.watchdog)
+        watchdog = self.watchdog + 2 * (case.get("limit", self.limit) - self.limit)
+        line = self._line(watchdog)
         if line is not None:
             return json.loads(line)
-        alive = self.proc.poll() is None
+        ended = self.ended
         self.stop()
-        if alive:
+        if not ended:
             return {"outcome": "hang", "flags": ["hang"], "seconds": round(time.monotonic() - began, 1),
-                    "detail": f"no answer in {self.watchdog:g} s (past the worker's own alarm): killed"}
+                    "detail": f"no answer in {watchdog:g} s (past the worker's own alarm): killed"}
         return {"outcome": "raw-error", "flags": ["raw-error"], "seconds": round(time.monotonic() - began, 1),
                 "detail": "the worker process died during the case"}
 

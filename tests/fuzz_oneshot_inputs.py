@@ -100,9 +100,10 @@ def _mut_recipe(rng: random.Random, case: dict[str, Any], modifier: str,
                "top-list", "recipe-not-text", "unknown-scheme", "targets-none-match", "as-path", "bad-mapping"]
     name = rng.choice(options)
     expect = "refuse"
-    if name == "bad-type":
+    if name == "bad-type":  # (a string where a list of names goes is one name: not a bad type)
         key = rng.choice(list(k for k in args if not k.startswith("_")) or ["sparsity"])
-        args[key] = rng.choice(["'half'", "[0.5, 0.6]", "{a: 1}", "true", "null"])
+        args[key] = rng.choice(["{a: 1}", "5", "[1, 2]"] if key in ("targets", "ignore")
+                               else ["'half'", "[0.5, 0.6]", "{a: 1}", "true"])
     elif name == "out-of-range":
         if modifier in ("SparseGPTModifier", "WandaPruningModifier"):
             args["sparsity"] = rng.choice(["1.5", "-0.1", "1.0", "2"])
@@ -235,8 +236,9 @@ def _mut_args(rng: random.Random, case: dict[str, Any]) -> tuple[str, str]:
         a["recipe_args"] = {"no_such_variable": 1}
     elif name == "collator":
         a["data_collator"] = "padding"
-    elif name == "offload-gpu":
+    elif name == "offload-gpu":  # no such device here
         a["sequential_offload_device"] = "cuda:7"
+        a["pipeline"] = "sequential"
     elif name.startswith("pipeline-"):
         a["pipeline"] = name.split("-", 1)[1]
         expect = "any"
@@ -277,6 +279,15 @@ def _mut_output(rng: random.Random, case: dict[str, Any]) -> tuple[str, str]:
     return name, expect
 
 
+_DATA_ARGS = ("samples-", "batch-", "shuffle-", "seed-", "seq-targets-", "offload-", "pipeline-")
+
+
+def needs_data(kind: str, case: dict[str, Any]) -> bool:
+    """Whether the base recipe reads calibration data (a static-activation FP8 scheme does)."""
+    return kind in ("sparsegpt", "wanda", "gptq", "smoothquant", "awq") or (
+        kind == "quant" and "scheme: FP8\n" in case["_base_text"])
+
+
 def make_case(case_id: int, backend: str = "torch", surface: str | None = None) -> dict[str, Any]:
     """The case ``case_id`` of ``backend`` (``torch`` or ``keras``); ``surface`` forces one."""
     rng = random.Random(f"{backend}:{case_id}")
@@ -299,16 +310,19 @@ def make_case(case_id: int, backend: str = "torch", surface: str | None = None) 
                  "batch_size": rng.choice([1, 1, 2])},
         "output": {"kind": rng.choice(["none", "none", "new"])}, "recipe_as": rng.choice(["text", "text", "path"]),
     }
+    case["_base_text"] = _render(modifier, args, stage)
     family = rng.choices(FAMILIES, weights=[1, 3, 3, 2, 1, 2])[0]
     mutation, expect = "none", "run"
     if family == "recipe":
         mutation, expect, modifier = _mut_recipe(rng, case, modifier, args)
     elif family == "data":
         mutation, expect = _mut_data(rng, case)
-        if kind in ("magnitude", "quant") and expect == "refuse":  # may run without data: need not read it
+        if not needs_data(kind, case) and expect == "refuse":  # runs without data: need not read it
             expect = "any"
     elif family == "args":
         mutation, expect = _mut_args(rng, case)
+        if not needs_data(kind, case) and mutation.startswith(_DATA_ARGS) and expect == "refuse":
+            expect = "any"  # an argument of the calibration data, which this recipe does not read
     elif family == "model":
         mutation, expect = _mut_model(rng, case, backend)
     elif family == "output":
@@ -354,5 +368,6 @@ def make_case(case_id: int, backend: str = "torch", surface: str | None = None) 
         case["model"]["origin"] = rng.choice(["memory", "checkpoint"])
         if case["model"]["origin"] == "memory":  # no checkpoint names: the head is the reverse embeddings
             case["recipe"] = (case["recipe"] or "").replace("ignore: [lm_head]", "ignore: [lm_head, 're:.*reverse_embeddings$']")
+    del case["_base_text"]
     case.update(family=family, mutation=mutation, expect=expect)
     return case

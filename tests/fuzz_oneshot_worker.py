@@ -157,7 +157,7 @@ def run_case(case: dict[str, Any], side: Any, limit: float, work: Path) -> dict[
     if cli:
         checkpoint = side.checkpoint(case["model"], work)
         before_model = tree(checkpoint)
-        finite_before = True
+        finite_before = case["model"]["variant"] not in ("nan-weight", "inf-weight")
     else:
         case["_model"] = side.build(case["model"])
         before_model = side.fingerprint(case["_model"])
@@ -283,7 +283,7 @@ def serve(backend: str, limit: float, fd: int) -> None:
     for line in sys.stdin:
         case = json.loads(line)
         try:
-            result = run_case(case, side, limit, work)
+            result = run_case(case, side, case.get("limit", limit), work)
         except Exception as exc:  # noqa: BLE001 - the harness's own trouble, reported as such
             result = {"outcome": "harness-error", "detail": f"{type(exc).__name__}: {exc}"[:800], "flags": []}
         answer.write(json.dumps(result) + "\n")
@@ -304,6 +304,7 @@ def _side(backend: str) -> Any:
     import transformers
 
     transformers.logging.set_verbosity_error()
+    side.warm()
     return side
 
 
