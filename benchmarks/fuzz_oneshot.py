@@ -14,7 +14,7 @@ surface and generator family; ``--out`` writes every defect with the command tha
 Exit 1 if any defect was found.
 
     python benchmarks/fuzz_oneshot.py [--count 1000] [--seed 0] [--backend torch|keras|all]
-        [--surface api|manager|cli] [--jobs 1] [--limit 20] [--keras-backend tensorflow|jax]
+        [--surface api|manager|cli] [--jobs 1] [--limit S] [--keras-backend tensorflow|jax]
         [--out report.json] [--case ID] [--progress 100]
 
 ``--seed S`` starts at case id S (cases ``S .. S + count - 1``); ``--case ID`` reruns one case
@@ -36,10 +36,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from fuzz_oneshot_driver import DEFECTS, reproducer, run_cases, summary  # noqa: E402
 from fuzz_oneshot_inputs import make_case  # noqa: E402
 
+LIMITS = {"torch": 20.0, "keras": 60.0}
+
 
 def _cases(args: argparse.Namespace, backend: str, job: int) -> list[dict[str, Any]]:
     surface = None if args.surface == "all" else args.surface
-    return [make_case(i, backend, surface) for i in range(args.seed + job, args.seed + args.count, args.jobs)]
+    return [dict(make_case(i, backend, surface), limit=args.limit or LIMITS[backend])
+            for i in range(args.seed + job, args.seed + args.count, args.jobs)]
 
 
 def main() -> int:
@@ -49,7 +52,8 @@ def main() -> int:
     ap.add_argument("--backend", choices=["torch", "keras", "all"], default="torch")
     ap.add_argument("--surface", choices=["api", "manager", "cli", "all"], default="all")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes per backend")
-    ap.add_argument("--limit", type=float, default=20.0, help="seconds one case may take")
+    ap.add_argument("--limit", type=float, help="seconds one case may take (default: 20 on PyTorch, 60 on Keras, "
+                    "whose first run of a layer shape traces its functions)")
     ap.add_argument("--keras-backend", default="tensorflow")
     ap.add_argument("--out", type=Path, help="write the results (every defect with its reproducer) here")
     ap.add_argument("--case", type=int, help="rerun this one case id and print it")
@@ -62,9 +66,10 @@ def main() -> int:
     log = args.log.open("ab") if args.log else None
 
     if args.case is not None:
-        case = make_case(args.case, backends[0], None if args.surface == "all" else args.surface)
+        case = dict(make_case(args.case, backends[0], None if args.surface == "all" else args.surface),
+                    limit=args.limit or LIMITS[backends[0]])
         print(json.dumps(case, indent=1))
-        (result,) = run_cases([case], args.limit, args.keras_backend, log)
+        (result,) = run_cases([case], case["limit"], args.keras_backend, log)
         print(json.dumps(result, indent=1))
         return int(result["outcome"] in DEFECTS)
 
@@ -81,10 +86,11 @@ def main() -> int:
 
     jobs = [(b, j) for b in backends for j in range(args.jobs)]
     with ThreadPoolExecutor(len(jobs)) as pool:
-        list(pool.map(lambda bj: list(run_cases(_cases(args, *bj), args.limit, args.keras_backend, log, told)), jobs))
+        list(pool.map(lambda bj: list(run_cases(_cases(args, *bj), 20.0, args.keras_backend, log, told)), jobs))
     wall = time.monotonic() - began
     print(f"\n{len(done):,} cases ({', '.join(backends)}; Keras on {args.keras_backend}) in {wall / 60:.1f} min, "
-          f"{args.jobs} worker(s) per backend, {args.limit:g} s per case\n")
+          f"{args.jobs} worker(s) per backend, "
+          + ", ".join(f"{args.limit or LIMITS[b]:g} s per {b} case" for b in backends) + "\n")
     print(summary(done))
     defects = [r for r in done if r["outcome"] in DEFECTS or r["outcome"] == "harness-error"]
     kinds: dict[tuple[str, str, str, str], dict[str, Any]] = {}
@@ -103,7 +109,7 @@ def main() -> int:
     if args.out:
         args.out.write_text(json.dumps({
             "cases": len(done), "minutes": round(wall / 60, 2), "backends": backends,
-            "keras_backend": args.keras_backend, "limit_s": args.limit,
+            "keras_backend": args.keras_backend, "limit_s": {b: args.limit or LIMITS[b] for b in backends},
             "outcomes": {o: sum(r["outcome"] == o for r in done) for o in sorted({r["outcome"] for r in done})},
             "defects": [dict(r, reproducer=reproducer(r)) for r in defects],
             "kinds": [dict(r, reproducer=reproducer(r)) for r in kinds.values()],

@@ -124,6 +124,7 @@ def run_cases(cases: Iterable[dict[str, Any]], limit: float = 20.0, keras_backen
                 worker = workers[case["backend"]] = Worker(case["backend"], limit, keras_backend, log, grace)
             result = worker.run(case)
             out = {k: case[k] for k in ("id", "backend", "surface", "family", "mutation", "expect")}
+            out["limit"] = case.get("limit", limit)
             out.update(result)
             if told is not None:
                 told(case, out)

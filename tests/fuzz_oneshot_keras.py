@@ -41,6 +41,8 @@ def build(spec: dict[str, Any]) -> Any:
     """The case's model with its initial weights (a cached model whose weights are put back)."""
     origin = spec.get("origin", "memory")
     key = json.dumps({k: v for k, v in spec.items() if k != "variant"}, sort_keys=True)
+    if key in _MODELS and [tuple(v.shape) for v in _MODELS[key][0].weights] != [w.shape for w in _MODELS[key][1]]:
+        del _MODELS[key]  # a run changed its layers (quantized): build it again
     if key not in _MODELS:
         model = _new(spec, origin)
         _MODELS[key] = (model, [np.array(v) for v in model.weights])

@@ -184,6 +184,8 @@ def run_case(case: dict[str, Any], side: Any, limit: float, work: Path) -> dict[
     seconds = time.perf_counter() - started
     if isinstance(exc, CaseTimeout):
         result = {"outcome": "hang", "detail": f"over {limit:g} s", "flags": ["hang"]}
+        if not cli:
+            side.drop(case["_model"])
     else:
         after_model = tree(checkpoint) if cli else side.fingerprint(case["_model"])
         result = classify(case, exc, code, err, seen, before_model != after_model, before_out, tree(outdir),
