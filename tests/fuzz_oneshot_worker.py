@@ -39,7 +39,10 @@ from typing import Any
 from fuzz_oneshot_surfaces import call, call_cli, fake
 
 ROOT = Path(__file__).resolve().parent.parent
-_OURS = (str(ROOT / "recipe_spec") + os.sep, str(ROOT / "backends") + os.sep)
+#: recipe-spec's code: the package and its backends (``recipe_spec_torch``/``recipe_spec_keras``,
+#: ``backends/`` here, reached through ``.shim`` links or installed as packages)
+_OURS = (str(ROOT / "recipe_spec") + os.sep, str(ROOT / "backends") + os.sep, str(ROOT / ".shim") + os.sep,
+         *(os.sep + name + os.sep for name in ("recipe_spec", "recipe_spec_torch", "recipe_spec_keras")))
 _BINDING = ("unexpected keyword argument", "required positional argument", "positional argument")
 DEFECTS = ("hang", "raw-error", "half-changed", "half-written", "silent", "bad-run")
 
@@ -70,7 +73,7 @@ def unclear(exc: BaseException, keywords: tuple[str, ...] = ()) -> str | None:
     elif isinstance(exc, TypeError) and any(b in message for b in _BINDING) and (
             last.filename in harness or any(f"'{k}'" in message for k in keywords)):
         return None
-    elif not last.filename.startswith(_OURS):
+    elif not (last.filename.startswith(_OURS[:3]) or any(part in last.filename for part in _OURS[3:])):
         return f"raised in {_where(last)}"
     line = (linecache.getline(last.filename, last.lineno) or last.line or "").strip()
     if not line.startswith("raise"):

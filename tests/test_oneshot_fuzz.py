@@ -10,6 +10,7 @@ tool refuses is ``silent``. The campaign's own findings on the current code are 
 from __future__ import annotations
 
 import json
+import linecache
 import os
 import sys
 from pathlib import Path
@@ -90,6 +91,17 @@ def test_what_a_clear_refusal_is() -> None:
         np.zeros(3).reshape(7)
     except ValueError as exc:  # a ValueError, but raised inside numpy
         assert "raised in" in unclear(exc)
+    for where in (".shim/recipe_spec_keras/x.py", "site-packages/recipe_spec_torch/x.py", "site-packages/torch/x.py"):
+        # a backend's own refusal, reached through a link or installed as its package; torch's is not ours
+        name = str(Path(__file__).resolve().parent.parent / where) if where.startswith(".") else "/lib/" + where
+        source = "def refuse():\n    raise ValueError('a clear refusal')\n"
+        linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+        scope: dict = {}
+        exec(compile(source, name, "exec"), scope)  # noqa: S102 - a function whose frame has that file name
+        try:
+            scope["refuse"]()
+        except ValueError as exc:
+            assert (unclear(exc) is None) == ("/torch/" not in where), (where, unclear(exc))
     try:
         int("x")
     except ValueError as exc:  # Python's own, here: not a raise statement of recipe-spec's code
