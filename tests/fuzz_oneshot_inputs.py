@@ -23,6 +23,7 @@ touched), ``run``, or ``any`` (either is correct). A run of a ``refuse`` case is
 
 from __future__ import annotations
 
+import ast
 import random
 from typing import Any
 
@@ -84,7 +85,7 @@ def _render(modifier: str, args: dict[str, str], stage: str) -> str:
             text = (text if a else f"    {name}:\n") + "      " + groups
         return text
     if stage.startswith(("smooth+", "awq+")):
-        follow = eval(stage.split("+", 1)[1])  # noqa: S307 - our own repr of a dict of strings
+        follow = ast.literal_eval(stage.split("+", 1)[1])  # the second modifier's arguments
         second = "GPTQModifier" if stage.startswith("smooth+") else "QuantizationModifier"
         return ("quant_stage:\n  quant_modifiers:\n" + body(modifier, args) + body(second, follow))
     return f"{stage}_stage:\n  {stage}_modifiers:\n" + body(modifier, args)
