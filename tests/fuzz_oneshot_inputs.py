@@ -352,6 +352,8 @@ def make_case(case_id: int, backend: str = "torch", surface: str | None = None) 
                                                  "pipeline-datafree"):
             family, mutation, expect = "valid", "none", "run"
             case["args"] = {"num_calibration_samples": 4, "batch_size": 1}
+            if case["output"]["kind"] == "nonempty":  # overwrite-str's folder
+                case["output"]["kind"] = "new"
         if family == "model" and mutation in ("meta", "training-mode", "quantized-before"):
             family, mutation, expect = "valid", "none", "run"
             case["model"]["variant"] = "plain"
