@@ -285,13 +285,18 @@ def serve(backend: str, limit: float, fd: int) -> None:
     side = _side(backend)
     work = Path(tempfile.mkdtemp(prefix=f"fuzz-oneshot-{backend}-"))
     answer.write(json.dumps({"ready": True}) + "\n")
-    for line in sys.stdin:
-        case = json.loads(line)
-        try:
-            result = run_case(case, side, case.get("limit", limit), work)
-        except Exception as exc:  # noqa: BLE001 - the harness's own trouble, reported as such
-            result = {"outcome": "harness-error", "detail": f"{type(exc).__name__}: {exc}"[:800], "flags": []}
-        answer.write(json.dumps(result) + "\n")
+    try:
+        for line in sys.stdin:
+            case = json.loads(line)
+            try:
+                result = run_case(case, side, case.get("limit", limit), work)
+            except Exception as exc:  # noqa: BLE001 - the harness's own trouble, reported as such
+                result = {"outcome": "harness-error", "detail": f"{type(exc).__name__}: {exc}"[:800], "flags": []}
+            answer.write(json.dumps(result) + "\n")
+    finally:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _side(backend: str) -> Any:
