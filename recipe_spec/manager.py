@@ -173,6 +173,9 @@ class ScheduledModifierManager:
             from .one_shot.api import apply_oneshot
 
             _one_shot_options(options)
+            from .one_shot.preflight import check_arguments
+
+            check_arguments(sequential_offload_device=options.get("sequential_offload_device"))
             offload = str(options.pop("sequential_offload_device", "") or "").startswith("cpu")
             apply_oneshot(model, self.recipe, calibration, offload=offload, **options)
             return

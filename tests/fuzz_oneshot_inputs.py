@@ -196,7 +196,8 @@ def _mut_data(rng: random.Random, case: dict[str, Any]) -> tuple[str, str]:
     elif name in ("tuple-loader", "dataloader", "one-dict", "list-of-lists", "strings", "no-samples", "none",
                   "generator", "tensors", "dataset"):
         case["data"]["kind"] = name
-        expect = {"dataloader": "run", "generator": "run", "tensors": "run", "dataset": "run"}.get(name, "refuse")
+        expect = {"dataloader": "run", "generator": "run", "tensors": "run", "dataset": "run",
+                  "list-of-lists": "run"}.get(name, "refuse")
     return name, expect
 
 

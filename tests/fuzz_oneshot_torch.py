@@ -118,8 +118,8 @@ def common_dataset(kind: str, samples: list[dict[str, Any]]) -> Any:
     """The wrong containers, the same on every backend."""
     if kind == "one-dict":
         return samples[0]
-    if kind == "list-of-lists":
-        return [s["input_ids"] for s in samples]
+    if kind == "list-of-lists":  # token-id sequences without a dict: read as input_ids
+        return [s["input_ids"] if "input_ids" in s else s["token_ids"] for s in samples]
     if kind == "strings":
         return ["hello world"] * len(samples)
     if kind == "no-samples":

@@ -35,7 +35,8 @@ _TWIN_NAMES = tuple(Renamed(old, new, "the !Modifier dialect's name") for old, n
 def _as_params(targets: Any) -> tuple[list[str], list[str]]:
     """Targets as the twin's ``params``: (selectors, refusal reasons). Only parameter
     selectors map exactly (names/patterns ending in weight or bias, and the tokens)."""
-    items = [targets] if isinstance(targets, str) else list(targets or [])
+    items = [targets] if isinstance(targets, str) else list(targets) if isinstance(targets, (list, tuple)) else (
+        [targets] if targets is not None else [])
     bad = [t for t in items if not isinstance(t, str) or not (
         t.upper() in _TOKENS or re.search(r"(weight|bias)\$?$", t))]
     reasons = [f"targets {bad!r} name layers or classes; the twin's params select "

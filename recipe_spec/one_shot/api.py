@@ -395,9 +395,10 @@ def _release(compat: str | None) -> tuple[int, ...] | None:
     from ..core_dialect import Compat
 
     parsed = Compat.parse(compat)
-    if parsed.tool != "llmcompressor":
+    if parsed.tool != "llmcompressor" or tuple(parsed.version) < (0, 9):
         raise ValueError(f"compat {compat!r}: recipe_spec.oneshot reads recipes as an llm-compressor release "
-                         "(llmcompressor==0.9 ... 0.14)")
+                         "from 0.9 to 0.14 (llmcompressor==0.9 ... llmcompressor==0.14); `recipe-spec validate "
+                         "--compat` checks a recipe against older ones")
     return tuple(parsed.version)
 
 

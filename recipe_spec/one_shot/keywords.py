@@ -118,7 +118,7 @@ LLMCOMPRESSOR_KEYWORDS: dict[str, Keyword] = dict((
        "recipe-spec runs blocks with hooks and traces nothing"),
     _k("sequential_targets", None, "runs", "blocks of the sequential pipeline", ""),
     _k("sequential_offload_device", "cpu", "runs", "where cached block inputs live",
-       "'cpu' keeps them in host memory; recipe-spec's default (None) keeps them where the model runs"),
+       "'cpu' keeps them in host memory; recipe-spec's default (None) keeps them where the model runs; another device is refused"),
     _k("sequential_targets_per_subgraph", 1, "default", "blocks per sequential subgraph", "one block at a time"),
     _k("quantization_aware_calibration", True, "moot", "deprecated in llm-compressor (no effect)", ""),
     _k("propagate_error", True, "default", "feed compressed outputs to the next block",

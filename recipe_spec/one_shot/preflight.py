@@ -85,6 +85,10 @@ def check_arguments(**given: Any) -> None:
         elif name in _TEXTS:
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"{name} must be a string, not {type(value).__name__} {value!r}")
+            if name == "sequential_offload_device" and value is not None and not value.startswith("cpu"):
+                raise ValueError(f"sequential_offload_device={value!r}: recipe_spec keeps the cached block inputs "
+                                 "where the model runs (None) or in host memory ('cpu'); it does not move them to "
+                                 "another device: leave it out, or write 'cpu'")
         elif name == "seed":
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise TypeError(f"seed must be an int, not {type(value).__name__} {value!r}")
