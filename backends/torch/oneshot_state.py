@@ -63,7 +63,7 @@ class ModelState:
         if value is None or isinstance(value, (str, bytes, dict)):
             return None
         try:
-            t = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
+            t = value if isinstance(value, torch.Tensor) else torch.as_tensor(value, device="cpu")
         except (TypeError, ValueError, RuntimeError):
             return None
         kind = _kind(t)
