@@ -86,7 +86,7 @@ def prepare(host: Any, dataset: Any, *, num_calibration_samples: int, shuffle: b
     from .data_checks import check_batches, check_samples
 
     if is_dataloader(dataset):
-        if batch_size != 1:
+        if batch_size not in (1, getattr(dataset, "batch_size", None)):
             raise ValueError(f"batch_size={batch_size} with a DataLoader: the DataLoader makes its own batches "
                              f"(its batch_size {getattr(dataset, 'batch_size', None)}); leave batch_size out, or "
                              "pass the dataset itself")
