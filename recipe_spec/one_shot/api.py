@@ -292,7 +292,7 @@ def apply_oneshot(
                          "not feed: use pipeline='independent' (the default) or 'sequential'")
     with make_host(model) as host:
         # every check that does not need the compression, before the first module is touched
-        _check_mappings(host, mods)
+        _check_mappings(recipe, host, mods)
         check_model(recipe, mods, host, sequential_targets)
         quantizers = [m for m in mods if m.quant is not None]
         problem = getattr(host, "save_problem", lambda quantized: None)(bool(quantizers))
@@ -367,12 +367,15 @@ def _refuse_recipe_patterns(recipe: Recipe) -> None:
         raise RecipeError(found)
 
 
-def _check_mappings(host: Any, mods: Sequence[Any]) -> None:
+def _check_mappings(recipe: Recipe, host: Any, mods: Sequence[Any]) -> None:
     """Resolve every smoothing modifier's mappings on the model before anything changes it: a
     mapping that cannot resolve stops the run here (ValueError naming the modifier), not after
-    an earlier modifier ran. Its skip messages are told once, when the modifier runs."""
+    an earlier modifier ran, and a mapping entry that resolves to no layer at all is a located
+    P006, as ``lint`` and ``recipe-spec oneshot`` report it (it would smooth nothing). Its skip
+    messages are told once, when the modifier runs."""
     import logging
 
+    from .quant_lint import mapping_findings
     from .smoothing import resolve_mappings
 
     smoothing = [m for m in mods if m.transform is not None]
@@ -386,6 +389,10 @@ def _check_mappings(host: Any, mods: Sequence[Any]) -> None:
             resolve_mappings(modules, m.transform, f"{m.type} ({m.where})")
     finally:
         log.disabled = was
+    top = modules[0] if modules and modules[0].name == "" else None
+    findings = mapping_findings(recipe, smoothing, modules, top.classes[0] if top and top.classes else "")
+    if findings:
+        raise RecipeError(findings)
 
 
 def _release(compat: str | None) -> tuple[int, ...] | None:
