@@ -73,12 +73,25 @@ def unclear(exc: BaseException, keywords: tuple[str, ...] = ()) -> str | None:
     elif isinstance(exc, TypeError) and any(b in message for b in _BINDING) and (
             last.filename in harness or any(f"'{k}'" in message for k in keywords)):
         return None
-    elif not (last.filename.startswith(_OURS[:3]) or any(part in last.filename for part in _OURS[3:])):
+    elif not (last.filename.startswith(_OURS[:3] + _package_dirs())
+              or any(part in last.filename for part in _OURS[3:])):
         return f"raised in {_where(last)}"
     line = (linecache.getline(last.filename, last.lineno) or last.line or "").strip()
     if not line.startswith("raise"):
         return f"Python's own {type(exc).__name__} at {_where(last)}: {line[:80]}"
     return None
+
+
+def _package_dirs() -> tuple[str, ...]:
+    """The folders the imported recipe-spec packages were loaded from (an installed copy of
+    ``backends/`` elsewhere than this checkout, e.g. an editable install of another clone)."""
+    out = []
+    for name in ("recipe_spec", "recipe_spec_torch", "recipe_spec_keras"):
+        module = sys.modules.get(name)
+        where = getattr(module, "__file__", None)
+        if where:
+            out += [os.path.dirname(where) + os.sep, os.path.dirname(os.path.realpath(where)) + os.sep]
+    return tuple(out)
 
 
 def _ours(cls: type) -> bool:

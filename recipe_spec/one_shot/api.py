@@ -402,10 +402,11 @@ def _release(compat: str | None) -> tuple[int, ...] | None:
     from ..core_dialect import Compat
 
     parsed = Compat.parse(compat)
-    if parsed.tool != "llmcompressor" or tuple(parsed.version) < (0, 9):
+    if parsed.tool != "llmcompressor" or tuple(parsed.version) < (0, 5):
         raise ValueError(f"compat {compat!r}: recipe_spec.oneshot reads recipes as an llm-compressor release "
-                         "from 0.9 to 0.14 (llmcompressor==0.9 ... llmcompressor==0.14); `recipe-spec validate "
-                         "--compat` checks a recipe against older ones")
+                         "from 0.5 to 0.14 (llmcompressor==0.5 ... llmcompressor==0.14; before 0.5 its modifiers "
+                         "took other arguments, e.g. no ignore); `recipe-spec validate --compat` checks a recipe "
+                         "against older ones")
     return tuple(parsed.version)
 
 
