@@ -264,10 +264,11 @@ def _recipe(args: argparse.Namespace) -> tuple[Any, list[Any]]:
     if _print([d for d in found if d.code not in _OTHER_TOOL], args.recipe) or recipe is None:
         raise _Failed
     backend = _checkpoint_backend()
-    from .one_shot.api import _refuse_recipe_patterns, _release
+    from .one_shot.api import _release
+    from .one_shot.preflight import refuse_recipe_patterns
 
     try:
-        _refuse_recipe_patterns(recipe)  # a silenced P005 still cannot run
+        refuse_recipe_patterns(recipe)  # a silenced P005 still cannot run
         mods = resolve(recipe, frozenset(backend.capabilities), backend.name, _release(args.compat))
     except RecipeError as exc:
         _print(exc.diagnostics, args.recipe)

@@ -31,7 +31,6 @@ from ..loader import load
 from ..recipe.model import Recipe
 from ..registry import backend_for
 from ..runtime.preflight import refuse_invalid
-from ..text.targets import explain, refused_patterns
 from .calibration import prepare
 from .dropin import load_model, log_to, refuse_experts, resolve_processor
 from .inputs import TextOptions, calibration_input, is_text
@@ -40,7 +39,13 @@ from .keywords import check_options, recipe_arguments
 from .modifiers import resolve
 from .objects import is_object_recipe, object_recipe
 from .pipeline import PIPELINES, OneShotReport, Progress, run_pipeline
-from .preflight import check_arguments, check_model
+from .preflight import (
+    check_arguments,
+    check_mappings,
+    check_model,
+    refuse_patterns,
+    refuse_recipe_patterns,
+)
 from .progress import default_progress
 from .quant_modifiers import QUANT_KINDS, check_quant_shapes
 
@@ -273,8 +278,8 @@ def apply_oneshot(
     refuse_invalid(recipe, compat=compat or "llmcompressor", quiet=_OTHER_TOOL)
     if isinstance(sequential_targets, str):
         sequential_targets = [sequential_targets]
-    _refuse_patterns("sequential_targets", sequential_targets or ())
-    _refuse_recipe_patterns(recipe)
+    refuse_patterns("sequential_targets", sequential_targets or ())
+    refuse_recipe_patterns(recipe)
     backend = backend_for(model, "oneshot()")
     mods = resolve(recipe, frozenset(backend.capabilities), backend.name, release)
     if preserve_masks:
@@ -292,7 +297,7 @@ def apply_oneshot(
                          "not feed: use pipeline='independent' (the default) or 'sequential'")
     with make_host(model) as host:
         # every check that does not need the compression, before the first module is touched
-        _check_mappings(recipe, host, mods)
+        check_mappings(recipe, host, mods)
         check_model(recipe, mods, host, sequential_targets)
         quantizers = [m for m in mods if m.quant is not None]
         problem = getattr(host, "save_problem", lambda quantized: None)(bool(quantizers))
@@ -340,59 +345,7 @@ def _save_processor(processor: Any, folder: str) -> None:
         save(folder)
 
 
-def _refuse_patterns(keyword: str, values: Sequence[str]) -> None:
-    """A ValueError, before anything runs, for a ``re:`` pattern in a keyword argument that the
-    run's matcher refuses (as ``validate`` refuses it in a recipe: P005)."""
-    refused = refused_patterns(values)
-    if refused:
-        message, hint = explain(refused[0])
-        raise ValueError(f"{keyword}: {message}. {hint}")
 
-
-def _refuse_recipe_patterns(recipe: Recipe) -> None:
-    """P005 for a module pattern the run's matcher refuses, even where a ``# noqa: P005``
-    kept it from ``validate``'s verdict: the run could not match it, so it stops here,
-    before the model is touched, not when a later modifier meets it."""
-    from ..core_dialect.pattern_checks import arg_items
-    from ..diagnostics import codes
-
-    found = []
-    for m in recipe.modifiers:
-        for keys, text, target, _ in arg_items(m.args):
-            refused = refused_patterns([text]) if target else []
-            if refused:
-                message, hint = explain(refused[0])
-                found.append(codes.P005(message, hint, m.value_span(*keys)).in_file(recipe.path))
-    if found:
-        raise RecipeError(found)
-
-
-def _check_mappings(recipe: Recipe, host: Any, mods: Sequence[Any]) -> None:
-    """Resolve every smoothing modifier's mappings on the model before anything changes it: a
-    mapping that cannot resolve stops the run here (ValueError naming the modifier), not after
-    an earlier modifier ran, and a mapping entry that resolves to no layer at all is a located
-    P006, as ``lint`` and ``recipe-spec oneshot`` report it (it would smooth nothing). Its skip
-    messages are told once, when the modifier runs."""
-    import logging
-
-    from .quant_lint import mapping_findings
-    from .smoothing import resolve_mappings
-
-    smoothing = [m for m in mods if m.transform is not None]
-    if not smoothing:
-        return
-    log = logging.getLogger("recipe_spec.oneshot")
-    was, log.disabled = log.disabled, True
-    try:
-        modules = list(host.modules())
-        for m in smoothing:
-            resolve_mappings(modules, m.transform, f"{m.type} ({m.where})")
-    finally:
-        log.disabled = was
-    top = modules[0] if modules and modules[0].name == "" else None
-    findings = mapping_findings(recipe, smoothing, modules, top.classes[0] if top and top.classes else "")
-    if findings:
-        raise RecipeError(findings)
 
 
 def _release(compat: str | None) -> tuple[int, ...] | None:

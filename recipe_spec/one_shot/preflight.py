@@ -16,6 +16,10 @@ model is as it was.
 - :func:`check_model`: an N:M structure that divides every target's width (P004), recipe
   ``sequential_targets`` and the keyword's naming a block of the model, every weight finite,
   no target already quantized.
+- :func:`refuse_patterns`, :func:`refuse_recipe_patterns`: a ``re:`` pattern the linear-time
+  matcher refuses (P005), in a keyword or in the recipe (even under ``# noqa``).
+- :func:`check_mappings`: every SmoothQuant/AWQ mapping resolves, and none resolves to nothing
+  (P006).
 
 The host describes arrays (:meth:`describe`, :class:`ArrayFacts`) and the model
 (``input_limits``, ``non_finite``, ``quantized_names``); the rules live here, once.
@@ -39,11 +43,13 @@ from typing import Any
 from ..diagnostics import codes
 from ..diagnostics.base import Diagnostic, RecipeError
 from ..recipe.model import Recipe
+from ..text.targets import explain, refused_patterns
 from .data_checks import ArrayFacts, check_batches, check_samples
 from .host import ModuleInfo
 from .modifiers import OneShotModifier, select_modules
 
-__all__ = ["ArrayFacts", "check_arguments", "check_samples", "check_batches", "check_model", "LiveModel"]
+__all__ = ["ArrayFacts", "check_arguments", "check_samples", "check_batches", "check_model", "check_mappings",
+           "refuse_patterns", "refuse_recipe_patterns", "LiveModel"]
 
 
 def _count(name: str, value: Any) -> None:
@@ -173,3 +179,56 @@ def check_model(recipe: Recipe, mods: Sequence[OneShotModifier], host: Any,
 def _few(names: Sequence[str]) -> str:
     shown = ", ".join(names[:3])
     return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def refuse_patterns(keyword: str, values: Sequence[str]) -> None:
+    """A ValueError, before anything runs, for a ``re:`` pattern in a keyword argument that the
+    run's matcher refuses (as ``validate`` refuses it in a recipe: P005)."""
+    refused = refused_patterns(values)
+    if refused:
+        message, hint = explain(refused[0])
+        raise ValueError(f"{keyword}: {message}. {hint}")
+
+def refuse_recipe_patterns(recipe: Recipe) -> None:
+    """P005 for a module pattern the run's matcher refuses, even where a ``# noqa: P005``
+    kept it from ``validate``'s verdict: the run could not match it, so it stops here,
+    before the model is touched, not when a later modifier meets it."""
+    from ..core_dialect.pattern_checks import arg_items
+    from ..diagnostics import codes
+
+    found = []
+    for m in recipe.modifiers:
+        for keys, text, target, _ in arg_items(m.args):
+            refused = refused_patterns([text]) if target else []
+            if refused:
+                message, hint = explain(refused[0])
+                found.append(codes.P005(message, hint, m.value_span(*keys)).in_file(recipe.path))
+    if found:
+        raise RecipeError(found)
+
+def check_mappings(recipe: Recipe, host: Any, mods: Sequence[Any]) -> None:
+    """Resolve every smoothing modifier's mappings on the model before anything changes it: a
+    mapping that cannot resolve stops the run here (ValueError naming the modifier), not after
+    an earlier modifier ran, and a mapping entry that resolves to no layer at all is a located
+    P006, as ``lint`` and ``recipe-spec oneshot`` report it (it would smooth nothing). Its skip
+    messages are told once, when the modifier runs."""
+    import logging
+
+    from .quant_lint import mapping_findings
+    from .smoothing import resolve_mappings
+
+    smoothing = [m for m in mods if m.transform is not None]
+    if not smoothing:
+        return
+    log = logging.getLogger("recipe_spec.oneshot")
+    was, log.disabled = log.disabled, True
+    try:
+        modules = list(host.modules())
+        for m in smoothing:
+            resolve_mappings(modules, m.transform, f"{m.type} ({m.where})")
+    finally:
+        log.disabled = was
+    top = modules[0] if modules and modules[0].name == "" else None
+    findings = mapping_findings(recipe, smoothing, modules, top.classes[0] if top and top.classes else "")
+    if findings:
+        raise RecipeError(findings)
