@@ -86,3 +86,24 @@ def test_a_torch_model_never_imports_tensorflow_or_keras() -> None:
         "print(type(man.runtime).__name__ + '|' + ','.join(k for k in ('tensorflow', 'keras') if k in sys.modules))"
     )
     assert leaked == "TorchManager|"
+
+
+_NO_NUMPY = (
+    "import sys\n"
+    "class _Refuse:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name.partition('.')[0] == 'numpy':\n"
+    "            raise ImportError('numpy is not installed')\n"
+    "sys.meta_path.insert(0, _Refuse())\n"
+)
+
+
+def test_validate_runs_on_a_plain_install_without_numpy() -> None:
+    """`pip install recipe-spec` brings no NumPy: the CLI module and `validate` must not need it."""
+    code = _NO_NUMPY + (
+        "import recipe_spec\n"
+        "from recipe_spec.cli import main\n"
+        f"rc = main(['validate', {str(REPO / 'examples')!r}])\n"
+        "print(f'{rc}|' + ','.join(sorted(m for m in sys.modules if m.startswith('numpy'))))"
+    )
+    assert _run(code).splitlines()[-1] == "0|"

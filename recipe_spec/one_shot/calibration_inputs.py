@@ -19,15 +19,13 @@ What :func:`canonical_samples` reads, element by element of ``dataset``:
   without one refuses text by sample.
 
 Framework tensors become NumPy arrays (lists and NumPy arrays stay as given); nothing here
-imports a framework: tensors are told by their methods (``numpy``, ``detach``, ``__array__``).
+imports a framework, and NumPy only when samples are read (a plain install has none): tensors are told by their methods (``numpy``, ``detach``, ``__array__``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
-
-import numpy as np
 
 __all__ = ["ALIASES", "canonical_samples", "canonical_batch", "to_numpy", "is_text"]
 
@@ -41,6 +39,8 @@ _GIVE = ("give each sample as {'input_ids': [...], 'attention_mask': [...]} (or 
 def to_numpy(value: Any) -> Any:
     """``value`` as a NumPy array when it is a framework tensor (torch: detached, on the CPU);
     lists, NumPy arrays and scalars are returned as they are."""
+    import numpy as np  # calibration only: ``recipe-spec validate`` runs without NumPy
+
     if isinstance(value, (np.ndarray, list, tuple, int, float, str, bytes)) or value is None:
         return value
     try:
@@ -58,6 +58,8 @@ def to_numpy(value: Any) -> Any:
 
 def is_text(value: Any) -> bool:
     """Whether ``value`` is a string, or an array (or list) of strings."""
+    import numpy as np
+
     if isinstance(value, (str, bytes, np.str_, np.bytes_)):
         return True
     if isinstance(value, np.ndarray):
@@ -67,6 +69,8 @@ def is_text(value: Any) -> bool:
 
 
 def _texts(value: Any) -> list[str]:
+    import numpy as np
+
     items = [value] if isinstance(value, (str, bytes, np.str_, np.bytes_)) else list(np.asarray(value, dtype=object).reshape(-1))
     return [v.decode("utf-8") if isinstance(v, (bytes, np.bytes_)) else str(v) for v in items]
 
@@ -170,6 +174,8 @@ def canonical_samples(dataset: Any, *, input_keys: Mapping[str, str] | None = No
 
 
 def _numbers(value: Sequence[Any]) -> bool:
+    import numpy as np
+
     flat = value[0] if value and isinstance(value[0], (list, tuple)) else value
     return all(isinstance(v, (int, np.integer, bool, np.bool_)) for v in flat)
 
