@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,9 @@ import pytest
 from testdata import CORPUS, DATA, missing
 
 REPO = Path(__file__).resolve().parent.parent
+# no test reaches the network: a dataset or checkpoint not on disk fails at once, not after retries
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 #: The scripts that made the reference fixtures (``tests/fixtures/*/make_reference.py``) run the
 #: original tools in their own environments; they are not collected (several share a name), nor

@@ -179,6 +179,30 @@ def test_text_is_tokenised_by_the_models_preprocessor_as_for_generation() -> Non
     assert len(sparsity) == 7 and all(abs(v - 0.5) < 0.01 for v in sparsity.values()), sparsity
 
 
+@needs_hub
+def test_a_text_file_by_name_is_read_by_the_models_preprocessor_as_the_same_text(tmp_path: pathlib.Path) -> None:
+    """``dataset="cal.jsonl"`` (:mod:`recipe_spec.one_shot.named_data`) for a keras-hub model with
+    its preprocessor: the same weights as the texts given as a list."""
+    pytest.importorskip("datasets")
+    proto = _sentencepiece()
+    models = []
+    for _ in range(2):
+        backbone = keras_hub.models.LlamaBackbone(vocabulary_size=24, num_layers=1, num_query_heads=2,
+                                                  num_key_value_heads=2, hidden_dim=16, intermediate_dim=32)
+        preprocessor = keras_hub.models.LlamaCausalLMPreprocessor(
+            tokenizer=keras_hub.models.LlamaTokenizer(proto=proto), sequence_length=8)
+        models.append(keras_hub.models.LlamaCausalLM(backbone=backbone, preprocessor=preprocessor))
+    models[1].set_weights(models[0].get_weights())
+    (tmp_path / "cal.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
+    recipe = "s_stage:\n  s_modifiers:\n    WandaPruningModifier:\n      sparsity: 0.5\n      targets: [Linear]\n      ignore: [lm_head]\n"
+    for model, dataset in zip(models, (TEXTS, str(tmp_path / "cal.jsonl")), strict=True):
+        recipe_spec.oneshot(model=model, recipe=recipe, dataset=dataset, num_calibration_samples=3,
+                            shuffle_calibration_samples=False)
+    for a, b in zip(models[0].get_weights(), models[1].get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert any(float((w == 0).mean()) > 0.4 for w in models[1].get_weights())
+
+
 def test_text_for_a_model_without_a_preprocessor_is_refused_by_sample() -> None:
     with pytest.raises(TypeError, match=r"sample 1 is text \('a stitch.*no preprocessor.*input_ids"):
         read_samples([{"input_ids": [1, 2]}, *TEXTS[1:]], _host(_plain_model()))

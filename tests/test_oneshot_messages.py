@@ -310,12 +310,16 @@ def test_keras_hub_loader_names_its_package(tmp_path: Path, monkeypatch: pytest.
         load_causal_lm(tmp_path)
 
 
-def test_a_dataset_name_says_how_to_load_and_tokenise_it(tiny: Path) -> None:
+def test_a_dataset_name_the_machine_cannot_load_says_what_to_do(tiny: Path) -> None:
+    pytest.importorskip("datasets")
+    import dropin_common
+
     import recipe_spec
 
-    with pytest.raises(ValueError, match=r"dataset='open_platypus': recipe_spec.oneshot does not load datasets by name.*"
+    with pytest.raises(ValueError, match=r"dataset='garage-bAInd/Open-Platypus' cannot be loaded here.*datasets cache.*"
                                          r"datasets.load_dataset"):
-        recipe_spec.oneshot(model=_model(tiny), recipe=SGPT, dataset="open_platypus", progress=False)
+        recipe_spec.oneshot(model=_model(tiny), recipe=SGPT, dataset="open_platypus", progress=False,
+                            tokenizer=dropin_common.tokenizer())
 
 
 def test_the_missing_package_error_is_an_import_error() -> None:

@@ -122,7 +122,7 @@ BAD_ARGUMENTS = {
     "save_compressed as text": ({"save_compressed": "no"}, TypeError, "save_compressed must be True or False"),
     "preserve_masks as text": ({"preserve_masks": "x"}, TypeError, "preserve_masks must be True or False"),
     "dataset as a number": ({"dataset": 5}, TypeError, "dataset must be tokenised samples"),
-    "dataset as text": ({"dataset": "some text"}, ValueError, "does not load datasets by name"),
+    "dataset as text": ({"dataset": "some text"}, ValueError, "neither one of llm-compressor's dataset names"),
 }
 
 

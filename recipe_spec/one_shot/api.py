@@ -37,6 +37,7 @@ from .inputs import TextOptions, calibration_input, is_text
 from .journal import Journal, journalled
 from .keywords import check_options, recipe_arguments
 from .modifiers import resolve
+from .named_data import is_named, named_input
 from .objects import is_object_recipe, object_recipe
 from .pipeline import PIPELINES, OneShotReport, Progress, run_pipeline
 from .preflight import (
@@ -104,6 +105,10 @@ def oneshot(
     concatenate_data: bool = False,
     preprocessing_func: Any = None,
     preprocessing_num_workers: int | None = None,
+    dataset_config_name: str | None = None,
+    dataset_path: str | None = None,
+    splits: Any = None,
+    raw_kwargs: dict[str, Any] | None = None,
     moe_calibrate_all_experts: bool = True,
     log_dir: str | os.PathLike[str] | None = None,
     **llmcompressor_options: Any,
@@ -166,7 +171,10 @@ def oneshot(
     ``datasets.Dataset``): tokenised as llm-compressor does (``max_seq_length``,
     ``pad_to_max_length``, ``concatenate_data``, ``preprocessing_func``,
     ``preprocessing_num_workers``: :mod:`.inputs`); tokenised samples are cut to
-    ``max_seq_length``. ``moe_calibrate_all_experts=True`` is refused for a model with experts
+    ``max_seq_length``. ``dataset`` may also be a name loaded as llm-compressor loads it
+    (``"open_platypus"``, a hub id, a local file; ``dataset_config_name``, ``dataset_path``,
+    ``splits``, ``raw_kwargs``: :mod:`.named_data`). ``moe_calibrate_all_experts=True`` is
+    refused for a model with experts
     (pass False: routed experts only). ``log_dir``: a log file of the run there. Any other
     keyword of llm-compressor (``**llmcompressor_options``) runs only at its default (a
     ValueError names it otherwise) or has nothing to act on here (``tracing_ignore``,
@@ -224,7 +232,10 @@ def oneshot(
                                trust_remote_code=trust_remote_code_model)
     refuse_experts(model, moe_calibrate_all_experts)
     processor = resolve_processor(model, folder, tokenizer, processor, trust_remote_code_model,
-                                  needed=is_text(dataset))
+                                  needed=is_text(dataset) or is_named(dataset))
+    dataset, text = named_input(dataset, processor, text, {
+        "dataset_config_name": dataset_config_name, "dataset_path": dataset_path, "splits": splits,
+        "raw_kwargs": raw_kwargs})
     if processor is None and getattr(model, "preprocessor", None) is not None and is_text(dataset, None):
         # text for a model that tokenises its own (a keras-hub task with its preprocessor): the
         # backend's host reads it (:mod:`.calibration_inputs`), at the preprocessor's length

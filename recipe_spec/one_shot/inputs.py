@@ -18,8 +18,8 @@ and batches it. The tokenizer is an object called here (nothing is imported).
   #1418). ``concatenate_data``: each run of 1000 rows (``Dataset.map``'s batch) is joined and
   cut into ``max_length`` chunks, the remainder dropped. llm-compressor adds ``labels`` too;
   they change no calibration statistic and are left out.
-- A dataset name (``"open_platypus"``) is refused: llm-compressor downloads it and applies its
-  own template; load it yourself and pass it.
+- A dataset name (``"open_platypus"``, a hub id, a local file) is loaded first by
+  :mod:`.named_data`, its template applied; what it returns is text, tokenised as above.
 """
 
 from __future__ import annotations
