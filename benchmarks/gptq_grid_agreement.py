@@ -11,7 +11,9 @@ the first layer that differs. Then, for that layer, the cause: recipe-spec's Num
 every Keras backend runs) given **PyTorch's own Hessian and weight**; when it already differs,
 the solve's linear algebra (NumPy/OpenBLAS against PyTorch/MKL: Cholesky and inverse to about
 1e-6) started it, not the framework's forward pass. The baseline is a second PyTorch run in the
-same process tree (its agreement with the first: determinism).
+same process tree (its agreement with the first: determinism). ``jax+flags`` runs JAX again
+with :data:`XLA_ONEDNN_ORDER` in ``XLA_FLAGS``; for JAX runs, the count of layers whose weights
+equal TensorFlow's bit for bit is printed too.
 
     python benchmarks/gptq_grid_agreement.py [--seeds 1 2 3 4 5 6] [--recipes w4a16 sparse_w4a16]
 """
@@ -135,8 +137,16 @@ def numpy_solve_on_torch_hessian(reference: Path, layer_index: int) -> float:
     return float((_grid(np.asarray(result.weight), scale) == _grid(solve["out"], scale)).mean())
 
 
+#: XLA settings under which JAX's CPU products sum as oneDNN's do for reductions up to 256 long
+XLA_ONEDNN_ORDER = ("--xla_cpu_use_xnnpack=false --xla_cpu_experimental_ynn_fusion_type= "
+                    "--xla_cpu_experimental_xnn_fusion_type=")
+
+
 def _child(framework: str, folder: Path, recipe: str, out: Path) -> None:
     env = dict(os.environ, OMP_NUM_THREADS="1")
+    if framework == "jax+flags":
+        framework = "jax"
+        env["XLA_FLAGS"] = XLA_ONEDNN_ORDER
     if framework != "torch":
         env.update(KERAS_BACKEND=framework, JAX_PLATFORMS="cpu")
     here = str(Path(__file__).parent)
@@ -150,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6])
     p.add_argument("--recipes", nargs="+", default=["w4a16", "sparse_w4a16"], choices=sorted(_recipes()))
-    p.add_argument("--backends", nargs="+", default=["tensorflow", "jax"])
+    p.add_argument("--backends", nargs="+", default=["tensorflow", "jax", "jax+flags"],
+                   help="jax+flags: JAX with XLA_ONEDNN_ORDER in XLA_FLAGS")
     args = p.parse_args(argv)
     print(f"{'seed':>4} {'recipe':<13} {'backend':<11} {'all layers':>10} {'worst':>9}  first layer off "
           "(NumPy solve on PyTorch's Hessian there)")
@@ -175,7 +186,11 @@ def main(argv: list[str] | None = None) -> int:
                     cause = "-" if first is None else (
                         f"{list(per_layer)[first]} "
                         f"({numpy_solve_on_torch_hessian(reference, first):.2%} on PyTorch's grid)")
-                    print(f"{seed:>4} {name:<13} {backend:<11} {total:>10.4%} {per_layer[worst]:>9.4%}  {cause}",
+                    same = ""
+                    if backend.startswith("jax") and "tensorflow" in args.backends:
+                        tf, got = np.load(folder / f"tensorflow_{name}.npz"), np.load(out)
+                        same = f"  [{sum(np.array_equal(tf[k], got[k]) for k in tf.files)}/{len(tf.files)} layers = TF]"
+                    print(f"{seed:>4} {name:<13} {backend:<11} {total:>10.4%} {per_layer[worst]:>9.4%}  {cause}{same}",
                           flush=True)
     runs = len(args.seeds) * len(args.recipes)
     for backend, count in below.items():
