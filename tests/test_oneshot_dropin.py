@@ -135,19 +135,20 @@ def test_tokenizer_and_processor_together_are_refused() -> None:
         recipe_spec.oneshot(model=dc.llama(), recipe=_gptq(), dataset=dc.TEXTS, tokenizer=tok, processor=tok)
 
 
-def test_a_model_with_experts_needs_moe_calibrate_all_experts_false() -> None:
+def test_a_model_whose_experts_cannot_be_split_is_refused() -> None:
+    """A Keras-style model (no ``named_modules``) with experts is refused; a PyTorch model
+    passes (its host splits transformers' fused experts: test_oneshot_moe.py)."""
     from recipe_spec.one_shot.dropin import refuse_experts
 
-    class Config:
-        num_local_experts = 8
+    class Backbone:
+        num_experts = 8
 
     class Moe:
-        config = Config()
+        backbone = Backbone()
 
-    with pytest.raises(ValueError, match=r"num_local_experts=8.*moe_calibrate_all_experts=False"):
-        refuse_experts(Moe(), True)
-    refuse_experts(Moe(), False)
-    refuse_experts(dc.llama(), True)
+    with pytest.raises(ValueError, match=r"num_experts=8.*PyTorch only"):
+        refuse_experts(Moe())
+    refuse_experts(dc.llama())
 
 
 # -- the model as a checkpoint folder ------------------------------------------------------------------

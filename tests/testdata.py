@@ -24,6 +24,9 @@ LLMCOMPRESSOR = CONFORMANCE / "llmcompressor"
 #: a slice of llm-compressor's quality anchor: its recipes, results, perplexity script and first
 #: calibration samples (the trained checkpoint and its evaluation stay benchmark inputs)
 QUALITY = LLMCOMPRESSOR / "quality"
+#: llm-compressor 0.14's runs on a tiny Qwen3-MoE (fused experts): the cases, the GPTQ run's
+#: saved folder and the SparseGPT run's zero patterns
+MOE = LLMCOMPRESSOR / "moe"
 
 
 def llmcompressor_python() -> str | None:

@@ -17,6 +17,7 @@ recorded and saved through compressed-tensors (:mod:`.compressed`).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 from collections.abc import Mapping, Sequence
@@ -27,6 +28,7 @@ from recipe_spec.atomic import replacing, write_text
 from recipe_spec.one_shot.host import CallRecorder, ModuleInfo, Observer, StopForward, feed_until
 from recipe_spec.one_shot.matching import matches
 
+from .experts import linearize, restore
 from .masks import TORCH_OPS
 from .oneshot_state import ModelState, refuse_meta
 
@@ -53,10 +55,14 @@ class TorchCalibrationHost(ModelState):
     """A ``torch.nn.Module`` held for one-shot compression (see the module docstring)."""
 
     ops = TORCH_OPS
+    #: llm-compressor's ``moe_calibrate_all_experts``: every expert sees every token while
+    #: statistics are gathered (:mod:`.experts`); set before the context is entered
+    calibrate_all_experts = True
 
     def __init__(self, model: torch.nn.Module):
         refuse_meta(model)
         self.model = model
+        self._fused: list[tuple[str, torch.nn.Module]] = []
         self._named = dict(model.named_modules())
         self._state: tuple[bool, Any] | None = None
         self._no_grad: Any = None
@@ -85,10 +91,23 @@ class TorchCalibrationHost(ModelState):
         self.model.eval()
         self._no_grad = torch.no_grad()
         self._no_grad.__enter__()
+        # fused experts become one Linear per expert and projection, as llm-compressor runs them
+        # (a failed run puts the fused modules back in __exit__; a finished one keeps the Linears)
+        try:
+            self._fused = linearize(self.model, self.calibrate_all_experts)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        if self._fused:
+            self._named = dict(self.model.named_modules())
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self._no_grad.__exit__(*exc)
+        if self._fused and exc[0] is not None:
+            restore(self.model, self._fused)
+            self._named = dict(self.model.named_modules())
+        self._fused = []
         if self._quantizing:
             from .compressed import finish
 
@@ -295,6 +314,25 @@ class TorchCalibrationHost(ModelState):
                     f"(save_pretrained); this {type(self.model).__name__} has none")
         return None
 
+    @contextlib.contextmanager
+    def _saved_config(self) -> Any:
+        """The model's own ``use_cache`` and attention implementation while it is saved (the
+        run switches them off for calibration; the folder keeps the checkpoint's)."""
+        config = getattr(self.model, "config", None)
+        use_cache = self._state[1] if self._state is not None else None
+        now = (getattr(config, "use_cache", None), getattr(config, "_attn_implementation", None))
+        if config is not None and use_cache is not None:
+            config.use_cache = use_cache
+        if config is not None and self._attention is not None:
+            config._attn_implementation = self._attention
+        try:
+            yield
+        finally:
+            if config is not None and use_cache is not None:
+                config.use_cache = now[0]
+            if config is not None and self._attention is not None:
+                config._attn_implementation = now[1]
+
     def save(self, output_dir: str, recipe_text: str) -> list[str]:
         problem = self.save_problem(self._quantizing)
         if problem is not None:
@@ -307,8 +345,9 @@ class TorchCalibrationHost(ModelState):
         if callable(save):
             from .compressed import save as save_compressed
 
-            if not (self._quantizing and save_compressed(self.model, output_dir)):
-                save(output_dir)
+            with self._saved_config():
+                if not (self._quantizing and save_compressed(self.model, output_dir)):
+                    save(output_dir)
             written += sorted(os.path.join(output_dir, f) for f in os.listdir(output_dir))
         else:
             path = os.path.join(output_dir, "pytorch_model.bin")

@@ -173,9 +173,10 @@ def oneshot(
     ``preprocessing_num_workers``: :mod:`.inputs`); tokenised samples are cut to
     ``max_seq_length``. ``dataset`` may also be a name loaded as llm-compressor loads it
     (``"open_platypus"``, a hub id, a local file; ``dataset_config_name``, ``dataset_path``,
-    ``splits``, ``raw_kwargs``: :mod:`.named_data`). ``moe_calibrate_all_experts=True`` is
-    refused for a model with experts
-    (pass False: routed experts only). ``log_dir``: a log file of the run there. Any other
+    ``splits``, ``raw_kwargs``: :mod:`.named_data`). Fused experts (transformers'
+    mixture-of-experts blocks) run as one Linear per expert and projection, every expert fed
+    every token while calibrating (``moe_calibrate_all_experts=False``: its routed tokens).
+    ``log_dir``: a log file of the run there. Any other
     keyword of llm-compressor (``**llmcompressor_options``) runs only at its default (a
     ValueError names it otherwise) or has nothing to act on here (``tracing_ignore``,
     ``clear_sparse_session``, ``overwrite_cache``, ...); a keyword neither tool takes is a
@@ -230,7 +231,7 @@ def oneshot(
     refuse_invalid(loaded, compat=compat or "llmcompressor", quiet=_OTHER_TOOL)
     model, folder = load_model(model, config_name=config_name, precision=precision,
                                trust_remote_code=trust_remote_code_model)
-    refuse_experts(model, moe_calibrate_all_experts)
+    refuse_experts(model)
     processor = resolve_processor(model, folder, tokenizer, processor, trust_remote_code_model,
                                   needed=is_text(dataset) or is_named(dataset))
     dataset, text = named_input(dataset, processor, text, {
@@ -253,7 +254,7 @@ def oneshot(
             offload=sequential_offload_device is not None and str(sequential_offload_device).startswith("cpu"),
             output_dir=output_dir, overwrite_output_dir=overwrite_output_dir, seed=seed, progress=progress,
             preserve_masks=preserve_masks, compat=compat, processor=processor,
-            restore_on_error=restore_on_error,
+            restore_on_error=restore_on_error, moe_calibrate_all_experts=moe_calibrate_all_experts,
         )
     return model
 
@@ -264,7 +265,7 @@ def apply_oneshot(
     sequential_targets: Sequence[str] | str | None = None, offload: bool = False,
     output_dir: str | os.PathLike[str] | None = None, overwrite_output_dir: bool = False, seed: int = 42,
     progress: Progress | None = None, preserve_masks: bool = False, compat: str | None = None,
-    processor: Any = None, restore_on_error: bool = True,
+    processor: Any = None, restore_on_error: bool = True, moe_calibrate_all_experts: bool = True,
 ) -> OneShotReport:
     """:func:`oneshot` for a loaded recipe (``ScheduledModifierManager.apply(model,
     calibration=...)`` and ``recipe-spec oneshot`` call it); returns the run's
@@ -282,7 +283,8 @@ def apply_oneshot(
                     shuffle_calibration_samples=shuffle_calibration_samples, pipeline=pipeline,
                     sequential_targets=sequential_targets, offload=offload, output_dir=output_dir,
                     overwrite_output_dir=overwrite_output_dir, progress=progress, preserve_masks=preserve_masks,
-                    compat=compat, restore_on_error=restore_on_error, dataset=dataset)
+                    compat=compat, restore_on_error=restore_on_error, dataset=dataset,
+                    moe_calibrate_all_experts=moe_calibrate_all_experts)
     release = _release(compat)
     if output_dir is not None:  # before anything is touched, as the recipe's checks below
         check_output_dir(output_dir, overwrite_output_dir)
@@ -306,7 +308,10 @@ def apply_oneshot(
         first = needs_data[0]
         raise ValueError(f"{first.type} ({first.where}) needs calibration data, which the datafree pipeline does "
                          "not feed: use pipeline='independent' (the default) or 'sequential'")
-    with make_host(model) as host:
+    host = make_host(model)
+    if hasattr(host, "calibrate_all_experts"):  # a host that splits experts (PyTorch)
+        host.calibrate_all_experts = bool(moe_calibrate_all_experts)
+    with host:
         # every check that does not need the compression, before the first module is touched
         check_mappings(recipe, host, mods)
         check_model(recipe, mods, host, sequential_targets)

@@ -1,7 +1,7 @@
 """What ``recipe_spec.oneshot`` does with llm-compressor's keywords before and around the run
 (:mod:`.keywords` says which it honours): the model and its tokenizer loaded from a checkpoint
 folder, the calibration data read (:mod:`.inputs`), the recipe made of modifier objects
-(:mod:`.objects`), a mixture-of-experts model refused under ``moe_calibrate_all_experts``, and
+(:mod:`.objects`), a mixture-of-experts model refused where its experts cannot be split, and
 ``log_dir``'s log file.
 """
 
@@ -85,20 +85,19 @@ def resolve_processor(model: Any, folder: str | None, tokenizer: Any, processor:
         return None
 
 
-def refuse_experts(model: Any, calibrate_all: bool) -> None:
-    """``moe_calibrate_all_experts=True`` (llm-compressor's default) on a model with experts:
-    a ValueError, since recipe-spec calibrates the routed experts only."""
-    if not calibrate_all:
+def refuse_experts(model: Any) -> None:
+    """A mixture-of-experts model whose backend cannot split its experts into one layer per
+    expert (a Keras model: keras-hub keeps each block's experts in fused kernels): a
+    ValueError, rather than compressing the fused kernel as one layer. PyTorch models pass: the
+    host splits transformers' fused experts (``recipe_spec_torch.experts``)."""
+    if hasattr(model, "named_modules"):
         return
-    config = getattr(model, "config", None)
-    text = getattr(config, "get_text_config", None)
-    config = text() if callable(text) else config
-    for key in EXPERT_KEYS:
-        value = getattr(config, key, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 1:
-            raise ValueError(f"this model has experts ({key}={value}) and moe_calibrate_all_experts=True "
-                             "(llm-compressor's default: every token through every expert); recipe_spec.oneshot "
-                             "calibrates the routed experts only: pass moe_calibrate_all_experts=False")
+    for owner in (model, getattr(model, "backbone", None), getattr(model, "config", None)):
+        for key in (*EXPERT_KEYS, "num_experts"):
+            value = getattr(owner, key, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+                raise ValueError(f"this model has experts ({key}={value}): recipe_spec.oneshot splits experts into "
+                                 "one layer each on PyTorch only; run the Hugging Face checkpoint with PyTorch")
 
 
 @contextlib.contextmanager

@@ -111,8 +111,9 @@ LLMCOMPRESSOR_KEYWORDS: dict[str, Keyword] = dict((
     _k("min_tokens_per_module", None, "default", "warn when an MoE expert sees few tokens",
        "recipe-spec does not count tokens per expert"),
     _k("moe_calibrate_all_experts", True, "runs", "route every token to every expert while calibrating",
-       "a model without experts: nothing to do; a mixture-of-experts model needs False (recipe-spec calibrates "
-       "the routed experts only)"),
+       "as llm-compressor: transformers' fused experts split into one Linear per expert and projection, each fed "
+       "every token while statistics are gathered (the router still decides the output); False: its routed "
+       "tokens only"),
     _k("pipeline", "independent", "runs", "calibration pipeline",
        "independent, sequential, datafree (None: independent); basic is refused"),
     _k("tracing_ignore", None, "moot", "functions torch.fx tracing skips",

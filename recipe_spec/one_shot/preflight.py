@@ -73,7 +73,7 @@ def _strings(name: str, value: Any) -> None:
 #: The keyword arguments :func:`check_arguments` knows, by the kind of value each takes.
 _COUNTS = ("num_calibration_samples", "batch_size")
 _FLAGS = ("shuffle_calibration_samples", "overwrite_output_dir", "save_compressed", "preserve_masks",
-          "restore_on_error", "offload")
+          "restore_on_error", "offload", "moe_calibrate_all_experts")
 _TEXTS = ("pipeline", "data_collator", "compat", "sequential_offload_device")
 
 

@@ -6,8 +6,9 @@ folder (``../shared`` beside the repository, or ``--shared PATH``), and report w
     python tests/data/refresh.py --check    # change nothing; exit 1 when a copy is out of date
 
 What is taken is listed in :data:`SETS` below: the files the tests read, not whole folders
-(the trained quality checkpoint, its evaluation windows and the MoE runs stay outside: the
-benchmarks read them from ``../shared``). The calibration file of the quality anchor is cut to
+(the trained quality checkpoint and its evaluation windows stay outside: the benchmarks read
+them from ``../shared``; of the MoE runs, the cases, the GPTQ run's saved folder and the
+SparseGPT run's zero patterns are kept, and the initial weights are rebuilt from their seeds). The calibration file of the quality anchor is cut to
 its first :data:`QUALITY_SAMPLES` samples. Each set keeps the README that says where it came
 from and how it was made.
 """
@@ -28,6 +29,8 @@ REPO = DATA.parent.parent
 QUALITY_SAMPLES = 8
 LLMC_CASES = ("02_sparsegpt_2of4", "04_wanda_2of4", "06_gptq_int8_channel_explicit", "08_rtn_fp8_dynamic",
               "10_staged_sparse24_gptq_w4a16", "12_error_cases")
+MOE_GPTQ = "conformance/llmcompressor/moe/21_qwen3moe_gptq_w4a16"
+MOE_SPARSE = "conformance/llmcompressor/moe/24_qwen3moe_sparsegpt_50"
 LLMC_FILES = ("case.json", "masks.json", "initial.safetensors", "final.safetensors", "intermediates.safetensors")
 
 
@@ -63,14 +66,31 @@ def _readme(raw: bytes) -> bytes:
     return text.encode()
 
 
+def _zero_masks(raw: bytes) -> bytes:
+    """A pruning run's final tensors as their zero patterns: for each 2-D weight,
+    ``np.packbits(weight == 0)`` (row-major, uint8) under the weight's name (its shape under
+    ``<name>.shape``), a fifth of the size of the weights."""
+    import numpy as np
+    from safetensors.numpy import load, save
+
+    out = {}
+    for name, value in sorted(load(raw).items()):
+        if value.ndim == 2 and name.endswith(".weight"):
+            out[name] = np.packbits(value == 0)
+            out[name + ".shape"] = np.asarray(value.shape, dtype=np.int64)
+    return save(out)
+
+
 @dataclass(frozen=True)
 class Set:
     """One set of vendored files: ``patterns`` relative to the shared folder (globs; ``**``
-    walks folders); ``derive`` maps a path to the function that makes its vendored bytes."""
+    walks folders); ``derive`` maps a path to the function that makes its vendored bytes, and
+    ``renames`` a path to the name those bytes are kept under."""
 
     name: str
     patterns: tuple[str, ...]
     derive: tuple[tuple[str, Callable[[bytes], bytes]], ...] = ()
+    renames: tuple[tuple[str, str], ...] = ()
 
 
 SETS = (
@@ -87,6 +107,11 @@ SETS = (
                     "conformance/llmcompressor/quality/recipes/*.yaml",
                     "conformance/llmcompressor/quality/calibration.json"),
         derive=(("conformance/llmcompressor/quality/calibration.json", _quality_slice),)),
+    Set("moe", ("conformance/llmcompressor/moe/README.md", "conformance/llmcompressor/moe/*/case.json",
+                f"{MOE_GPTQ}/saved/config.json", f"{MOE_GPTQ}/saved/model.safetensors",
+                f"{MOE_SPARSE}/final.safetensors"),
+        derive=((f"{MOE_SPARSE}/final.safetensors", _zero_masks),),
+        renames=((f"{MOE_SPARSE}/final.safetensors", f"{MOE_SPARSE}/final_zeros.safetensors"),)),
 )
 
 
@@ -94,7 +119,7 @@ def wanted(shared: Path) -> dict[str, bytes]:
     """Every vendored file's relative path and the bytes it should hold."""
     out: dict[str, bytes] = {}
     for s in SETS:
-        derive = dict(s.derive)
+        derive, renames = dict(s.derive), dict(s.renames)
         for pattern in s.patterns:
             matches = sorted(p for p in shared.glob(pattern) if p.is_file())
             if not matches and not any(ch in pattern for ch in "*?["):
@@ -104,7 +129,7 @@ def wanted(shared: Path) -> dict[str, bytes]:
             for p in matches:
                 rel = p.relative_to(shared).as_posix()
                 make = derive.get(rel, _readme if p.name == "README.md" else None)
-                out[rel] = make(p.read_bytes()) if make else p.read_bytes()
+                out[renames.get(rel, rel)] = make(p.read_bytes()) if make else p.read_bytes()
     return out
 
 
