@@ -284,3 +284,33 @@ def test_group_order_on_channel_scales_is_no_order() -> None:
     a = gptq_quantize(NUMPY_OPS, w, h, args=args, actorder="group")
     b = gptq_quantize(NUMPY_OPS, w, h, args=args, actorder=None)
     assert np.array_equal(a.weight, b.weight) and a.g_idx is None
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_a_bfloat16_weight_gets_compressed_tensors_bfloat16_scales(symmetric: bool) -> None:
+    """llm-compressor's observer reads the weight as the model holds it: on a bfloat16 model
+    the scales and zero points are compressed-tensors' ``calculate_qparams`` of the bfloat16
+    minima and maxima, computed in bfloat16; GPTQ then runs in float32 with those values and
+    returns a bfloat16 weight on that grid."""
+    torch = pytest.importorskip("torch")
+    ct = pytest.importorskip("compressed_tensors.quantization")
+    from compressed_tensors.quantization.utils import calculate_qparams
+    from recipe_spec_torch.masks import TORCH_OPS
+
+    gen = torch.Generator().manual_seed(0)
+    weight = (torch.randn(16, 256, generator=gen) * 0.05).to(torch.bfloat16)
+    x = torch.randn(64, 256, generator=gen)
+    hessian = 2 * x.T @ x / 64
+    args = QuantArgs(num_bits=4, type="int", symmetric=symmetric, strategy="group", group_size=128)
+    result = gptq_quantize(TORCH_OPS, weight, hessian, args=args)
+    groups = weight.reshape(16, 2, 128)
+    want_scale, want_zero = calculate_qparams(
+        groups.amin(dim=-1), groups.amax(dim=-1),
+        ct.QuantizationArgs(num_bits=4, type="int", symmetric=symmetric, strategy="group", group_size=128))
+    assert want_scale.dtype == torch.bfloat16
+    assert torch.equal(result.scale, want_scale.float())
+    if not symmetric:
+        assert torch.equal(result.zero_point, want_zero.float())
+    assert result.weight.dtype == torch.bfloat16
+    float32_scales = gptq_quantize(TORCH_OPS, weight.float(), hessian, args=args).scale
+    assert not torch.equal(float32_scales, result.scale)  # the bfloat16 rounding is what differs

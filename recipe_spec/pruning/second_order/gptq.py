@@ -151,7 +151,9 @@ def gptq_quantize(ops: SolverOps, weight: Array, hessian: Array, *, args: QuantA
     H = ops.copy(ops.cast(hessian, W))
     _check_finite(ops, H, "Hessian")
     if scale is None and actorder != "group":
-        scale, zero_point = minmax_qparams(ops, W, args)
+        # the observer reads the weight as the model holds it: a bfloat16 weight gets bfloat16
+        # scales (compressed-tensors' calculate_qparams in the weight's dtype), used in float32
+        scale, zero_point = minmax_qparams(ops, weight, args)
 
     perm = None
     if actorder is not None:
