@@ -205,6 +205,9 @@ def _add_oneshot(sub: Any) -> None:
     on.add_argument("recipe", metavar="RECIPE", help="one stage/group recipe file")
     on.add_argument("--model", required=True, metavar="DIR",
                     help="a Hugging Face checkpoint folder (config.json + *.safetensors)")
+    on.add_argument("--precision", default="auto", choices=["auto", "bfloat16", "float16", "half", "float32", "full"],
+                    help="dtype the checkpoint is loaded in: auto (its own, default, as llm-compressor), "
+                    "bfloat16, float16, float32")
     on.add_argument("--calibration", required=True, metavar="FILE",
                     help="token ids: a JSON list of lists, {\"samples\": [...]}, or JSON lines of {\"input_ids\": [...]}")
     on.add_argument("--num-samples", type=positive_int, default=512, metavar="N",

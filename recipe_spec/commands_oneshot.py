@@ -319,7 +319,8 @@ def oneshot_command(args: argparse.Namespace) -> int:
     print("\n".join(estimate(mods, model, len(chosen), max(len(s) for s in chosen),
                              sum(len(s) for s in chosen)).lines()))
     try:
-        loaded = _checkpoint_backend().load_checkpoint(args.model, quiet=not sys.stderr.isatty())
+        loaded = _checkpoint_backend().load_checkpoint(args.model, quiet=not sys.stderr.isatty(),
+                                                         precision=args.precision)
     except ImportError as exc:  # installed, yet it does not import (a broken install)
         raise UsageError(f"recipe-spec oneshot could not import what loading the checkpoint needs ({exc}); "
                          "reinstall torch and transformers") from None

@@ -129,6 +129,27 @@ def test_oneshot_writes_a_pruned_folder(checkpoint: Path, files: dict[str, Path]
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("precision, dtype", [(None, "bfloat16"), ("float32", "float32")])
+def test_a_bfloat16_checkpoint_is_compressed_in_its_own_dtype(tmp_path: Path, files: dict[str, Path],
+                                                              capsys: pytest.CaptureFixture[str], precision: str | None,
+                                                              dtype: str) -> None:
+    """As llm-compressor loads it (``dtype="auto"``): a bfloat16 checkpoint stays bfloat16 (half
+    the memory of float32), unless ``--precision`` says otherwise."""
+    from safetensors import safe_open
+
+    torch.manual_seed(0)
+    folder = tmp_path / "bf16"
+    transformers.LlamaForCausalLM(_config()).to(torch.bfloat16).save_pretrained(folder)
+    argv = ["oneshot", str(files["recipe"]), "--model", str(folder), "--calibration", str(files["calib"]),
+            "--num-samples", "4", "--output", str(files["out"])]
+    code, _, err = run(argv + (["--precision", precision] if precision else []), capsys)
+    assert code == 0, err
+    with safe_open(str(files["out"] / "model.safetensors"), "pt") as f:
+        q = f.get_tensor("model.layers.1.self_attn.q_proj.weight")
+    assert str(q.dtype) == f"torch.{dtype}"
+    assert ((q.reshape(q.shape[0], -1, 4) == 0).sum(-1) >= 2).all()
+
+
 def test_output_is_not_overwritten_without_force(checkpoint: Path, files: dict[str, Path],
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     files["out"].mkdir()

@@ -101,22 +101,17 @@ class PyTorchBackend:
             return None
         return load_model(path)
 
-    def load_checkpoint(self, folder: str, quiet: bool = False) -> Any:
-        """A Hugging Face causal-LM checkpoint folder as a float32 ``transformers`` model
-        (capability ``checkpoint:huggingface``). Raises ``ImportError`` without transformers
+    def load_checkpoint(self, folder: str, quiet: bool = False, precision: str = "auto") -> Any:
+        """A Hugging Face causal-LM checkpoint folder as a ``transformers`` model in
+        ``precision`` (``"auto"``: the checkpoint's own dtype, as llm-compressor loads it;
+        capability ``checkpoint:huggingface``). Raises ``ImportError`` without transformers
         and ``ValueError`` with one line saying why transformers cannot load the folder.
         ``quiet``: no progress bars of transformers' own."""
         import transformers
 
-        import torch
-
         if quiet:
             transformers.utils.logging.disable_progress_bar()
-        try:
-            return transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-        except Exception as exc:  # transformers raises many kinds; one line says which
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise ValueError(f"transformers cannot load it ({type(exc).__name__}: {first[:200]})") from None
+        return self.load_pretrained(folder, precision)
 
     def load_pretrained(self, path: str, precision: str = "auto", config_name: str | None = None,
                         trust_remote_code: bool = False) -> Any:
