@@ -181,3 +181,62 @@ def test_a_refused_or_failed_run_puts_the_fused_experts_back(monkeypatch: pytest
     after = model.state_dict()
     assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
     assert not any(hasattr(m, "weight_scale") for m in model.modules())
+
+
+_ARCHITECTURES = {
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", {"num_local_experts": 4, "intermediate_size": 64}),
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", {"num_experts": 4, "moe_intermediate_size": 64,
+                                                            "shared_expert_intermediate_size": 64}),
+    "olmoe": ("OlmoeConfig", "OlmoeForCausalLM", {"num_experts": 4, "intermediate_size": 64}),
+    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM", {
+        "n_routed_experts": 4, "moe_intermediate_size": 64, "first_k_dense_replace": 0, "n_group": 1, "topk_group": 1,
+        "q_lora_rank": None, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16}),
+}
+
+
+def _tiny(config_name: str, model_name: str, extra: dict[str, Any]) -> Any:
+    config_cls, model_cls = getattr(transformers, config_name, None), getattr(transformers, model_name, None)
+    if config_cls is None or model_cls is None:
+        pytest.skip(f"transformers {transformers.__version__} has no {model_name}")
+    torch.manual_seed(0)
+    config = config_cls(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        num_key_value_heads=2, max_position_embeddings=64, num_experts_per_tok=2, **extra)
+    return model_cls(config).float().eval()
+
+
+@pytest.mark.parametrize("arch", sorted(_ARCHITECTURES))
+def test_other_fused_expert_architectures_split_and_compress(arch: str) -> None:
+    """Mixtral, Qwen2-MoE (with its shared expert), OLMoE and DeepSeek-V3: the split model
+    computes the fused one's logits (float32 rounding apart), and a SparseGPT 2:4 run puts
+    the pattern in every expert's projections."""
+    from recipe_spec_torch.experts import linearize, restore
+
+    model = _tiny(*_ARCHITECTURES[arch])
+    ids = torch.randint(0, 64, (1, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model(ids).logits
+        originals = linearize(model, calibrate_all=True)
+        got = model(ids).logits
+        restore(model, originals)
+    assert len(originals) == 2
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    recipe = ("s_stage:\n  s_modifiers:\n    SparseGPTModifier:\n      sparsity: 0.5\n      mask_structure: '2:4'\n"
+              "      targets: [Linear]\n      ignore: ['re:.*lm_head', 're:.*mlp.gate$', 're:.*shared_expert_gate$']\n")
+    samples = [{"input_ids": torch.randint(0, 64, (20,), generator=torch.Generator().manual_seed(s)).tolist()}
+               for s in range(4)]
+    recipe_spec.oneshot(model=model, recipe=recipe, dataset=samples, num_calibration_samples=4, progress=False)
+    experts = [(n, m) for n, m in model.named_modules() if ".experts." in n and isinstance(m, torch.nn.Linear)]
+    assert len(experts) == 2 * 4 * 3
+    for name, module in experts:
+        w = module.weight.reshape(module.weight.shape[0], -1, 4)
+        assert ((w == 0).sum(-1) >= 2).all(), name
+
+
+def test_experts_laid_out_otherwise_are_refused_by_name_before_anything_changes() -> None:
+    """gpt-oss interleaves gate and up columns: refused, naming the module, the model as it was."""
+    model = _tiny("GptOssConfig", "GptOssForCausalLM", {"num_local_experts": 4, "intermediate_size": 64, "head_dim": 16})
+    experts = model.model.layers[0].mlp.experts
+    recipe = "s_stage:\n  s_modifiers:\n    SparseGPTModifier: {sparsity: 0.5, targets: [Linear], ignore: ['re:.*lm_head']}\n"
+    with pytest.raises(ValueError, match=r"model.layers.0.mlp.experts \(GptOssExperts\).*interleaved"):
+        recipe_spec.oneshot(model=model, recipe=recipe, dataset=[{"input_ids": [1, 2, 3, 4]}], progress=False)
+    assert model.model.layers[0].mlp.experts is experts
