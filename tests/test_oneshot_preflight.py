@@ -122,6 +122,8 @@ BAD_ARGUMENTS = {
     "save_compressed as text": ({"save_compressed": "no"}, TypeError, "save_compressed must be True or False"),
     "preserve_masks as text": ({"preserve_masks": "x"}, TypeError, "preserve_masks must be True or False"),
     "dataset as a number": ({"dataset": 5}, TypeError, "dataset must be tokenised samples"),
+    "sequential_targets that do not chain": ({"sequential_targets": ["Linear"]}, ValueError,
+                                             r"k_proj is not fed the output of model.layers.0.self_attn.q_proj"),
     "dataset as text": ({"dataset": "some text"}, ValueError, "neither one of llm-compressor's dataset names"),
 }
 

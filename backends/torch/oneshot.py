@@ -179,6 +179,42 @@ class TorchCalibrationHost(ModelState):
             self.model(_move(batch, self.device))
 
     # -- running ---------------------------------------------------------------------------------
+    def chain_break(self, blocks: Sequence[str], batch: Any) -> tuple[str, str] | None:
+        """The first two consecutive ``blocks`` of which the second is not fed the first's
+        output in one forward pass of ``batch`` (or that the pass does not run); None when each
+        block takes the one before's output, as the sequential pipeline feeds them."""
+        seen: dict[str, tuple[Any, Any]] = {}
+
+        def first(value: Any) -> Any:
+            return value[0] if isinstance(value, (tuple, list)) and value else value
+
+        def pre(name: str) -> Any:
+            def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+                entry = args[0] if args else kwargs.get("hidden_states")
+                seen.setdefault(name, (entry, None))
+            return hook
+
+        def post(name: str) -> Any:
+            def hook(module: Any, args: tuple[Any, ...], output: Any) -> None:
+                if name in seen and seen[name][1] is None:
+                    seen[name] = (seen[name][0], first(output))
+            return hook
+
+        handles = [self._named[b].register_forward_pre_hook(pre(b), with_kwargs=True) for b in blocks]
+        handles += [self._named[b].register_forward_hook(post(b)) for b in blocks]
+        try:
+            self._forward(batch)
+        finally:
+            for handle in handles:
+                handle.remove()
+        for a, b in zip(blocks, blocks[1:], strict=False):
+            out, entry = seen.get(a, (None, None))[1], seen.get(b, (None, None))[0]
+            if not (isinstance(out, torch.Tensor) and isinstance(entry, torch.Tensor)):
+                return a, b
+            if entry is not out and (entry.shape != out.shape or not torch.equal(entry, out)):
+                return a, b
+        return None
+
     def capture(self, block: str, batches: Sequence[Any], offload: bool) -> list[Any]:
         calls: list[Any] = []
         where = torch.device("cpu") if offload else None

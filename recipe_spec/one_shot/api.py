@@ -42,6 +42,7 @@ from .objects import is_object_recipe, object_recipe
 from .pipeline import PIPELINES, OneShotReport, Progress, run_pipeline
 from .preflight import (
     check_arguments,
+    check_chain,
     check_mappings,
     check_model,
     refuse_patterns,
@@ -326,6 +327,8 @@ def apply_oneshot(
         calibration = prepare(host, dataset, num_calibration_samples=num_calibration_samples,
                               shuffle=shuffle_calibration_samples, batch_size=batch_size,
                               seed=seed) if needs_data else None
+        if calibration is not None and calibration.batches and pipeline != "datafree":
+            check_chain(host, sequential_targets, calibration.batches[0])
         # what can only fail while the model changes is undone (:mod:`.journal`)
         work = journalled(host, restore_on_error)
         try:

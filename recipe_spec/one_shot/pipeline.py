@@ -101,7 +101,7 @@ def _with_levels(host: CalibrationHost, modules: list[ModuleInfo], mods: Sequenc
     owl = [m for m in mods if m.owl is not None]
     if owl and (calibration is None or not calibration.batches):
         raise ValueError(f"{owl[0].type} ({owl[0].where}) needs calibration data: pass dataset=")
-    blocks = _outermost(host.repeated_blocks(sequential_targets)) if owl else []
+    blocks = outermost(host.repeated_blocks(sequential_targets)) if owl else []
     roots = [[i.name for i in modules if any(matches(t, i.name, i.classes) for t in m.targets)] for m in mods]
     levels = layer_sparsities(host, modules, mods, [select_modules(modules, m) for m in mods], roots, blocks,
                               calibration.batches if calibration is not None else None)
@@ -143,7 +143,7 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
         return
     if calibration is None or not calibration.batches:
         raise ValueError(f"{data[0].type} ({data[0].where}) needs calibration data: pass dataset=")
-    blocks = _outermost(host.repeated_blocks(sequential_targets))
+    blocks = outermost(host.repeated_blocks(sequential_targets))
     outside = [n for names in targets for n in names if not any(_inside(n, b) for b in blocks)]
     total = len(blocks) + (1 if outside else 0)
     _tell(progress, label, 0, total)
@@ -171,7 +171,7 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
         _tell(progress, ", ".join(dict.fromkeys(n for names in rest for n in names)), total, total)
 
 
-def _outermost(blocks: Sequence[str]) -> list[str]:
+def outermost(blocks: Sequence[str]) -> list[str]:
     """``blocks`` without those nested in an earlier one."""
     out: list[str] = []
     for b in blocks:

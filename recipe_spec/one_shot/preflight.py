@@ -232,3 +232,23 @@ def check_mappings(recipe: Recipe, host: Any, mods: Sequence[Any]) -> None:
     findings = mapping_findings(recipe, smoothing, modules, top.classes[0] if top and top.classes else "")
     if findings:
         raise RecipeError(findings)
+
+
+def check_chain(host: Any, sequential_targets: Sequence[str] | None, batch: Any) -> None:
+    """The blocks run one after another (``sequential_targets``, or the repeated blocks the
+    host finds) must each take the one before's output, as the sequential pipeline feeds them:
+    a ValueError naming the first two that do not (``sequential_targets=['Linear']``: q_proj's
+    output is not k_proj's input), from one forward pass of ``batch``, before anything changes.
+    A host without ``chain_break`` checks its blocks itself."""
+    from .pipeline import outermost
+
+    probe = getattr(host, "chain_break", None)
+    blocks = outermost(host.repeated_blocks(list(sequential_targets) if sequential_targets else None))
+    if probe is None or len(blocks) < 2:
+        return
+    broken = probe(blocks, batch)
+    if broken is not None:
+        named = f"sequential_targets={list(sequential_targets)!r}" if sequential_targets else "the model's repeated blocks"
+        raise ValueError(f"{named}: {broken[1]} is not fed the output of {broken[0]}, so they cannot run one after "
+                         "another; name the decoder-layer class (the blocks the model chains), or leave "
+                         "sequential_targets out")
