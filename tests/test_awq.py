@@ -144,3 +144,26 @@ def test_awq_refusals_are_located() -> None:
     with pytest.raises(RecipeError) as err:
         resolve(_awq("      n_grid: 8\n"), frozenset({"oneshot", "transform:smoothquant"}), "other")
     assert "transform:awq" in err.value.diagnostics[0].message
+
+
+@pytest.mark.parametrize("duo, n_grid, ok", [(True, 2, False), (True, 3, True), (False, 1, False), (False, 2, True),
+                                             ("both", 3, False), ("both", 4, True)])
+def test_validate_and_oneshot_agree_on_the_smallest_grid(duo: object, n_grid: int, ok: bool) -> None:
+    """llm-compressor 0.11+ divides by ``n_grid - 2`` with duo scaling, ``n_grid - 1`` without
+    and ``n_grid // 2 - 1`` for both (``_get_grid_search_params``): below that, ``validate``
+    (the newest release) reports M005 at ``n_grid`` and ``oneshot`` refuses it, both from
+    ``quantization.awq.smallest_grid``; at it, both let it run."""
+    from recipe_spec.validation import validate_recipe
+
+    text = "'both'" if duo == "both" else str(duo).lower()
+    recipe = _awq(f"      duo_scaling: {text}\n      n_grid: {n_grid}\n")
+    found = [d for d in validate_recipe(recipe, "torch", compat="llmcompressor") if d.code == "M005"]
+    assert bool(found) is not ok
+    if found:
+        assert found[0].line == 5 and f"n_grid: {3 if duo is True else 2 if duo is False else 4} or more" in found[0].hint
+    caps = frozenset({"oneshot", "transform:awq"})
+    if ok:
+        assert resolve(recipe, caps, "torch")
+    else:
+        with pytest.raises(RecipeError, match="n_grid"):
+            resolve(recipe, caps, "torch")

@@ -24,6 +24,7 @@ from typing import Any
 from ..diagnostics import codes
 from ..diagnostics.base import Diagnostic, Severity, Span
 from ..diagnostics.codes import Code
+from ..quantization.awq import smallest_grid
 from ..recipe.model import Modifier, Recipe
 from ..text.frozen import FrozenDict
 from ..text.variables import did_you_mean
@@ -195,6 +196,8 @@ class _Checker:
     def awq(self) -> None:
         mods = self.recipe.modifiers
         for i, m in enumerate(mods):
+            if m.type == "AWQModifier":
+                self.awq_grid(m)
             if m.type != "AWQModifier" or any(n.type in _QUANTIZERS for n in mods[i + 1:]):
                 continue
             hit, versions = _affects({"llmcompressor": ">=0.11"}, self.compat)
@@ -203,6 +206,24 @@ class _Checker:
                          f"({versions})", "Add a QuantizationModifier or GPTQModifier after it, "
                          "with the scheme.", m.span, None if self.compat is not None else Severity.WARNING)
 
+
+    def awq_grid(self, m: Modifier) -> None:
+        """An ``n_grid`` below the smallest grid llm-compressor's AWQ searches with the given
+        ``duo_scaling`` (:func:`~recipe_spec.quantization.awq.smallest_grid`: a division by zero
+        there, nothing to search here), the rule ``oneshot`` runs by."""
+        n_grid, duo = m.raw_args.get("n_grid"), m.raw_args.get("duo_scaling", True)
+        if not isinstance(n_grid, int) or isinstance(n_grid, bool) or n_grid < 1 \
+                or not (duo is True or duo is False or duo == "both"):
+            return
+        least, older = smallest_grid(duo, True), smallest_grid(duo, False)
+        if n_grid >= least:
+            return
+        hit, versions = _affects({"llmcompressor": ">=0.11" if n_grid >= older else ">=0.9"}, self.compat)
+        if hit:
+            severity = Severity.ERROR if self.compat is not None or n_grid < older else Severity.WARNING
+            self.add(codes.M005, f"n_grid {n_grid} gives AWQ no grid to search with duo_scaling {duo!r} "
+                     f"({versions})", f"Write n_grid: {least} or more.", self.span(m.args_path + ("n_grid",)),
+                     severity)
 
     def nm_sparsity(self) -> None:
         """An N:M ``mask_structure`` prunes N of every M weights: a ``sparsity`` other than N/M

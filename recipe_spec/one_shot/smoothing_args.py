@@ -28,6 +28,7 @@ from typing import Any
 from ..diagnostics import codes
 from ..diagnostics.base import Diagnostic
 from ..quantization.args import PRESET_WEIGHTS, QuantArgs
+from ..quantization.awq import smallest_grid
 from ..quantization.awq_releases import CURRENT, AwqRelease
 from ..quantization.smoothing_match import SmoothMapping, parse_mappings
 from ..quantization.smoothquant import ALGORITHMS
@@ -159,9 +160,10 @@ def smoothing_plan(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnost
         errors.append(_b001(recipe, m, f"AWQModifier duo_scaling {duo!r} is not one of true, false, 'both'",
                             "Write true, false or both.", "duo_scaling"))
         bad = True
-    if not isinstance(n_grid, int) or isinstance(n_grid, bool) or n_grid < (4 if duo == "both" else 2):
-        errors.append(_b001(recipe, m, f"AWQModifier n_grid {n_grid!r} gives no grid to search",
-                            "Write a whole number of at least 2 (4 with duo_scaling: both).", "n_grid"))
+    least = smallest_grid(duo if not bad else True, release.grid_to_one)
+    if not isinstance(n_grid, int) or isinstance(n_grid, bool) or n_grid < least:
+        errors.append(_b001(recipe, m, f"AWQModifier n_grid {n_grid!r} gives no grid to search with duo_scaling "
+                            f"{duo!r}", f"Write a whole number of at least {least}.", "n_grid"))
         bad = True
     if device is not None and str(device) != "cpu":
         errors.append(_b001(recipe, m, f"AWQModifier offload_device {device!r}: recipe_spec.oneshot keeps "

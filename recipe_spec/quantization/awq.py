@@ -68,6 +68,21 @@ class MeanAbs:
         return self.total / float(self.tokens)
 
 
+def smallest_grid(duo_scaling: bool | str, to_one: bool = True) -> int:
+    """The smallest ``n_grid`` :func:`grid` takes for ``duo_scaling``: with ratios up to one
+    (llm-compressor 0.11 and later) 2 without duo scaling, 3 with it (the identity and at least
+    two ratios ``i / (n_grid - 2)``), 4 for ``"both"`` (two ratios each way); 0.10 and before
+    (ratios ``i / n``) 1, and 2 for ``"both"``. Below it llm-compressor divides by zero or
+    searches nothing.
+
+    >>> [smallest_grid(d) for d in (False, True, "both")], smallest_grid("both", to_one=False)
+    ([2, 3, 4], 2)
+    """
+    if to_one:
+        return 4 if duo_scaling == "both" else 3 if duo_scaling is True else 2
+    return 2 if duo_scaling == "both" else 1
+
+
 def grid(duo_scaling: bool | str, n_grid: int, to_one: bool = True) -> list[tuple[float, bool]]:
     """The ``(ratio, duo)`` pairs searched, in order (llm-compressor's
     ``_get_grid_search_params``): ``True`` puts ``(0.0, False)`` (no scaling) first, then
