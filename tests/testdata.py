@@ -25,7 +25,7 @@ LLMCOMPRESSOR = CONFORMANCE / "llmcompressor"
 #: calibration samples (the trained checkpoint and its evaluation stay benchmark inputs)
 QUALITY = LLMCOMPRESSOR / "quality"
 #: llm-compressor 0.14's runs on a tiny Qwen3-MoE (fused experts): the cases, the GPTQ run's
-#: saved folder and the SparseGPT run's zero patterns
+#: saved folder and the SparseGPT run's final tensors
 MOE = LLMCOMPRESSOR / "moe"
 
 

@@ -8,7 +8,7 @@ folder (``../shared`` beside the repository, or ``--shared PATH``), and report w
 What is taken is listed in :data:`SETS` below: the files the tests read, not whole folders
 (the trained quality checkpoint and its evaluation windows stay outside: the benchmarks read
 them from ``../shared``; of the MoE runs, the cases, the GPTQ run's saved folder and the
-SparseGPT run's zero patterns are kept, and the initial weights are rebuilt from their seeds). The calibration file of the quality anchor is cut to
+SparseGPT run's final tensors are kept, and the initial weights are rebuilt from their seeds). The calibration file of the quality anchor is cut to
 its first :data:`QUALITY_SAMPLES` samples. Each set keeps the README that says where it came
 from and how it was made.
 """
@@ -66,31 +66,14 @@ def _readme(raw: bytes) -> bytes:
     return text.encode()
 
 
-def _zero_masks(raw: bytes) -> bytes:
-    """A pruning run's final tensors as their zero patterns: for each 2-D weight,
-    ``np.packbits(weight == 0)`` (row-major, uint8) under the weight's name (its shape under
-    ``<name>.shape``), a fifth of the size of the weights."""
-    import numpy as np
-    from safetensors.numpy import load, save
-
-    out = {}
-    for name, value in sorted(load(raw).items()):
-        if value.ndim == 2 and name.endswith(".weight"):
-            out[name] = np.packbits(value == 0)
-            out[name + ".shape"] = np.asarray(value.shape, dtype=np.int64)
-    return save(out)
-
-
 @dataclass(frozen=True)
 class Set:
     """One set of vendored files: ``patterns`` relative to the shared folder (globs; ``**``
-    walks folders); ``derive`` maps a path to the function that makes its vendored bytes, and
-    ``renames`` a path to the name those bytes are kept under."""
+    walks folders); ``derive`` maps a path to the function that makes its vendored bytes."""
 
     name: str
     patterns: tuple[str, ...]
     derive: tuple[tuple[str, Callable[[bytes], bytes]], ...] = ()
-    renames: tuple[tuple[str, str], ...] = ()
 
 
 SETS = (
@@ -109,9 +92,7 @@ SETS = (
         derive=(("conformance/llmcompressor/quality/calibration.json", _quality_slice),)),
     Set("moe", ("conformance/llmcompressor/moe/README.md", "conformance/llmcompressor/moe/*/case.json",
                 f"{MOE_GPTQ}/saved/config.json", f"{MOE_GPTQ}/saved/model.safetensors",
-                f"{MOE_SPARSE}/final.safetensors"),
-        derive=((f"{MOE_SPARSE}/final.safetensors", _zero_masks),),
-        renames=((f"{MOE_SPARSE}/final.safetensors", f"{MOE_SPARSE}/final_zeros.safetensors"),)),
+                f"{MOE_SPARSE}/final.safetensors")),
 )
 
 
@@ -119,7 +100,7 @@ def wanted(shared: Path) -> dict[str, bytes]:
     """Every vendored file's relative path and the bytes it should hold."""
     out: dict[str, bytes] = {}
     for s in SETS:
-        derive, renames = dict(s.derive), dict(s.renames)
+        derive = dict(s.derive)
         for pattern in s.patterns:
             matches = sorted(p for p in shared.glob(pattern) if p.is_file())
             if not matches and not any(ch in pattern for ch in "*?["):
@@ -129,7 +110,7 @@ def wanted(shared: Path) -> dict[str, bytes]:
             for p in matches:
                 rel = p.relative_to(shared).as_posix()
                 make = derive.get(rel, _readme if p.name == "README.md" else None)
-                out[renames.get(rel, rel)] = make(p.read_bytes()) if make else p.read_bytes()
+                out[rel] = make(p.read_bytes()) if make else p.read_bytes()
     return out
 
 
