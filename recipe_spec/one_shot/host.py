@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["ModuleInfo", "Observer", "CallRecorder", "CalibrationHost", "StopForward", "feed_until"]
+__all__ = ["ModuleInfo", "Observer", "CallRecorder", "CalibrationHost", "StopForward", "feed_until", "inside",
+           "outermost"]
 
 #: Called with a module's input as a 2-D float32 array ``[tokens, in_features]`` and the
 #: number of sequences (batch rows) those tokens came from.
@@ -162,3 +163,17 @@ def feed_until(forward: Callable[[Any], Any], batches: Sequence[Any], block: str
             continue
         raise RuntimeError(f"the model ran without calling {block!r}: choose sequential_targets "
                            "among the blocks its forward pass runs")
+
+
+def inside(name: str, root: str) -> bool:
+    """Whether module ``name`` is ``root`` or one of its descendants (``""``: the whole model)."""
+    return root == "" or name == root or name.startswith(root + ".")
+
+
+def outermost(blocks: Sequence[str]) -> list[str]:
+    """``blocks`` without those nested in an earlier one."""
+    out: list[str] = []
+    for b in blocks:
+        if not any(inside(b, o) for o in out):
+            out.append(b)
+    return out

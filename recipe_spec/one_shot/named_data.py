@@ -23,7 +23,7 @@ name's template (or the caller's ``preprocessing_func``) and its text column nam
 
 ``splits``: a split string (``"train[:512]"``), a dict whose ``"calibration"`` entry is used
 (llm-compressor's deprecated form), or a list whose first entry is used; None loads every
-split and :mod:`.inputs` calibrates on ``train``. Nothing is downloaded when the machine has no
+split and calibrates on ``train``. Nothing is downloaded when the machine has no
 network: a dataset neither local nor in the ``datasets`` cache is refused with what to do.
 """
 
@@ -38,7 +38,7 @@ from typing import Any
 
 from ..diagnostics.packages import require
 
-__all__ = ["NamedDataset", "NAMED", "LOADING_KEYWORDS", "is_named", "load_named", "named_input"]
+__all__ = ["NamedDataset", "NAMED", "is_named", "load_named", "named_input"]
 
 _CHAT = ("{% for message in messages %}\n{% if message['role'] == 'user' %}\n"
          "{{ '<|user|>\n' + message['content'] + eos_token }}\n{% elif message['role'] == 'system' %}\n"
@@ -215,7 +215,7 @@ def load_named(dataset: str | os.PathLike[str], processor: Any, *, dataset_confi
     entry = NAMED.get(name)
     split = _split(splits)
     if entry is None:
-        return _load(name, dataset_config_name, split, dataset_path, raw_kwargs or {}), text_column, False
+        return _train(_load(name, dataset_config_name, split, dataset_path, raw_kwargs or {}), name), text_column, False
     if entry.chat and preprocessing_func is None:
         tokenizer = getattr(processor, "tokenizer", processor)
         if tokenizer is None or not hasattr(processor, "apply_chat_template"):
@@ -227,7 +227,7 @@ def load_named(dataset: str | os.PathLike[str], processor: Any, *, dataset_confi
             tokenizer.chat_template = _CHAT
     if name.startswith("ultrachat") and split in ("train", "test"):
         split += "_sft"
-    raw = _load(entry.hub, dataset_config_name or entry.config, split, dataset_path, raw_kwargs or {})
+    raw = _train(_load(entry.hub, dataset_config_name or entry.config, split, dataset_path, raw_kwargs or {}), name)
     func = preprocessing_func
     if func is None and entry.template is not None:
         template = entry.template
@@ -236,29 +236,30 @@ def load_named(dataset: str | os.PathLike[str], processor: Any, *, dataset_confi
             return template(row, processor)
 
     if func is not None:
-        raw = _each_split(raw, lambda d: d.map(func, batched=False, desc="Preprocessing"))
+        raw = raw.map(func, batched=False, desc="Preprocessing")
     return raw, entry.text_column, True
 
 
-def _each_split(dataset: Any, fn: Callable[[Any], Any]) -> Any:
-    if isinstance(getattr(dataset, "column_names", None), Mapping):  # a DatasetDict
-        return type(dataset)({k: fn(v) for k, v in dataset.items()})
-    return fn(dataset)
+def _train(loaded: Any, name: str) -> Any:
+    """A dataset loaded without a split (every split, a ``DatasetDict``) as its ``train``
+    split, llm-compressor's fallback; a single split as it is."""
+    if not isinstance(getattr(loaded, "column_names", None), Mapping):
+        return loaded
+    if "train" not in loaded:
+        raise ValueError(f"dataset={name!r} has no 'train' split (splits: {sorted(loaded)}): name the split to "
+                         "calibrate on, e.g. splits='validation'")
+    return loaded["train"]
 
 
-#: llm-compressor's keywords that shape loading by name (:func:`named_input` takes them).
-LOADING_KEYWORDS = ("dataset_config_name", "dataset_path", "splits", "raw_kwargs")
-
-
-def named_input(dataset: Any, processor: Any, text: Any, options: dict[str, Any]) -> tuple[Any, Any]:
-    """``dataset`` loaded when it is a name or a path (:func:`load_named`, with the loading
-    keywords popped from ``options``) and its text column named ``text``, with the
-    :class:`~.inputs.TextOptions` to tokenise it; other datasets as they are, and a loading
-    keyword beside them refused (it would be ignored)."""
+def named_input(dataset: Any, processor: Any, text: Any, loading: Mapping[str, Any]) -> tuple[Any, Any]:
+    """``dataset`` loaded when it is a name or a path (:func:`load_named`, with llm-compressor's
+    loading keywords ``loading``: ``dataset_config_name``, ``dataset_path``, ``splits``,
+    ``raw_kwargs``) and its text column named ``text``, with the :class:`~.inputs.TextOptions`
+    to tokenise it; other datasets as they are, and a loading keyword beside them refused (it
+    would be ignored)."""
     from .inputs import TextOptions
 
-    given = {k: options.pop(k) for k in LOADING_KEYWORDS if k in options}
-    given = {k: v for k, v in given.items() if v is not None and v != {}}
+    given = {k: v for k, v in loading.items() if v is not None and v != {}}
     if not is_named(dataset):
         if given:
             raise ValueError(f"{', '.join(sorted(given))} applies to a dataset loaded by name (dataset='open_platypus', "
@@ -266,11 +267,6 @@ def named_input(dataset: Any, processor: Any, text: Any, options: dict[str, Any]
         return dataset, text
     loaded, column, done = load_named(dataset, processor, text_column=text.text_column,
                                       preprocessing_func=text.preprocessing_func, **given)
-    if isinstance(getattr(loaded, "column_names", None), Mapping):  # every split: llm-compressor's 'train'
-        if "train" not in loaded:
-            raise ValueError(f"dataset={os.fspath(dataset)!r} has no 'train' split (splits: {sorted(loaded)}): name "
-                             "the split to calibrate on, e.g. splits='validation'")
-        loaded = loaded["train"]
     if column in loaded.column_names and "text" not in loaded.column_names:
         loaded = loaded.rename_column(column, "text")
     return loaded, TextOptions(max_seq_length=text.max_seq_length, pad_to_max_length=text.pad_to_max_length,

@@ -32,7 +32,7 @@ from typing import Any
 
 from ..diagnostics import codes
 from ..diagnostics.base import Diagnostic, RecipeError
-from .host import CalibrationHost, ModuleInfo
+from .host import CalibrationHost, ModuleInfo, inside
 
 __all__ = ["read_sparsity", "owl_sparsities", "ActivationNorms", "outlier_ratio", "layer_sparsities"]
 
@@ -101,10 +101,6 @@ def outlier_ratio(ops: Any, pairs: Sequence[tuple[Any, Any]], owl_m: int) -> flo
     return 100 * sum(ops.count_nonzero(s > threshold) for s in scores) / total
 
 
-def _inside(name: str, root: str) -> bool:
-    return root == "" or name == root or name.startswith(root + ".")
-
-
 def _error(mod: Any, code: Any, message: str, hint: str, key: str = "sparsity") -> RecipeError:
     span = mod.entry.key_span(key) if key in mod.entry.args else mod.entry.span
     diagnostic: Diagnostic = code(message, hint, span).in_file(mod.entry.file)
@@ -122,7 +118,7 @@ def _listed(mod: Any, roots: Sequence[str], names: Sequence[str]) -> dict[str, f
             "['re:model\\.layers\\.\\d+$']) for one value per layer."))
     out: dict[str, float] = {}
     for root, value in zip(roots, mod.sparsities, strict=True):
-        out.update({n: value for n in names if _inside(n, root)})
+        out.update({n: value for n in names if inside(n, root)})
     return out
 
 
@@ -144,7 +140,7 @@ def layer_sparsities(host: CalibrationHost, modules: Sequence[ModuleInfo], mods:
             f"{'none was' if not blocks else 'only one (' + blocks[0] + ') was'} found"),
             "Pass sequential_targets= (the decoder layer class), or drop the OWL arguments.",
             "sparsity_profile")
-    layers = {b: [i.name for i in modules if i.prunable and _inside(i.name, b)] for b in blocks}
+    layers = {b: [i.name for i in modules if i.prunable and inside(i.name, b)] for b in blocks}
     norms = {n: ActivationNorms(host.ops) for names in layers.values() for n in names}
     host.run_model(batches or [], {n: s.add for n, s in norms.items()})
     weights = {n: host.weight(n) for n in norms}
@@ -164,5 +160,5 @@ def layer_sparsities(host: CalibrationHost, modules: Sequence[ModuleInfo], mods:
                 f"{mod.sparsity:g}, owl_lmbda {lmbda:g})"),
                 "Lower owl_lmbda so that sparsity ± owl_lmbda stays within [0, 1).", "owl_lmbda")
         for block, level in zip(blocks, levels, strict=True):
-            out[i].update({n: level for n in selected[i] if _inside(n, block)})
+            out[i].update({n: level for n in selected[i] if inside(n, block)})
     return out

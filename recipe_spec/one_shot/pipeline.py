@@ -31,7 +31,7 @@ from typing import Any
 
 from .calibration import Calibration
 from .compress import LayerReport, compress_module, new_statistics
-from .host import CalibrationHost, ModuleInfo
+from .host import CalibrationHost, ModuleInfo, inside, outermost
 from .modifiers import OneShotModifier, matches, select_modules
 from .owl import layer_sparsities
 from .smoothing import run_smoothing_pass
@@ -63,10 +63,6 @@ class OneShotReport:
     def sparsity(self) -> dict[str, float]:
         """Zero fraction per module after its last compression."""
         return {r.module: r.sparsity for r in self.layers}
-
-
-def _inside(name: str, root: str) -> bool:
-    return root == "" or name == root or name.startswith(root + ".")
 
 
 def run_pipeline(host: CalibrationHost, mods: Sequence[OneShotModifier], calibration: Calibration | None,
@@ -144,14 +140,14 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
     if calibration is None or not calibration.batches:
         raise ValueError(f"{data[0].type} ({data[0].where}) needs calibration data: pass dataset=")
     blocks = outermost(host.repeated_blocks(sequential_targets))
-    outside = [n for names in targets for n in names if not any(_inside(n, b) for b in blocks)]
+    outside = [n for names in targets for n in names if not any(inside(n, b) for b in blocks)]
     total = len(blocks) + (1 if outside else 0)
     _tell(progress, label, 0, total)
     done: set[str] = set()
     if blocks:
         inputs = host.capture(blocks[0], calibration.batches, offload)
         for k, block in enumerate(blocks):
-            part = [[n for n in names if _inside(n, block)] for names in targets]
+            part = [[n for n in names if inside(n, block)] for names in targets]
             stats = _observe(host, mods, part, infos)
             if stats:
                 host.run_block(block, inputs, _observers(stats), propagate=False)
@@ -169,15 +165,6 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
             host.run_model(calibration.batches, _observers(stats))
         _compress(host, mods, rest, stats, report, infos)
         _tell(progress, ", ".join(dict.fromkeys(n for names in rest for n in names)), total, total)
-
-
-def outermost(blocks: Sequence[str]) -> list[str]:
-    """``blocks`` without those nested in an earlier one."""
-    out: list[str] = []
-    for b in blocks:
-        if not any(_inside(b, o) for o in out):
-            out.append(b)
-    return out
 
 
 def _observe(host: CalibrationHost, mods: list[OneShotModifier], part: list[list[str]],

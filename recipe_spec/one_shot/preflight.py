@@ -45,7 +45,7 @@ from ..diagnostics.base import Diagnostic, RecipeError
 from ..recipe.model import Recipe
 from ..text.targets import explain, refused_patterns
 from .data_checks import ArrayFacts, check_batches, check_samples
-from .host import ModuleInfo
+from .host import ModuleInfo, outermost
 from .modifiers import OneShotModifier, select_modules
 
 __all__ = ["ArrayFacts", "check_arguments", "check_samples", "check_batches", "check_model", "check_mappings",
@@ -240,8 +240,6 @@ def check_chain(host: Any, sequential_targets: Sequence[str] | None, batch: Any)
     a ValueError naming the first two that do not (``sequential_targets=['Linear']``: q_proj's
     output is not k_proj's input), from one forward pass of ``batch``, before anything changes.
     A host without ``chain_break`` checks its blocks itself."""
-    from .pipeline import outermost
-
     probe = getattr(host, "chain_break", None)
     blocks = outermost(host.repeated_blocks(list(sequential_targets) if sequential_targets else None))
     if probe is None or len(blocks) < 2:

@@ -45,7 +45,7 @@ from ..quantization.smoothing_match import (
 )
 from ..quantization.smoothquant import ChannelRange, divide_rows, scale_columns, smoothing_scales
 from .calibration import Calibration
-from .host import CalibrationHost, ModuleInfo
+from .host import CalibrationHost, ModuleInfo, inside, outermost
 from .smoothing_args import SmoothingPlan
 
 __all__ = ["Resolved", "SmoothingReport", "resolve_mappings", "run_smoothing", "run_smoothing_pass",
@@ -190,18 +190,6 @@ def _awq_mapping(info: dict[str, ModuleInfo], smooth: str, balance: tuple[str, .
     return Resolved(smooth, balance, parent, observed, tuple(a for _, a in grids))
 
 
-def _inside(name: str, root: str) -> bool:
-    return root == "" or name == root or name.startswith(root + ".")
-
-
-def _outermost(blocks: Sequence[str]) -> list[str]:
-    out: list[str] = []
-    for b in blocks:
-        if not any(_inside(b, o) for o in out):
-            out.append(b)
-    return out
-
-
 #: Runs the observation pass: ``run(outputs, observers, calls)``.
 _Pass = Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], None]
 
@@ -217,10 +205,10 @@ def run_smoothing(host: CalibrationHost, modules: Sequence[ModuleInfo], mod: Any
     resolved = resolve_mappings(modules, plan, what)
     if not resolved:
         _LOG.warning("%s resolves no mapping on this model", what)
-    blocks = _outermost(host.repeated_blocks(sequential_targets))
+    blocks = outermost(host.repeated_blocks(sequential_targets))
     label = f"{mod.type} (sequential)"
     # one unit per block, and one for the mappings outside every block when there are any
-    outside = any(not any(_inside(r.key, b) for b in blocks) for r in resolved)
+    outside = any(not any(inside(r.key, b) for b in blocks) for r in resolved)
     total = len(blocks) + (1 if outside else 0)
     if tell is not None:
         tell(label, 0, total)
@@ -229,7 +217,7 @@ def run_smoothing(host: CalibrationHost, modules: Sequence[ModuleInfo], mod: Any
     if blocks:
         inputs = host.capture(blocks[0], calibration.batches, offload)
         for k, block in enumerate(blocks):
-            part = [i for i, r in enumerate(resolved) if _inside(r.key, block)]
+            part = [i for i, r in enumerate(resolved) if inside(r.key, block)]
             done.update(part)
             if part:
                 reports += _calibrate(host, mod, plan, [resolved[i] for i in part],
