@@ -179,6 +179,9 @@ def check_output_dir(path: str | os.PathLike[str], overwrite: bool = False,
     shown = os.fspath(path)
     if not shown:
         raise OutputDirError(f"{what} is empty: give the path of a folder to write the model into")
+    if "\0" in shown:
+        raise OutputDirError(f"{what} {shown!r} holds a NUL character, which no file system takes in a path: "
+                             "give the path of a folder to write the model into")
     target = os.path.realpath(shown)
     if os.path.lexists(target) and not os.path.isdir(target):
         raise OutputDirError(f"{what} {shown} exists and is not a folder: give the path of a folder to write the "

@@ -125,6 +125,14 @@ BAD_ARGUMENTS = {
     "sequential_targets that do not chain": ({"sequential_targets": ["Linear"]}, ValueError,
                                              r"k_proj is not fed the output of model.layers.0.self_attn.q_proj"),
     "dataset as text": ({"dataset": "some text"}, ValueError, "neither one of llm-compressor's dataset names"),
+    "max_seq_length as text": ({"max_seq_length": "x"}, TypeError, "max_seq_length must be a positive int"),
+    "max_seq_length as a float": ({"max_seq_length": 2.5}, TypeError, "max_seq_length must be a positive int"),
+    "text_column as a number": ({"text_column": 5}, TypeError, "text_column must be the name"),
+    "concatenate_data as text": ({"concatenate_data": "yes"}, TypeError, "concatenate_data must be True or False"),
+    "pad_to_max_length as text": ({"pad_to_max_length": "no"}, TypeError, "pad_to_max_length must be True or False"),
+    "empty sequential_targets": ({"sequential_targets": []}, ValueError, "sequential_targets is empty"),
+    "output_dir with a NUL": ({"output_dir": "/tmp/a\0b"}, OSError, "NUL character"),
+    "log_dir a file": ({"log_dir": __file__}, ValueError, "log_dir=.*cannot be made"),
 }
 
 
@@ -282,3 +290,71 @@ def test_a_modifier_that_needs_data_in_the_datafree_pipeline_is_refused_before_a
 def test_a_batch_size_beside_a_dataloader_is_refused_not_ignored() -> None:
     loader = torch.utils.data.DataLoader(_samples(), batch_size=2)
     _refused(SPARSEGPT, ValueError, "batch_size=4 with a DataLoader.*its batch_size 2", dataset=loader, batch_size=4)
+
+
+def test_numpy_integer_counts_run_as_ints() -> None:
+    """``num_calibration_samples`` and ``batch_size`` as NumPy integers run as the same ints."""
+    np = pytest.importorskip("numpy")
+    results = []
+    for count, batch in ((3, 1), (np.int64(3), np.int32(1))):
+        model = _model()
+        recipe_spec.oneshot(model=model, recipe=SPARSEGPT, dataset=_samples(), num_calibration_samples=count,
+                            batch_size=batch, shuffle_calibration_samples=False)
+        results.append(model.model.layers[1].mlp.down_proj.weight.detach().clone())
+    assert float((results[0] == 0).float().mean()) == pytest.approx(0.5, abs=1e-3)
+    assert torch.equal(results[0], results[1])
+
+
+@pytest.mark.parametrize("value,match", [("group", "M008.*actorder 'group' was removed"),
+                                         ("dynamic", "M008.*actorder 'dynamic' was removed"),
+                                         ("true", "M008.*actorder: true meant 'group'"),
+                                         ("sideways", "M006.*'sideways' is not one of")])
+def test_a_modifier_actorder_compressed_tensors_refuses_is_located(value: str, match: str) -> None:
+    """GPTQModifier's own ``actorder`` is read as compressed-tensors 0.19 reads it: the values it
+    refuses are a located error at the value (line 6), not pydantic's error from inside the run."""
+    recipe = ("q_stage:\n  q_modifiers:\n    GPTQModifier:\n      scheme: W4A16\n      targets: [Linear]\n"
+              f"      actorder: {value}\n      ignore: [lm_head]\n")
+    _refused(recipe, RecipeError, "<string>:6:.*" + match)
+
+
+def _tied() -> Any:
+    model = _model()
+    model.lm_head.weight = model.model.embed_tokens.weight
+    model.config.tie_word_embeddings = True
+    return model
+
+
+@pytest.mark.parametrize("recipe", [GPTQ.replace(", ignore: [lm_head]", ""),
+                                    SPARSEGPT.replace(", ignore: [lm_head]", "")], ids=["gptq", "sparsegpt"])
+def test_a_tied_head_is_untied_before_it_changes(recipe: str, tmp_path: Any) -> None:
+    """A recipe that compresses ``lm_head`` of a model whose head shares the embedding's weight
+    changes the head alone: the embedding keeps its values bit for bit, and the config and the
+    saved folder say the embeddings are untied (llm-compressor's ``untie_word_embeddings``)."""
+    model = _tied()
+    embedding = model.model.embed_tokens.weight.detach().clone()
+    recipe_spec.oneshot(model=model, recipe=recipe, dataset=_samples(), output_dir=str(tmp_path / "out"))
+    assert torch.equal(model.model.embed_tokens.weight, embedding)
+    assert model.config.tie_word_embeddings is False
+    reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+    assert reloaded.config.tie_word_embeddings is False
+    assert torch.equal(reloaded.model.embed_tokens.weight, embedding)
+    if "GPTQ" in recipe:
+        assert {"weight_packed", "weight_scale"} <= {n for n, _ in reloaded.lm_head.named_parameters()}
+    else:
+        head = reloaded.lm_head.weight
+        assert not torch.equal(head, embedding) and float((head == 0).float().mean()) == pytest.approx(0.5, abs=1e-3)
+
+
+def test_a_failed_run_ties_the_head_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The head's solve fails after it was untied and pruned: the head shares the embedding's
+    weight again (the same Parameter) and the config says so, the values as they were."""
+    import recipe_spec.one_shot.compress as compress
+
+    model = _tied()
+    before = Snapshot(model)
+    _failing_after(monkeypatch, compress, "sparsegpt_prune", 15)  # 14 decoder Linears, then the head
+    with pytest.raises(RuntimeError, match="the solve failed"):
+        recipe_spec.oneshot(model=model, recipe=SPARSEGPT.replace(", ignore: [lm_head]", ""), dataset=_samples())
+    before.assert_same(model)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert model.config.tie_word_embeddings is True

@@ -113,3 +113,10 @@ def test_an_already_quantized_model_is_not_quantized_again() -> None:
     recipe_spec.oneshot(model=model, recipe=W8A8, dataset=plain_samples())
     assert model.get_layer("fc1").quantization_mode == "int8"
     _refused(W8A8, recipe_spec.RecipeError, "B001.*already quantized", model=model)
+
+
+def test_a_quantization_recipe_that_targets_an_embedding_is_refused() -> None:
+    """Keras runs quantize Dense and EinsumDense layers: a scheme whose targets match an
+    Embedding layer is refused, naming it, before anything changes (not left unquantized)."""
+    recipe = W8A8.replace("targets: [Linear]", "targets: [Embedding]")
+    _refused(recipe, recipe_spec.RecipeError, "B001.*the recipe quantizes this Embedding layer")

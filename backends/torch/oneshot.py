@@ -320,6 +320,7 @@ class TorchCalibrationHost(ModelState):
             return w.float().clone()
 
     def set_weight(self, name: str, value: torch.Tensor) -> None:
+        self.own_weight(self._named[name])
         w = self._named[name].weight
         w.data.copy_(value.reshape(w.shape).to(w.dtype))
 
@@ -336,10 +337,13 @@ class TorchCalibrationHost(ModelState):
 
         attach(self.model, config)
         self._quantizing = True
+        for name in self.quantized_now():
+            self.own_weight(self._named[name])
 
     def set_quantized(self, name: str, weight: torch.Tensor | None, qparams: Mapping[str, Any]) -> None:
         from .compressed import record
 
+        self.own_weight(self._named[name])
         record(self._named[name], name, weight, qparams)
 
     def save_problem(self, quantized: bool) -> str | None:

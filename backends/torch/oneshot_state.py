@@ -51,6 +51,15 @@ def _kind(t: torch.Tensor) -> str:
     return "int"
 
 
+def _configs(model: torch.nn.Module) -> list[Any]:
+    """The model's config and its text config (where ``tie_word_embeddings`` is read)."""
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "tie_word_embeddings"):
+        return []
+    text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
+    return [config] if text is config or not hasattr(text, "tie_word_embeddings") else [config, text]
+
+
 class ModelState:
     """The host's part described in the module docstring (``model`` and ``_named``: the model
     and its ``named_modules``)."""
@@ -104,6 +113,30 @@ class ModelState:
     def quantized_now(self) -> list[str]:
         return [n for n, m in self._named.items() if getattr(m, "quantization_scheme", None) is not None]
 
+    # -- tied weights --------------------------------------------------------------------------
+    def own_weight(self, module: torch.nn.Module) -> None:
+        """Give ``module`` a copy of a weight it shares with another module (tied input and output
+        embeddings) before the run changes it, so that the other keeps its values, and record in
+        the config that the embeddings are untied (llm-compressor's ``untie_word_embeddings``,
+        which it runs when a quantization modifier targets an embedding). A failed run puts the
+        shared weight and the config back (:meth:`shell`)."""
+        weight = module._parameters.get("weight")
+        if weight is None:
+            return
+        if getattr(self, "_tied_ids", None) is None:
+            seen: dict[int, int] = {}
+            for m in self.model.modules():
+                p = m._parameters.get("weight")
+                if p is not None:
+                    seen[id(p)] = seen.get(id(p), 0) + 1
+            self._tied_ids = {k for k, n in seen.items() if n > 1}
+        if id(weight) not in self._tied_ids:
+            return
+        module.register_parameter("weight", torch.nn.Parameter(weight.detach().clone(),
+                                                               requires_grad=weight.requires_grad))
+        for config in _configs(self.model):
+            config.tie_word_embeddings = False
+
     # -- undo ----------------------------------------------------------------------------------
     def keep(self, name: str) -> dict[str, torch.Tensor]:
         module = self._named[name]
@@ -118,7 +151,7 @@ class ModelState:
 
     def shell(self) -> list[tuple[torch.nn.Module, dict[str, Any], list[tuple[dict[Any, Any], dict[Any, Any]]]]]:
         out = []
-        for module in self.model.modules():
+        for module in [*self.model.modules(), *_configs(self.model)]:  # the configs: tie_word_embeddings
             attrs = dict(module.__dict__)
             dicts = [(v, dict(v)) for v in attrs.values() if isinstance(v, dict)]
             out.append((module, attrs, dicts))

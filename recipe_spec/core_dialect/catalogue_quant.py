@@ -92,7 +92,8 @@ GPTQ = declare(
         arg("offload_hessians", "Keep Hessians on the CPU.", {"llmcompressor": ">=0.4"},
             type="boolean"),
         arg("actorder", "Activation ordering (group, weight, static, dynamic).",
-            {"llmcompressor": ">=0.6"}, type=["string", "boolean", "null"]),
+            {"llmcompressor": ">=0.6"}, type=["string", "boolean", "null"],
+            enum=[True, False, None, "group", "weight", "static", "dynamic"], ci=True),
     ),
     renamed=(Renamed("percdamp", "dampening_frac", "development name, renamed before SparseML "
                      "1.8"),),

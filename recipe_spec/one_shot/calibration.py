@@ -21,6 +21,7 @@ rules, ``datasets/utils.py``).
 from __future__ import annotations
 
 import logging
+import numbers
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -76,10 +77,11 @@ def order_samples(lengths: Sequence[int], *, shuffle: bool, seed: int,
 def prepare(host: Any, dataset: Any, *, num_calibration_samples: int, shuffle: bool,
             batch_size: int, seed: int = 42) -> Calibration:
     """The calibration batches for ``host`` (:class:`~.host.CalibrationHost`)."""
-    if isinstance(num_calibration_samples, bool) or not isinstance(num_calibration_samples, int) \
-            or isinstance(batch_size, bool) or not isinstance(batch_size, int):
+    if isinstance(num_calibration_samples, bool) or not isinstance(num_calibration_samples, numbers.Integral) \
+            or isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
         raise TypeError(f"num_calibration_samples ({num_calibration_samples!r}) and batch_size ({batch_size!r}) "
                         "must be ints")
+    num_calibration_samples, batch_size = int(num_calibration_samples), int(batch_size)
     if num_calibration_samples < 1 or batch_size < 1:
         raise ValueError(f"num_calibration_samples ({num_calibration_samples}) and batch_size "
                          f"({batch_size}) must be at least 1")

@@ -33,11 +33,12 @@ def load_model(model: Any, *, config_name: str | None = None, precision: str = "
     (``AutoModelForCausalLM.from_pretrained(path, dtype=precision)``); ``config_name`` and a
     ``precision`` other than ``"auto"`` apply to a path only (ValueError with an object)."""
     if not isinstance(model, (str, os.PathLike)):
-        for name, value, default in (("config_name", config_name, None), ("precision", precision, "auto")):
+        for name, value, default, fix in (
+                ("config_name", config_name, None, "load the model with the config you want"),
+                ("precision", precision, "auto", "cast the model yourself for another dtype")):
             if value != default:
                 raise ValueError(f"{name}={value!r} applies when model= is a checkpoint folder; this model is a "
-                                 f"{type(model).__name__} already loaded: leave {name} out (cast the model "
-                                 "yourself for another dtype)")
+                                 f"{type(model).__name__} already loaded: leave {name} out ({fix})")
         return model, None
     path = os.fspath(model)
     if os.path.exists(path) and not os.path.isdir(path):
@@ -107,7 +108,14 @@ def log_to(log_dir: str | os.PathLike[str] | None) -> Iterator[str | None]:
     if log_dir is None:
         yield None
         return
-    os.makedirs(log_dir, exist_ok=True)
+    if not isinstance(log_dir, (str, os.PathLike)) or not os.fspath(log_dir) or "\0" in os.fspath(log_dir):
+        raise TypeError(f"log_dir must be the path of a folder for the log file, not {type(log_dir).__name__} "
+                        f"{log_dir!r}")
+    try:
+        os.makedirs(log_dir, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"log_dir={os.fspath(log_dir)!r}: the folder for the log file cannot be made "
+                         f"({exc.strerror or exc}): give a folder that exists or can be created") from None
     path = os.path.join(log_dir, f"oneshot_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}.log")
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setLevel(logging.DEBUG)

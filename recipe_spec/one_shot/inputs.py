@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import numbers
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -47,12 +48,20 @@ class TextOptions:
                  text_column: str = "text", concatenate_data: bool = False,
                  preprocessing_func: Callable[[Any], Any] | None = None,
                  preprocessing_num_workers: int | None = None) -> None:
-        if max_seq_length is not None and (isinstance(max_seq_length, bool) or int(max_seq_length) < 1):
-            raise ValueError(f"max_seq_length must be a positive integer or None, not {max_seq_length!r}")
+        for name, value in (("max_seq_length", max_seq_length), ("preprocessing_num_workers", preprocessing_num_workers)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
+                raise (ValueError if isinstance(value, numbers.Integral) and not isinstance(value, bool) else TypeError)(
+                    f"{name} must be a positive int or None, not {type(value).__name__} {value!r}")
+        for name, value in (("pad_to_max_length", pad_to_max_length), ("concatenate_data", concatenate_data)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be True or False, not {type(value).__name__} {value!r}")
+        if not isinstance(text_column, str) or not text_column:
+            raise TypeError(f"text_column must be the name of the dataset's text column, not "
+                            f"{type(text_column).__name__} {text_column!r}")
         if preprocessing_func is not None and not callable(preprocessing_func):
             raise ValueError(f"preprocessing_func={preprocessing_func!r}: recipe_spec.oneshot takes a function "
                              "(import it and pass it), not a 'file.py:func' string")
-        self.max_seq_length = max_seq_length
+        self.max_seq_length = None if max_seq_length is None else int(max_seq_length)
         self.pad_to_max_length = pad_to_max_length
         self.text_column = text_column
         self.concatenate_data = concatenate_data

@@ -61,7 +61,8 @@ LLMCOMPRESSOR_KEYWORDS: dict[str, Keyword] = dict((
        "auto, float16/half, bfloat16, float32/full when model= is a folder; with a model object only 'auto' "
        "(cast it yourself)"),
     _k("tie_word_embeddings", True, "default", "untie the input and output embeddings when False",
-       "untie them yourself before oneshot()"),
+       "untie them yourself before oneshot(); a recipe that compresses a tied head or embedding unties it "
+       "first, as llm-compressor does"),
     _k("trust_remote_code_model", False, "runs", "allow a checkpoint's own modelling code",
        "passed to transformers when model=, tokenizer= or processor= is a folder"),
     _k("save_compressed", True, "runs", "save quantized models compressed",

@@ -103,6 +103,10 @@ def check_arguments(**given: Any) -> None:
                 raise TypeError(f"output_dir must be a folder path, not {type(value).__name__} {value!r}")
         elif name == "sequential_targets":
             _strings(name, value)
+            if value is not None and not value:
+                raise ValueError("sequential_targets is empty, so it names no block to run one after another: leave "
+                                 "it out (the model's decoder layers), or name the block class (e.g. "
+                                 "['LlamaDecoderLayer'])")
         elif name == "recipe_args":
             if value is not None and not isinstance(value, Mapping):
                 raise TypeError(f"recipe_args must be a mapping of variable names to values, not "

@@ -195,7 +195,8 @@ def resolve_quant(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnosti
     try:
         config = resolve_config(args, gptq=kind == "gptq")
     except ValueError as exc:
-        key = next((k for k in ("config_groups", "scheme", "actorder") if k in args), None)
+        order = ("actorder",) if str(exc).startswith("actorder") else ()
+        key = next((k for k in (*order, "config_groups", "scheme", "actorder") if k in args), None)
         span = m.value_span(key) if key else m.span
         errors.append(codes.M008(f"{m.type}: {exc}", "Fix the quantization arguments (compressed-tensors 0.19 "
                                  "refuses them).", span).in_file(recipe.path))
@@ -227,7 +228,7 @@ def check_quant_shapes(recipe: Recipe, mods: Sequence[Any], modules: Sequence[Mo
                 continue
             size, columns = int(group.weights.group_size or 1), int(info.weight_shape[-1])
             if columns % size:
-                bad.setdefault(group.name, []).append(f"{info.name} ({columns} columns)")
+                bad.setdefault(group.name, []).append(f"{info.name or 'the model itself'} ({columns} columns)")
                 sizes[group.name] = size
         m = mod.entry
         for name, layers in bad.items():

@@ -187,16 +187,7 @@ def complete_args(raw: Mapping[str, Any], where: str = "") -> tuple[dict[str, An
         out["observer_kwargs"] = {}
     for key in ("type", "strategy", "dynamic", "actorder"):
         out[key] = _lower(out[key])
-    if isinstance(out["actorder"], bool):
-        if out["actorder"]:
-            raise ValueError(f"{at}actorder: true meant 'group', removed in compressed-tensors 0.19; "
-                             "write actorder: weight (or static), or null")
-        out["actorder"] = None
-    if out["actorder"] in ("group", "dynamic"):
-        raise ValueError(f"{at}actorder {out['actorder']!r} was removed in compressed-tensors 0.19; "
-                         "write actorder: weight (or static), or null")
-    if out["actorder"] not in (None, "weight", "static"):
-        raise ValueError(f"{at}actorder must be weight, static or null, got {out['actorder']!r}")
+    out["actorder"] = _checked_actorder(out["actorder"], at)
     if out["type"] not in ("int", "float"):
         raise ValueError(f"{at}type must be int or float, got {out['type']!r}")
     size, strategy = out["group_size"], out["strategy"]
@@ -268,11 +259,28 @@ def _preset(name: str, targets: list[str]) -> dict[str, Any]:
     return _scheme({"targets": targets, **copy.deepcopy(PRESET_SCHEMES[key])}, f"scheme {name}")
 
 
+def _checked_actorder(value: Any, at: str = "") -> str | None:
+    """``value`` as compressed-tensors 0.19's ``ActivationOrdering`` reads it (lower case; False
+    is null), or ``ValueError`` for the values it refuses."""
+    value = _lower(value)
+    if isinstance(value, bool):
+        if value:
+            raise ValueError(f"{at}actorder: true meant 'group', removed in compressed-tensors 0.19; "
+                             "write actorder: weight (or static), or null")
+        return None
+    if value in ("group", "dynamic"):
+        raise ValueError(f"{at}actorder {value!r} was removed in compressed-tensors 0.19; "
+                         "write actorder: weight (or static), or null")
+    if value not in (None, "weight", "static"):
+        raise ValueError(f"{at}actorder must be weight, static or null, got {value!r}")
+    return value
+
+
 def _actorder(existing: Any, modifier: Any, given: bool) -> Any:
     """llm-compressor 0.14's ``GPTQModifier.resolve_actorder``."""
     if not given:
         return "static" if existing is None else existing
-    modifier = _lower(modifier)
+    modifier = _checked_actorder(modifier)
     same = {modifier, existing} <= {"static", "weight"} or modifier == existing
     if existing is None or same:
         return modifier
