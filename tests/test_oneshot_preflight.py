@@ -358,3 +358,30 @@ def test_a_failed_run_ties_the_head_again(monkeypatch: pytest.MonkeyPatch) -> No
     before.assert_same(model)
     assert model.lm_head.weight is model.model.embed_tokens.weight
     assert model.config.tie_word_embeddings is True
+
+
+@pytest.mark.parametrize("surface", ["oneshot", "manager"])
+def test_an_endless_generator_is_read_to_its_first_samples(surface: str) -> None:
+    """A dataset without a length (a generator that never ends) is read to its first
+    ``num_calibration_samples`` samples, not forever: the run equals the run of those samples
+    given as a list."""
+    import itertools
+
+    first = _samples(3)
+
+    def endless() -> Any:
+        for i in itertools.count():
+            yield first[i % 3] if i < 3 else {"input_ids": torch.tensor([i % VOCAB] * 5)}
+
+    results = []
+    for data in (endless(), first):
+        model = _model()
+        if surface == "oneshot":
+            recipe_spec.oneshot(model=model, recipe=GPTQ, dataset=data, num_calibration_samples=3,
+                                shuffle_calibration_samples=False)
+        else:
+            recipe_spec.ScheduledModifierManager.from_yaml(GPTQ).apply(
+                model, calibration=data, num_calibration_samples=3, shuffle_calibration_samples=False)
+        results.append({k: v.clone() for k, v in model.state_dict().items()})
+    assert results[0].keys() == results[1].keys()
+    assert all(torch.equal(results[0][k], results[1][k]) for k in results[0])

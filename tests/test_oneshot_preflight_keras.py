@@ -120,3 +120,22 @@ def test_a_quantization_recipe_that_targets_an_embedding_is_refused() -> None:
     Embedding layer is refused, naming it, before anything changes (not left unquantized)."""
     recipe = W8A8.replace("targets: [Linear]", "targets: [Embedding]")
     _refused(recipe, recipe_spec.RecipeError, "B001.*the recipe quantizes this Embedding layer")
+
+
+def test_an_endless_generator_is_read_to_its_first_samples() -> None:
+    """As on PyTorch: a generator that never ends gives the run of its first samples."""
+    import itertools
+
+    first = plain_samples(3)
+
+    def endless() -> Any:
+        for i in itertools.count():
+            yield first[i % 3] if i < 3 else {"input_ids": [i % 40] * 5}
+
+    results = []
+    for data in (endless(), first):
+        model = plain_model()
+        recipe_spec.oneshot(model=model, recipe=SPARSEGPT, dataset=data, num_calibration_samples=3,
+                            shuffle_calibration_samples=False)
+        results.append([np.array(keras.ops.convert_to_numpy(v)) for v in model.weights])
+    assert all(np.array_equal(a, b) for a, b in zip(*results, strict=True))

@@ -31,7 +31,7 @@ from ..loader import load
 from ..recipe.model import Recipe
 from ..registry import backend_for
 from ..runtime.preflight import refuse_invalid
-from .calibration import prepare
+from .calibration import bounded, prepare
 from .dropin import load_model, log_to, refuse_experts, resolve_processor
 from .inputs import TextOptions, calibration_input, is_text
 from .journal import Journal, journalled
@@ -238,6 +238,7 @@ def oneshot(
     dataset, text = named_input(dataset, processor, text, {
         "dataset_config_name": dataset_config_name, "dataset_path": dataset_path, "splits": splits,
         "raw_kwargs": raw_kwargs})
+    dataset = bounded(dataset, num_calibration_samples)  # an endless generator is read to its first samples
     if processor is None and getattr(model, "preprocessor", None) is not None and is_text(dataset, None):
         # text for a model that tokenises its own (a keras-hub task with its preprocessor): the
         # backend's host reads it (:mod:`.calibration_inputs`), at the preprocessor's length
@@ -324,7 +325,8 @@ def apply_oneshot(
             shape_errors = check_quant_shapes(recipe, quantizers, host.modules())
             if shape_errors:
                 raise RecipeError(shape_errors)
-        calibration = prepare(host, dataset, num_calibration_samples=num_calibration_samples,
+        calibration = prepare(host, bounded(dataset, num_calibration_samples),
+                              num_calibration_samples=num_calibration_samples,
                               shuffle=shuffle_calibration_samples, batch_size=batch_size,
                               seed=seed) if needs_data else None
         if calibration is not None and calibration.batches and pipeline != "datafree":

@@ -29,7 +29,7 @@ from typing import Any
 
 from .calibration_inputs import canonical_batch, canonical_samples
 
-__all__ = ["Calibration", "order_samples", "is_dataloader", "read_samples", "prepare"]
+__all__ = ["Calibration", "bounded", "order_samples", "is_dataloader", "read_samples", "prepare"]
 
 
 @dataclass
@@ -61,6 +61,27 @@ def read_samples(dataset: Any, host: Any = None) -> list[Mapping[str, Any]]:
     keys = getattr(host, "input_keys", None)
     return list(canonical_samples(dataset, input_keys=keys() if callable(keys) else None,
                                   preprocess=getattr(host, "preprocess", None)))
+
+
+def bounded(dataset: Any, limit: int) -> Any:
+    """``dataset`` itself when it has a length (a list, a ``datasets.Dataset``, an array, a
+    DataLoader); otherwise (a generator, an iterator, a streamed dataset, a ``tf.data.Dataset``
+    of unknown length) its first ``limit`` elements as a list, so that an endless source is
+    not read forever: ``shuffle_calibration_samples`` then orders those."""
+    if dataset is None or is_dataloader(dataset) or isinstance(dataset, (str, bytes, Mapping)) \
+            or not hasattr(dataset, "__iter__"):
+        return dataset
+    try:
+        len(dataset)
+        return dataset
+    except (TypeError, ValueError, NotImplementedError):
+        pass
+    import itertools
+
+    taken = list(itertools.islice(iter(dataset), limit))
+    logging.getLogger("recipe_spec.oneshot").info(
+        "calibration: the dataset has no length; its first %d element(s) are read", len(taken))
+    return taken
 
 
 def order_samples(lengths: Sequence[int], *, shuffle: bool, seed: int,
