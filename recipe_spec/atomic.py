@@ -167,14 +167,15 @@ class OutputDirError(OSError):
 
 
 def check_output_dir(path: str | os.PathLike[str], overwrite: bool = False,
-                     names: tuple[str, str] = API_NAMES) -> str:
+                     names: tuple[str, str] = API_NAMES, source: str | os.PathLike[str] | None = None) -> str:
     """The absolute path of the folder to write (links followed), or :class:`OutputDirError`
     when the rule of the module docstring ("The output folder") refuses it. Nothing is left
     behind: writability is tried by creating and removing a temporary folder in the target's
     parent (or the nearest folder that exists above it) and, when an existing folder is to be
     replaced, in it.
     ``names``: how messages name the folder and the way to replace it (``("--output",
-    "add --force")`` on the command line)."""
+    "add --force")`` on the command line). ``source``: the checkpoint folder the model is read
+    from, which the folder may neither be nor hold (replacing it would delete the checkpoint)."""
     what, force = names
     shown = os.fspath(path)
     if not shown:
@@ -183,6 +184,12 @@ def check_output_dir(path: str | os.PathLike[str], overwrite: bool = False,
         raise OutputDirError(f"{what} {shown!r} holds a NUL character, which no file system takes in a path: "
                              "give the path of a folder to write the model into")
     target = os.path.realpath(shown)
+    if source is not None and os.path.isdir(source):
+        held = os.path.realpath(source)
+        if os.path.commonpath([target, held]) == target:
+            raise OutputDirError(f"{what} {shown} {'is' if held == target else 'holds'} the checkpoint folder the "
+                                 f"model is read from ({os.fspath(source)}): writing there would delete it; give "
+                                 "another folder")
     if os.path.lexists(target) and not os.path.isdir(target):
         raise OutputDirError(f"{what} {shown} exists and is not a folder: give the path of a folder to write the "
                              "model into (or remove the file)")

@@ -222,12 +222,13 @@ def _check_paths(args: argparse.Namespace) -> None:
 
         raise UsageError(f"--model {args.model}: {not_a_checkpoint_folder(args.model)}")
     if not os.path.isfile(args.calibration):
-        raise UsageError(f"--calibration {args.calibration}: no such file")
+        raise UsageError(f"--calibration {args.calibration}: "
+                         f"{'a folder, not a file' if os.path.isdir(args.calibration) else 'no such file'}")
     if args.output is not None:  # the rule oneshot(output_dir=...) follows, with the flags' names
         from .atomic import OutputDirError, check_output_dir
 
         try:
-            check_output_dir(args.output, args.force, _OUTPUT_NAMES)
+            check_output_dir(args.output, args.force, _OUTPUT_NAMES, source=args.model)
         except OutputDirError as exc:
             raise UsageError(str(exc)) from None
 

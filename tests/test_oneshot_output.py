@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -322,6 +323,28 @@ def test_the_command_refuses_a_folder_it_cannot_write_before_loading(
         out = capsys.readouterr()
         assert needle in out.err and "--output" in out.err and "estimate" not in out.out, out.err
         assert len(out.err.strip().splitlines()) == 1
+
+
+def test_the_checkpoint_read_is_never_the_folder_written(
+        checkpoint: Path, files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """``--output`` (and ``output_dir=`` with ``model=`` a folder) may neither be the checkpoint
+    folder the model is read from nor a folder that holds it, even with ``--force`` /
+    ``overwrite_output_dir=True``: replacing it would delete the checkpoint."""
+    before = _tree(checkpoint)
+    for out, word in ((checkpoint, "is the checkpoint folder"), (checkpoint.parent, "holds the checkpoint folder")):
+        files["out"] = out
+        assert main(_argv(checkpoint, files, "--force")) == 2
+        err = capsys.readouterr().err
+        assert word in err and "--output" in err and len(err.strip().splitlines()) == 1, err
+        with pytest.raises(OutputDirError, match=f"output_dir .*{word}"):
+            recipe_spec.oneshot(model=str(checkpoint), recipe=SGPT, dataset=[{"input_ids": [5, 6, 7, 8]}],
+                                output_dir=str(out), overwrite_output_dir=True)
+    assert _tree(checkpoint) == before
+    files["out"] = checkpoint / "compressed"  # a new folder inside it takes nothing away
+    assert main(_argv(checkpoint, files)) == 0
+    assert (checkpoint / "compressed" / "recipe.yaml").is_file()
+    assert {k: v for k, v in _tree(checkpoint).items() if not k.startswith("compressed")} == before
+    shutil.rmtree(checkpoint / "compressed")  # the module's checkpoint as the other tests had it
 
 
 def _folder_with(folder: Path, files: dict[str, str]) -> Path:

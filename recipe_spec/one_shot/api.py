@@ -230,6 +230,8 @@ def oneshot(
                          "(compressed-tensors' formats); leave save_compressed at True")
     # the recipe's checks before a checkpoint is loaded or text tokenised (apply_oneshot repeats them)
     refuse_invalid(loaded, compat=compat or "llmcompressor", quiet=_OTHER_TOOL)
+    if output_dir is not None and isinstance(model, (str, os.PathLike)):  # not the checkpoint read
+        check_output_dir(output_dir, overwrite_output_dir, source=model)
     model, folder = load_model(model, config_name=config_name, precision=precision,
                                trust_remote_code=trust_remote_code_model)
     refuse_experts(model)
