@@ -385,3 +385,11 @@ def test_an_endless_generator_is_read_to_its_first_samples(surface: str) -> None
         results.append({k: v.clone() for k, v in model.state_dict().items()})
     assert results[0].keys() == results[1].keys()
     assert all(torch.equal(results[0][k], results[1][k]) for k in results[0])
+
+
+def test_a_model_with_uninitialised_lazy_modules_is_refused() -> None:
+    """A LazyLinear that has not run yet has no weight to compress: refused, naming it."""
+    model = torch.nn.Sequential(torch.nn.Embedding(VOCAB, 16), torch.nn.LazyLinear(16), torch.nn.Linear(16, VOCAB))
+    with pytest.raises(ValueError, match=r"lazy modules are not initialised \(1.weight"):
+        recipe_spec.oneshot(model=model, recipe=SPARSEGPT.replace(", ignore: [lm_head]", ""), dataset=_samples())
+    assert isinstance(model[1].weight, torch.nn.parameter.UninitializedParameter)

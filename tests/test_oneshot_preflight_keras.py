@@ -139,3 +139,14 @@ def test_an_endless_generator_is_read_to_its_first_samples() -> None:
                             shuffle_calibration_samples=False)
         results.append([np.array(keras.ops.convert_to_numpy(v)) for v in model.weights])
     assert all(np.array_equal(a, b) for a, b in zip(*results, strict=True))
+
+
+@pytest.mark.parametrize("kind", ["sequential", "layer"])
+def test_a_model_that_is_not_built_is_refused(kind: str) -> None:
+    """An unbuilt Keras model holds no weights: refused with how to build it, not a run that
+    compresses nothing; the model stays unbuilt."""
+    model = (keras.Sequential([keras.layers.Embedding(40, 16), keras.layers.Dense(16), keras.layers.Dense(40)])
+             if kind == "sequential" else keras.layers.Dense(4))
+    with pytest.raises(ValueError, match="is not built .*model.build"):
+        recipe_spec.oneshot(model=model, recipe=SPARSEGPT, dataset=plain_samples())
+    assert not model.built

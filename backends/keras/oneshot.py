@@ -156,6 +156,10 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
     ops = NUMPY_OPS
 
     def __init__(self, model: Any):
+        if not getattr(model, "built", True) or not model.weights:
+            raise ValueError(f"this Keras {type(model).__name__} is not built (it holds no weights yet), so there is "
+                             "nothing to compress: build it first (model.build(input_shape), or call it once on a "
+                             "batch of inputs), or load it with its weights")
         self.model = model
         self._infos: list[ModuleInfo] = []
         self._layers: dict[str, Any] = {}

@@ -34,6 +34,10 @@ _QUANTIZED_PARAMS = ("weight_packed", "weight_scale", "weight_global_scale")
 
 def refuse_meta(model: torch.nn.Module) -> None:
     """A ValueError for a model whose weights are on the meta device (never loaded)."""
+    lazy = [n for n, p in model.named_parameters() if isinstance(p, torch.nn.parameter.UninitializedParameter)]
+    if lazy:
+        raise ValueError(f"the model's lazy modules are not initialised ({lazy[0]} has no shape yet): run one "
+                         "forward pass of a batch first, so that they take their shapes")
     meta = [n for n, p in model.named_parameters() if p.is_meta]
     if meta:
         raise ValueError(f"the model's weights are on the meta device (not loaded: {meta[0]} and "
