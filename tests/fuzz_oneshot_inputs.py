@@ -7,12 +7,15 @@ QuantizationModifier schemes, SmoothQuant, AWQ; tokenised samples; arguments; a 
 Llama; maybe an output folder) with one mutation drawn from one generator family:
 
 - ``recipe``: bad types, out-of-range values, unknown keys and modifiers, hostile ``re:`` targets,
-  N:M patterns and group sizes that do not divide the widths, unknown ``sequential_targets``;
+  N:M patterns and group sizes that do not divide the widths, unknown ``sequential_targets``,
+  GPTQ ``actorder`` values compressed-tensors refuses;
 - ``data``: ids out of the vocabulary, negative or float ids, empty samples, attention masks of
-  another length, sequences past the model's positions, DataLoaders of tuples, wrong containers;
+  another length, sequences past the model's positions, DataLoaders of tuples, wrong containers,
+  a generator that never ends;
 - ``args``: counts as strings, floats, negatives, None, bools; unknown keywords; bad pipelines;
 - ``model``: a non-finite weight in a later layer, a meta-device model, a model quantized
-  before, odd widths;
+  before, odd widths, a head tied to the embedding that the recipe compresses (the embedding
+  must keep its values);
 - ``output``: a file, a read-only folder, a non-empty folder, a sharded checkpoint, a missing
   parent;
 - ``valid``: no mutation.
@@ -98,7 +101,8 @@ def _mut_recipe(rng: random.Random, case: dict[str, Any], modifier: str,
     hidden = case["model"]["hidden"]
     options = ["bad-type", "out-of-range", "unknown-key", "unknown-modifier", "hostile-regex", "bad-regex",
                "nm-not-dividing", "group-not-dividing", "unknown-seq-targets", "no-stage", "empty-recipe", "garbage",
-               "top-list", "recipe-not-text", "unknown-scheme", "targets-none-match", "as-path", "bad-mapping"]
+               "top-list", "recipe-not-text", "unknown-scheme", "targets-none-match", "as-path", "bad-mapping",
+               "bad-actorder"]
     name = rng.choice(options)
     expect = "refuse"
     if name == "bad-type":  # (a string where a list of names goes is one name: not a bad type)
@@ -157,6 +161,12 @@ def _mut_recipe(rng: random.Random, case: dict[str, Any], modifier: str,
         args.clear()
         args["mappings"] = "[[['re:.*no_such_proj'], 're:.*input_layernorm']]"
         case["stage"] = "smooth+" + repr({"scheme": "W8A8", "targets": "[Linear]", "ignore": "[lm_head]"})
+    elif name == "bad-actorder":  # compressed-tensors 0.19 refuses these (group and dynamic were removed)
+        modifier = "GPTQModifier"
+        args.clear()
+        args.update({"scheme": "W8A8", "targets": "[Linear]", "ignore": "[lm_head]",
+                     "actorder": rng.choice(["group", "dynamic", "true", "sideways", "GROUP"])})
+        case["stage"] = "quant"
     elif name == "as-path":
         case["recipe_as"] = "path"
         expect = "run"
@@ -168,7 +178,8 @@ def _mut_data(rng: random.Random, case: dict[str, Any]) -> tuple[str, str]:
     samples = case["data"]["samples"]
     name = rng.choice(["id-out-of-vocab", "negative-id", "float-id", "empty-sample", "mask-longer", "mask-shorter",
                        "past-positions", "tuple-loader", "dataloader", "one-dict", "list-of-lists", "strings",
-                       "no-samples", "none", "nested-ids", "mask-not-binary", "generator", "tensors", "dataset"])
+                       "no-samples", "none", "nested-ids", "mask-not-binary", "generator", "tensors", "dataset",
+                       "endless"])
     expect = "refuse"
     i = 0  # fed: the first samples are taken when not shuffled
     case["args"]["shuffle_calibration_samples"] = False
@@ -194,10 +205,10 @@ def _mut_data(rng: random.Random, case: dict[str, Any]) -> tuple[str, str]:
         samples[i]["input_ids"] = [samples[i]["input_ids"]]
         expect = "any"
     elif name in ("tuple-loader", "dataloader", "one-dict", "list-of-lists", "strings", "no-samples", "none",
-                  "generator", "tensors", "dataset"):
+                  "generator", "tensors", "dataset", "endless"):
         case["data"]["kind"] = name
         expect = {"dataloader": "run", "generator": "run", "tensors": "run", "dataset": "run",
-                  "list-of-lists": "run"}.get(name, "refuse")
+                  "list-of-lists": "run", "endless": "run"}.get(name, "refuse")
     return name, expect
 
 
@@ -255,7 +266,7 @@ def _mut_args(rng: random.Random, case: dict[str, Any]) -> tuple[str, str]:
 
 def _mut_model(rng: random.Random, case: dict[str, Any], backend: str) -> tuple[str, str]:
     m = case["model"]
-    name = rng.choice(["nan-weight", "inf-weight", "meta", "quantized-before", "odd-widths", "training-mode"]
+    name = rng.choice(["nan-weight", "inf-weight", "meta", "quantized-before", "odd-widths", "training-mode", "tied-head"]
                       if backend == "torch" else ["nan-weight", "inf-weight", "quantized-before", "odd-widths"])
     expect = "any"
     if name in ("nan-weight", "inf-weight"):
@@ -267,6 +278,8 @@ def _mut_model(rng: random.Random, case: dict[str, Any], backend: str) -> tuple[
         m["variant"] = "quantized-before"
     elif name == "odd-widths":
         m["hidden"], m["intermediate"] = rng.choice([(24, 40), (24, 22), (48, 36)])
+    elif name == "tied-head":  # lm_head shares the embedding's weight and the recipe compresses it
+        m["variant"] = "tied-head"
     elif name == "training-mode":
         m["variant"] = "training"
         expect = "run"
@@ -336,6 +349,8 @@ def make_case(case_id: int, backend: str = "torch", surface: str | None = None) 
         expect = "any"  # a scheme keras holds no layer for is refused, located
     if family != "recipe":
         case["recipe"] = _render(modifier, args, case["stage"])
+        if mutation == "tied-head" and case["surface"] != "cli":
+            case["recipe"] = case["recipe"].replace("ignore: [lm_head]", "ignore: []")
     elif mutation == "no-stage":
         case["recipe"] = _mod(modifier, {k: v for k, v in args.items() if not k.startswith("_")})
     elif mutation == "empty-recipe":
@@ -358,12 +373,12 @@ def make_case(case_id: int, backend: str = "torch", surface: str | None = None) 
             case["args"] = {"num_calibration_samples": 4, "batch_size": 1}
             if case["output"]["kind"] == "nonempty":  # overwrite-str's folder
                 case["output"]["kind"] = "new"
-        if family == "model" and mutation in ("meta", "training-mode", "quantized-before"):
+        if family == "model" and mutation in ("meta", "training-mode", "quantized-before", "tied-head"):
             family, mutation, expect = "valid", "none", "run"
             case["model"]["variant"] = "plain"
         if mutation == "recipe-not-text":
             case["recipe"], case["recipe_as"] = "", "path"
-        if family == "data" and mutation in ("tensors", "dataset", "generator", "dataloader", "tuple-loader", "none",
+        if family == "data" and mutation in ("tensors", "dataset", "generator", "endless", "dataloader", "tuple-loader", "none",
                                              "mask-longer", "mask-shorter", "mask-not-binary"):
             case["data"] = {"kind": "list", "samples": [
                 {"input_ids": s["input_ids"]} for s in case["data"]["samples"]], "keras_names": False}

@@ -41,6 +41,10 @@ def build(spec: dict[str, Any]) -> Any:
         w = model.model.layers[-1].mlp.down_proj.weight
         with torch.no_grad():
             w[0, 1] = float("nan") if spec["variant"] == "nan-weight" else float("inf")
+    elif spec["variant"] == "tied-head":
+        model.lm_head.weight = model.model.embed_tokens.weight
+        model.config.tie_word_embeddings = True
+        model._fuzz_embedding = model.model.embed_tokens.weight.detach().clone()
     elif spec["variant"] == "training":
         model.train()
     elif spec["variant"] == "quantized-before":
@@ -128,6 +132,10 @@ def common_dataset(kind: str, samples: list[dict[str, Any]]) -> Any:
         return None
     if kind == "generator":
         return (dict(s) for s in samples)
+    if kind == "endless":  # a source that never ends: the run reads what it needs
+        import itertools
+
+        return itertools.chain((dict(s) for s in samples), (dict(samples[0]) for _ in itertools.count()))
     if kind == "dataset":
         return Table(samples)
     raise ValueError(f"no data kind {kind!r}")
@@ -196,3 +204,9 @@ def warm() -> None:
 
     import recipe_spec.cli  # noqa: F401
     import recipe_spec.one_shot.api  # noqa: F401
+
+
+def tied_kept(model: Any) -> bool:
+    """A model built tied (``tied-head``) kept its embedding's values, whatever the head became."""
+    kept = getattr(model, "_fuzz_embedding", None)
+    return kept is None or torch.equal(model.model.embed_tokens.weight.detach(), kept)

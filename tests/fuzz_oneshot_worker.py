@@ -285,6 +285,10 @@ def _check_run(case: dict[str, Any], before_out: dict[str, Any], after_out: dict
     if case["surface"] != "cli" and finite_before and not side.finite_forward(case["_model"]):
         flags.append("bad-run")
         notes.append("non-finite logits after the run")
+    kept = getattr(side, "tied_kept", None)
+    if case["surface"] != "cli" and kept is not None and not kept(case["_model"]):
+        flags.append("bad-run")
+        notes.append("compressing the tied head changed the input embedding")
     return notes
 
 

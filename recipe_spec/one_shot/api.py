@@ -399,7 +399,8 @@ def _need_data(recipe: Recipe, mod: Any) -> Any:
     from ..diagnostics import codes
 
     return codes.B001(f"{mod.type} needs calibration data and no dataset was given",
-                      "Pass dataset= (tokenised samples) to oneshot().", mod.entry.span).in_file(recipe.path)
+                      "Pass the calibration samples: dataset= to oneshot(), calibration= to "
+                      "ScheduledModifierManager.apply().", mod.entry.span).in_file(recipe.path)
 
 
 def _attach(recipe: Recipe, host: Any, quantizers: Sequence[Any], backend: str,
