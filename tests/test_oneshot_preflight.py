@@ -393,3 +393,12 @@ def test_a_model_with_uninitialised_lazy_modules_is_refused() -> None:
     with pytest.raises(ValueError, match=r"lazy modules are not initialised \(1.weight"):
         recipe_spec.oneshot(model=model, recipe=SPARSEGPT.replace(", ignore: [lm_head]", ""), dataset=_samples())
     assert isinstance(model[1].weight, torch.nn.parameter.UninitializedParameter)
+
+
+@pytest.mark.parametrize("recipe,exc,match", [
+    ([], ValueError, "the recipe is an empty list"),
+    ({"q_stage": {"q_modifiers": {}}}, TypeError, r"not dict \(write the mapping as YAML text"),
+    (GPTQ.encode(), TypeError, r"not bytes \(decode it"),
+], ids=["empty list", "mapping", "bytes"])
+def test_a_recipe_of_another_form_is_refused_with_what_to_give(recipe: Any, exc: type, match: str) -> None:
+    _refused(recipe, exc, match)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..atomic import check_output_dir, writing
@@ -71,7 +71,10 @@ def _recipe(recipe: Any, recipe_args: Any) -> Recipe:
         return recipe
     if isinstance(recipe, (str, os.PathLike)):
         return load(recipe, dict(recipe_args) if recipe_args else None)
-    raise TypeError(f"recipe must be a path, YAML text or a recipe_spec.Recipe, not {type(recipe).__name__}")
+    hint = (" (write the mapping as YAML text: yaml.safe_dump(recipe))" if isinstance(recipe, Mapping)
+            else " (decode it: recipe.decode())" if isinstance(recipe, bytes) else "")
+    raise TypeError(f"recipe must be a path, YAML text, modifier objects or a recipe_spec.Recipe, not "
+                    f"{type(recipe).__name__}{hint}")
 
 
 def oneshot(

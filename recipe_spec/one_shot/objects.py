@@ -102,6 +102,9 @@ def object_recipe(recipe: Any, recipe_args: Any = None) -> Recipe:
     TypeError for a list mixing objects with anything else and for ``recipe_args`` (they set
     a YAML recipe's variables; objects have none)."""
     leaves = flatten(recipe)
+    if not leaves:
+        raise ValueError("the recipe is an empty list: it holds no modifier to run; give modifier objects "
+                         "(recipe_spec.modifiers...), or a recipe path or YAML text")
     for i, m in enumerate(leaves):
         if not isinstance(m, ModifierObject):
             raise TypeError(
