@@ -68,20 +68,20 @@ class QuantizedWeights:
 
         self._quantized_state()
         ignore = list(config.get("ignore") or [])
+        groups = list((config.get("config_groups") or {}).values())
         for info in self.modules():  # type: ignore[attr-defined]
             if any(matches(t, info.name, info.classes) for t in ignore):
                 continue
-            if not info.prunable:
-                if "Embedding" in info.classes and any(
-                        matches(t, info.name, info.classes) for group in (config.get("config_groups") or {}).values()
-                        for t in group.get("targets") or []):
-                    raise QuantizationRefused(
-                        f"{info.name}: the recipe quantizes this Embedding layer; recipe-spec's Keras backend "
-                        "quantizes Dense and EinsumDense layers only (PyTorch quantizes embeddings round to "
-                        "nearest): leave it out of the targets (ignore:), or run the recipe on PyTorch")
-                continue
-            for group in (config.get("config_groups") or {}).values():
+            for group in groups:
                 if any(matches(t, info.name, info.classes) for t in group.get("targets") or []):
+                    if not info.prunable:
+                        if "Embedding" in info.classes:
+                            raise QuantizationRefused(
+                                f"{info.name}: the recipe quantizes this Embedding layer; recipe-spec's Keras "
+                                "backend quantizes Dense and EinsumDense layers only (PyTorch quantizes embeddings "
+                                "round to nearest): leave it out of the targets (ignore:), or run the recipe on "
+                                "PyTorch")
+                        break
                     weights = group.get("weights")
                     if weights is None:
                         raise QuantizationRefused(

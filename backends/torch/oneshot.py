@@ -343,8 +343,7 @@ class TorchCalibrationHost(ModelState):
     def set_quantized(self, name: str, weight: torch.Tensor | None, qparams: Mapping[str, Any]) -> None:
         from .compressed import record
 
-        self.own_weight(self._named[name])
-        record(self._named[name], name, weight, qparams)
+        record(self._named[name], name, weight, qparams)  # untied when its scheme was attached
 
     def save_problem(self, quantized: bool) -> str | None:
         """Why :meth:`save` could not save the model once it is quantized (``quantized``), or

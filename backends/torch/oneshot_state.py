@@ -33,7 +33,8 @@ _QUANTIZED_PARAMS = ("weight_packed", "weight_scale", "weight_global_scale")
 
 
 def refuse_meta(model: torch.nn.Module) -> None:
-    """A ValueError for a model whose weights are on the meta device (never loaded)."""
+    """A ValueError for a model whose weights are on the meta device (never loaded) or not
+    initialised yet (lazy modules before their first forward pass)."""
     lazy = [n for n, p in model.named_parameters() if isinstance(p, torch.nn.parameter.UninitializedParameter)]
     if lazy:
         raise ValueError(f"the model's lazy modules are not initialised ({lazy[0]} has no shape yet): run one "
@@ -70,6 +71,7 @@ class ModelState:
 
     model: torch.nn.Module
     _named: dict[str, torch.nn.Module]
+    _tied_ids: set[int] | None = None
 
     # -- before --------------------------------------------------------------------------------
     def describe(self, value: Any) -> ArrayFacts | None:
@@ -127,7 +129,7 @@ class ModelState:
         weight = module._parameters.get("weight")
         if weight is None:
             return
-        if getattr(self, "_tied_ids", None) is None:
+        if self._tied_ids is None:  # the weights more than one module holds, found once
             seen: dict[int, int] = {}
             for m in self.model.modules():
                 p = m._parameters.get("weight")
