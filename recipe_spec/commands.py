@@ -128,12 +128,21 @@ def _check_files(
     else:
         found = [check_one(Path(path), variables or None) for path in files]
     results: list[tuple[str, list[Diagnostic]]] = [
-        (path, [d for d in diags if _selected(d, select, ignore)])
-        for path, diags in zip(files, found, strict=True)
+        (path, _kept(diags, select, ignore)) for path, diags in zip(files, found, strict=True)
     ]
     FORMATS[args.format](results, sys.stdout, __version__)
     failed = any(d.severity is Severity.ERROR for _, ds in results for d in ds)
     return 0 if not failed or args.exit_zero else 1
+
+
+def _kept(diags: list[Diagnostic], select: Any, ignore: Any) -> list[Diagnostic]:
+    """The diagnostics ``--select``/``--ignore`` keep, with the releases they were checked
+    against (:class:`~recipe_spec.validation.Findings`)."""
+    from .validation import Findings
+
+    kept = Findings(d for d in diags if _selected(d, select, ignore))
+    kept.checked_against = getattr(diags, "checked_against", "")
+    return kept
 
 
 def _known_backend(name: str | None, option: str) -> str | None:

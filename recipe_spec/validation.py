@@ -24,8 +24,18 @@ from .text.locs import gc_paused
 
 __all__ = [
     "Finding", "validate", "validate_recipe", "backend_findings", "positioned", "apply_noqa", "RULES",
-    "CORE_DIALECT_MODIFIERS", "once_per_file",
+    "CORE_DIALECT_MODIFIERS", "once_per_file", "Findings",
 ]
+
+
+class Findings(list[Diagnostic]):
+    """One file's diagnostics (a list), with ``checked_against``: the releases a stage/group
+    recipe was checked against when ``--compat`` chose none and the recipe says which tool
+    it was written for (:func:`recipe_spec.core_dialect.written_for.written_for`); ``""``
+    when every release of both tools was."""
+
+    checked_against: str = ""
+
 
 def validate_recipe(recipe: Recipe, backend: str | None = None, compat: Any = None) -> list[Diagnostic]:
     """Every finding about ``recipe`` (schemas and rules), positioned, in file order.
@@ -118,8 +128,15 @@ def validate(
         if loaded is not None:
             diagnostics = diagnostics + validate_recipe(loaded, backend, compat)
         text = loaded.source.text if loaded is not None and loaded.source is not None else _text_of(recipe)
+        found = Findings(apply_noqa(diagnostics, text) if text else diagnostics)
+        if loaded is not None and loaded.dialect == "core" and compat is None:
+            from .core_dialect.written_for import checked_against, written_for
+
+            tools = written_for(loaded)
+            if len(tools) == 1:
+                found.checked_against = checked_against(tools)
         del loaded
-        return apply_noqa(diagnostics, text) if text else diagnostics
+        return found
 
 
 def _text_of(recipe: RecipeInput) -> str:

@@ -30,7 +30,7 @@ from .catalogue import core_names, core_variants, variant_in
 from .legacy_scheme import check_legacy
 from .quant_args import Rec, check_quant, type_problems
 from .spec import Renamed
-from .versions import TOOLS, Compat, ToolVersion, all_versions, summarize
+from .versions import TIMELINE, TOOLS, Compat, ToolVersion, summarize, tools_in_scope
 
 __all__ = ["Problem", "check_modifier", "KINDS"]
 
@@ -107,7 +107,8 @@ def check_modifier(name: str, args: Any, compat: Compat | None) -> list[Problem]
                               f"{type(thaw(args)).__name__}", "", label)]
     typed: dict[tuple[str, int], list[Rec]] = {}
     parts = [(lo, hi, group, mask, _check_in(name, args, steps, tail, group[0], typed))
-             for lo, hi, group, mask, steps, tail in _alike(name, tuple(args), compat.pair if compat else None)]
+             for lo, hi, group, mask, steps, tail in _alike(name, tuple(args), compat.pair if compat else None,
+                                                           tools_in_scope())]
     return out + _merge(parts, compat) + _order(args, label)
 
 
@@ -127,26 +128,31 @@ def _order(args: Mapping[Any, Any], label: str) -> list[Problem]:
                     f"write an end after {start:g}, or end: -1 to run to the end of training", label)]
 
 
-@functools.lru_cache(maxsize=1024)
 def _where(name: str) -> tuple[tuple[ToolVersion, ...], tuple[ToolVersion, ...]]:
-    """The releases that have a modifier ``name``, and those that lack it."""
-    where = tuple(p for p in all_versions() if variant_in(name, p))
-    return where, tuple(p for p in all_versions() if p not in where)
+    """The releases in scope that have a modifier ``name``, and those that lack it."""
+    return _where_in(name, tools_in_scope())
 
 
-#: Position of each release in :func:`all_versions`.
-_POS: dict[ToolVersion, int] = {p: i for i, p in enumerate(all_versions())}
+@functools.lru_cache(maxsize=1024)
+def _where_in(name: str, tools: tuple[str, ...]) -> tuple[tuple[ToolVersion, ...], tuple[ToolVersion, ...]]:
+    where = tuple(p for p in TIMELINE if p[0] in tools and variant_in(name, p))
+    return where, tuple(p for p in TIMELINE if p[0] in tools and p not in where)
+
+
+#: Position of each release in the timeline (every tool, whatever the scope).
+_POS: dict[ToolVersion, int] = {p: i for i, p in enumerate(TIMELINE)}
 
 
 @functools.lru_cache(maxsize=4096)
-def _alike(name: str, keys: tuple[Any, ...], only: ToolVersion | None) -> tuple[tuple[Any, ...], ...]:
+def _alike(name: str, keys: tuple[Any, ...], only: ToolVersion | None,
+           tools: tuple[str, ...]) -> tuple[tuple[Any, ...], ...]:
     """The releases to check (``only``, or all that have ``name``) in groups where arguments
     named ``keys`` meet the same rules (the same schemas, deprecations, renames, quantization
     fields and required arguments), so :func:`_check_in` finds the same problems in each
     release of a group. Each group as ``(position of its oldest release, of its newest,
     releases, bit mask of the positions, steps, tail)``, ordered by oldest release, where
     steps and tail are :func:`_plan`'s for the group's first release."""
-    pairs = (only,) if only is not None else _where(name)[0]
+    pairs = (only,) if only is not None else _where_in(name, tools)[0]
     known, renames = _known_and_renamed(name)
     given = frozenset(keys)
     groups: dict[tuple[Any, ...], list[ToolVersion]] = {}
@@ -288,7 +294,7 @@ def _absent(name: str, key: str, pair: ToolVersion) -> Rec:
     spec = variant_in(name, pair)
     assert spec is not None
     tool, version = pair
-    earlier = [p for p in all_versions()
+    earlier = [p for p in TIMELINE
                if (p[0] == tool and p[1] < version) or TOOLS.index(p[0]) < TOOLS.index(tool)]
     had = any(key in (s.args_in(p)) for p in earlier for s in core_variants(name) if s.exists_in(p))
     hint = spec.instead.get(key, "")
@@ -403,9 +409,13 @@ def _merge(parts: Sequence[tuple[int, int, tuple[ToolVersion, ...], int, list[Re
     return out
 
 
-@functools.lru_cache(maxsize=1024)
 def _summarize_mask(mask: int) -> str:
     """:func:`summarize` of the releases whose positions are the bits of ``mask``."""
+    return _summarize_mask_in(mask, tools_in_scope())
+
+
+@functools.lru_cache(maxsize=1024)
+def _summarize_mask_in(mask: int, tools: tuple[str, ...]) -> str:
     return summarize([p for p, i in _POS.items() if mask >> i & 1])
 
 

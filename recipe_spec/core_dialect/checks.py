@@ -34,7 +34,8 @@ from .oneshot_compat import oneshot_differences
 from .owl_checks import owl_diagnostics
 from .pattern_checks import arg_items, pattern_findings
 from .reader import STAGE_KEYS, _group_key, _stage_key
-from .versions import Compat, newest, summarize, versions_where
+from .versions import Compat, newest, scope, summarize, versions_where
+from .written_for import written_for
 
 __all__ = ["core_diagnostics"]
 
@@ -282,7 +283,15 @@ def _sentence(hint: str) -> str:
 
 
 def core_diagnostics(recipe: Recipe, compat: Compat | None = None) -> list[Diagnostic]:
-    """Every diagnostic of a core-dialect ``recipe`` under ``compat`` (None: every version)."""
+    """Every diagnostic of a core-dialect ``recipe`` under ``compat`` (None: every release of
+    the tools it was written for, :func:`~.written_for.written_for`)."""
+    if compat is None:
+        with scope(written_for(recipe)):
+            return _diagnostics(recipe, None)
+    return _diagnostics(recipe, compat)
+
+
+def _diagnostics(recipe: Recipe, compat: Compat | None) -> list[Diagnostic]:
     checker = _Checker(recipe, compat)
     root = recipe.document.value if recipe.document is not None else None
     if isinstance(root, FrozenDict):

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 __all__ = [
     "Version", "Compat", "TOOLS", "TOOL_LABELS", "RELEASES", "ToolVersion",
-    "in_range", "all_versions", "versions_where", "summarize", "newest",
+    "in_range", "all_versions", "versions_where", "summarize", "newest", "scope", "tools_in_scope",
 ]
 
 
@@ -104,12 +106,42 @@ def in_range(spec: str, version: Version) -> bool:
     return True
 
 
+#: The tools a check without ``--compat`` is about (:func:`scope`); every tool by default.
+_SCOPE: ContextVar[tuple[str, ...]] = ContextVar("recipe_spec_tools_in_scope", default=TOOLS)
+
+
+@contextmanager
+def scope(tools: Iterable[str]) -> Iterator[None]:
+    """Within the block, "every release" means every release of ``tools`` only: what
+    :func:`all_versions`, :func:`versions_where` and :func:`summarize` answer. Used when the
+    tool a recipe was written for is known (inferred from the recipe) and no ``--compat``
+    chose one release.
+
+    >>> with scope(["llmcompressor"]):
+    ...     summarize(versions_where({"sparseml": "", "llmcompressor": "<=0.4"}))
+    'llm-compressor ≤0.4'
+    """
+    chosen = tuple(t for t in TOOLS if t in set(tools))
+    token = _SCOPE.set(chosen or TOOLS)
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+
+
+def tools_in_scope() -> tuple[str, ...]:
+    """The tools "every release" covers here (:func:`scope`)."""
+    return _SCOPE.get()
+
+
 def all_versions() -> list[ToolVersion]:
-    """Every known release of every tool, SparseML first, each oldest first."""
-    return [(tool, v) for tool in TOOLS for v in RELEASES[tool]]
+    """Every known release of every tool in scope (:func:`scope`; by default every tool),
+    SparseML first, each oldest first."""
+    return [(tool, v) for tool in _SCOPE.get() for v in RELEASES[tool]]
 
 
-_ALL = frozenset(all_versions())
+#: Every release of every tool, whatever the scope (the timeline).
+TIMELINE: tuple[ToolVersion, ...] = tuple((tool, v) for tool in TOOLS for v in RELEASES[tool])
 
 
 def versions_where(tools_map: Mapping[str, str]) -> list[ToolVersion]:
@@ -163,12 +195,12 @@ def summarize(pairs: Iterable[ToolVersion]) -> str:
     >>> summarize([("sparseml", Version.parse("1.6")), ("sparseml", Version.parse("1.7"))])
     'SparseML ≤1.7'
     """
-    return _summarize(frozenset(pairs))
+    return _summarize(frozenset(pairs), _SCOPE.get())
 
 
 @functools.lru_cache(maxsize=2048)  # messages name the same few sets of releases again and again
-def _summarize(chosen: frozenset[ToolVersion]) -> str:
-    if chosen >= _ALL:
+def _summarize(chosen: frozenset[ToolVersion], tools: tuple[str, ...]) -> str:
+    if chosen >= {(t, v) for t in tools for v in RELEASES[t]}:
         return "every version"
     parts = []
     for tool in TOOLS:

@@ -21,13 +21,22 @@ Results = list[tuple[str, list[Diagnostic]]]
 
 
 def emit_text(results: Results, out: Any, version: str = "") -> None:
-    """One ``file:line:col: CODE [severity] message`` line per diagnostic, then a summary."""
+    """One ``file:line:col: CODE [severity] message`` line per diagnostic, then the releases
+    stage/group recipes were checked against where they said which tool they were written
+    for (``checked_against`` of :class:`recipe_spec.validation.Findings`), then a summary."""
     count = {s: 0 for s in Severity}
+    against: dict[str, int] = {}
     for path, diags in results:
         for d in diags:
             count[d.severity] += 1
             print(d.in_file(path).format(), file=out)
+        label = getattr(diags, "checked_against", "")
+        if label:
+            against[label] = against.get(label, 0) + 1
     files = len(results)
+    for label, n in against.items():
+        print(f"{n} of {files} file(s) checked against {label} only: they use what only "
+              "llm-compressor reads (--compat chooses a release)", file=out)
     bad = sum(1 for _, ds in results if any(d.severity is Severity.ERROR for d in ds))
     print(
         f"{files} file(s) checked: {bad} with errors; {count[Severity.ERROR]} error(s), "
