@@ -72,7 +72,7 @@ def run(framework: str, folder: Path, recipe: str, out: Path) -> None:
         import transformers
         from safetensors.torch import load_file
 
-        import recipe_spec.one_shot.quantize as quantize
+        from recipe_spec.oneshot.shared import quantize as quantize
 
         torch.set_num_threads(1)
         solves: list[dict[str, Any]] = []
@@ -127,7 +127,7 @@ def numpy_solve_on_torch_hessian(reference: Path, layer_index: int) -> float:
     """The share of the layer's weights on PyTorch's grid point when recipe-spec's NumPy solve
     is given PyTorch's own weight and Hessian for it."""
     from recipe_spec.masks.numpy_ops import NUMPY_OPS
-    from recipe_spec.pruning.second_order.gptq import gptq_quantize
+    from recipe_spec.oneshot.gptq.solve import gptq_quantize
 
     solve = pickle.loads(reference.with_suffix(".pkl").read_bytes())[layer_index]
     ref = np.load(reference)

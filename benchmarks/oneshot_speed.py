@@ -13,7 +13,7 @@ process that builds the model, calls ``oneshot`` once and reports:
 
 - the wall time of ``oneshot`` (the modules each side imports are imported before the clock
   starts: llm-compressor's with ``from llmcompressor import oneshot``, ours with
-  ``recipe_spec.one_shot``, the torch host and compressed-tensors' quantization);
+  ``recipe_spec.oneshot``, the torch host and compressed-tensors' quantization);
 - the time per decoder layer: from the first call of the first decoder layer to the end of
   ``oneshot``, divided by the number of layers (each layer is calibrated, compressed and run
   again for the next layer's inputs); the time before it (``setup``: reading the recipe and
@@ -117,7 +117,7 @@ def run_once(impl: str, recipe: str, samples: int, profile: str | None = None) -
         import recipe_spec_torch.oneshot  # noqa: F401
 
         import recipe_spec
-        import recipe_spec.one_shot  # noqa: F401  imports before the clock, as llm-compressor's
+        import recipe_spec.oneshot  # noqa: F401  imports before the clock, as llm-compressor's
 
         if importlib.util.find_spec("compressed_tensors"):  # what quantizing on torch imports
             import compressed_tensors.quantization  # noqa: F401

@@ -22,6 +22,7 @@ from __future__ import annotations
 from .diagnostics.base import Diagnostic, RecipeError, Severity, Span
 from .loader import check, load, loads
 from .manager import ScheduledModifierManager
+from .oneshot.api import oneshot
 from .recipe.model import Group, Modifier, Recipe, Stage
 from .registry import available_backends, get_backend
 from .text.frozen import FrozenDict
@@ -48,11 +49,3 @@ __all__ = [
     "oneshot",
 ]
 
-
-def __getattr__(name: str) -> object:
-    """``recipe_spec.oneshot`` (:func:`recipe_spec.one_shot.oneshot`), imported when first used."""
-    if name == "oneshot":
-        from .one_shot.api import oneshot
-
-        return oneshot
-    raise AttributeError(f"module 'recipe_spec' has no attribute {name!r}")

@@ -26,7 +26,7 @@ from typing import Any
 from .commands import InputError, UsageError, _check_files, _compat, _known_backend, parse_var
 from .commands import lint_command as _lint_command
 from .diagnostics.base import Diagnostic, RecipeError, Severity
-from .one_shot.summary import summary as _summary
+from .oneshot.summary import summary as _summary
 
 __all__ = ["oneshot_command", "lint_command", "read_calibration", "checkpoint_lint", "print_estimates",
            "DEFAULT_SEQ_LEN", "header_findings"]
@@ -111,13 +111,13 @@ def _seq_len(config: dict[str, Any], given: int | None) -> int:
 def checkpoint_lint(path: str, model: Any, variables: Any, samples: int, seq_len: int | None,
                     estimates: list[Any]) -> list[Diagnostic]:
     """The one-shot findings of the recipe at ``path`` against a checkpoint (``model``: a
-    :class:`~recipe_spec.one_shot.checkpoint.CheckpointModel`), quantization group sizes
-    included (:mod:`recipe_spec.one_shot.quant_lint`); its cost estimate, when it holds a
+    :class:`~recipe_spec.oneshot.checkpoint.CheckpointModel`), quantization group sizes
+    included (:mod:`recipe_spec.oneshot.quant_lint`); its cost estimate, when it holds a
     one-shot modifier or a GPTQModifier, is appended to ``estimates``."""
     from .loader import check
-    from .one_shot.checkpoint import estimate
-    from .one_shot.modifiers import runnable
-    from .one_shot.quant_lint import gptq_modifiers
+    from .oneshot.checkpoint import estimate
+    from .oneshot.modifiers import runnable
+    from .oneshot.quant_lint import gptq_modifiers
     from .text.patterns import PatternError
 
     recipe, _ = check(Path(path), variables)
@@ -175,7 +175,7 @@ def flag_targets_problem(model: Any, targets: Sequence[str] | None) -> None:
     holds a ``re:`` pattern the run's matcher refuses."""
     if not targets:
         return
-    from .one_shot.checkpoint import sequential_targets_problem
+    from .oneshot.checkpoint import sequential_targets_problem
     from .text.targets import explain, refused_patterns
 
     refused = refused_patterns(targets)
@@ -193,7 +193,7 @@ def read_checkpoint_model(directory: str, classes: bool = True) -> tuple[Any, An
     """``(names, model)`` of a checkpoint folder, or an :class:`InputError` naming the file.
     ``classes``: also learn every module's classes by building the architecture on the meta
     device when transformers is installed (``lint``); the command itself reads headers only."""
-    from .one_shot.checkpoint import read_model
+    from .oneshot.checkpoint import read_model
     from .params.checkpoint import CheckpointError, read_checkpoint
     from .params.headers import ModelSpecError
 
@@ -253,7 +253,7 @@ def _required_packages(mods: Sequence[Any]) -> None:
 def _recipe(args: argparse.Namespace) -> tuple[Any, list[Any]]:
     """The loaded recipe and what ``oneshot`` runs of it, or printed errors and exit 1."""
     from .loader import check
-    from .one_shot.modifiers import resolve
+    from .oneshot.modifiers import resolve
     from .validation import apply_noqa, validate_recipe
 
     variables = dict(parse_var(v) for v in args.var or []) or None
@@ -265,8 +265,8 @@ def _recipe(args: argparse.Namespace) -> tuple[Any, list[Any]]:
     if _print([d for d in found if d.code not in _OTHER_TOOL], args.recipe) or recipe is None:
         raise _Failed
     backend = _checkpoint_backend()
-    from .one_shot.api import _release
-    from .one_shot.preflight import refuse_recipe_patterns
+    from .oneshot.api import _release
+    from .oneshot.preflight import refuse_recipe_patterns
 
     try:
         refuse_recipe_patterns(recipe)  # a silenced P005 still cannot run
@@ -297,7 +297,7 @@ def oneshot_command(args: argparse.Namespace) -> int:
     input, 2 the command line is wrong."""
     _check_paths(args)
     if args.compat is not None:
-        from .one_shot.api import _release
+        from .oneshot.api import _release
 
         try:
             _release(args.compat)
@@ -315,7 +315,7 @@ def oneshot_command(args: argparse.Namespace) -> int:
     samples = read_calibration(args.calibration, vocab if isinstance(vocab, int) else None)
     _required_packages(mods)
     chosen = samples[: args.num_samples]
-    from .one_shot.checkpoint import estimate
+    from .oneshot.checkpoint import estimate
 
     print("\n".join(estimate(mods, model, len(chosen), max(len(s) for s in chosen),
                              sum(len(s) for s in chosen)).lines()))
@@ -333,12 +333,12 @@ def oneshot_command(args: argparse.Namespace) -> int:
 def header_findings(recipe: Any, mods: Sequence[Any], model: Any) -> list[Diagnostic]:
     """What the checkpoint's headers alone tell against ``recipe`` (``mods``: its one-shot
     modifiers): an N:M structure or a ``sequential_targets`` the model cannot take
-    (:func:`recipe_spec.one_shot.checkpoint.model_findings`: P004, P006), a quantization
+    (:func:`recipe_spec.oneshot.checkpoint.model_findings`: P004, P006), a quantization
     ``group_size`` that does not divide a target's ``in_features`` (P012), a smoothing mapping
     that resolves to no layer (P006). ``lint --model DIR`` and ``oneshot`` both report them;
     ``oneshot`` before torch is imported."""
-    from .one_shot.checkpoint import model_findings
-    from .one_shot.quant_lint import mapping_findings, quant_findings
+    from .oneshot.checkpoint import model_findings
+    from .oneshot.quant_lint import mapping_findings, quant_findings
 
     return (model_findings(recipe, mods, model) + quant_findings(recipe, model.modules)
             + mapping_findings(recipe, mods, model.modules, model.architecture))
@@ -367,8 +367,8 @@ def _run_and_save(args: argparse.Namespace, recipe: Any, model: Any, samples: li
     """Run the recipe on the loaded model with a progress bar, write ``--output`` atomically
     (SIGTERM unwinds as Ctrl-C does), print the per-layer summary."""
     from .atomic import sigterm_interrupts
-    from .one_shot.api import apply_oneshot
-    from .one_shot.progress import OneShotProgress
+    from .oneshot.api import apply_oneshot
+    from .oneshot.progress import OneShotProgress
 
     progress = OneShotProgress(log=False)  # a bar per pass on a terminal, plain lines otherwise
     dataset = [{"input_ids": s} for s in samples]

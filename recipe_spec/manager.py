@@ -170,10 +170,10 @@ class ScheduledModifierManager:
             manager.apply(model, calibration=samples, shuffle_calibration_samples=False)
         """
         if calibration is not None or self._one_shot():
-            from .one_shot.api import apply_oneshot
+            from .oneshot.api import apply_oneshot
 
             _one_shot_options(options)
-            from .one_shot.preflight import check_arguments
+            from .oneshot.preflight import check_arguments
 
             check_arguments(sequential_offload_device=options.get("sequential_offload_device"))
             offload = str(options.pop("sequential_offload_device", "") or "").startswith("cpu")
@@ -265,7 +265,7 @@ def _one_shot_options(options: dict[str, Any]) -> None:
     does (``apply_oneshot``'s keywords, and ``sequential_offload_device``)."""
     import inspect
 
-    from .one_shot.api import apply_oneshot
+    from .oneshot.api import apply_oneshot
 
     taken = [n for n in inspect.signature(apply_oneshot).parameters if n not in ("model", "recipe", "dataset", "offload")]
     taken.append("sequential_offload_device")

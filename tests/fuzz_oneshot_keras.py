@@ -158,4 +158,4 @@ def warm() -> None:
     import keras_hub.models  # noqa: F401
     import recipe_spec_keras.oneshot  # noqa: F401
 
-    import recipe_spec.one_shot.api  # noqa: F401
+    from recipe_spec.oneshot import api  # noqa: F401

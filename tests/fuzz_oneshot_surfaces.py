@@ -72,8 +72,8 @@ def _calibration_file(case: dict[str, Any], folder: Path) -> Path:
 
 def call_cli(case: dict[str, Any], checkpoint: Path, folder: Path, output: str | None) -> tuple[int, str, Any]:
     """Exit code, stderr and the exception that left ``apply_oneshot`` (None if none did)."""
-    import recipe_spec.one_shot.api as api
     from recipe_spec.cli import main
+    from recipe_spec.oneshot import api as api
 
     recipe = folder / "recipe.yaml"
     recipe.write_text(case["recipe"] or "")

@@ -203,7 +203,7 @@ def warm() -> None:
     from transformers import AutoModelForCausalLM, LlamaForCausalLM  # noqa: F401
 
     import recipe_spec.cli  # noqa: F401
-    import recipe_spec.one_shot.api  # noqa: F401
+    from recipe_spec.oneshot import api  # noqa: F401
 
 
 def tied_kept(model: Any) -> bool:

@@ -3,7 +3,7 @@
 scaling, and asymmetric with ``duo_scaling: both, n_grid: 10``): the scales it chose, its
 losses and the final weights; the grid, the weight means and the resolution rules by hand.
 
-The pass runs through :func:`recipe_spec.one_shot.pipeline.run_pipeline`: AWQ takes its weight
+The pass runs through :func:`recipe_spec.oneshot.pipeline.run_pipeline`: AWQ takes its weight
 grids from the quantization modifier after it, and ``oneshot()`` does not run that
 QuantizationModifier on this branch yet."""
 
@@ -16,12 +16,12 @@ import smoothing_reference as ref
 from recipe_spec import load
 from recipe_spec.diagnostics.base import RecipeError
 from recipe_spec.masks.numpy_ops import NUMPY_OPS
-from recipe_spec.one_shot.host import ModuleInfo
-from recipe_spec.one_shot.modifiers import OneShotModifier, resolve
-from recipe_spec.one_shot.smoothing import resolve_mappings
-from recipe_spec.one_shot.smoothing_args import SmoothingPlan, WeightScheme, smoothing_plan
+from recipe_spec.oneshot.awq.search import candidate_scales, grid, layer_means
+from recipe_spec.oneshot.host import ModuleInfo
+from recipe_spec.oneshot.modifiers import OneShotModifier, resolve
+from recipe_spec.oneshot.shared.smoothing import resolve_mappings
+from recipe_spec.oneshot.shared.smoothing_args import SmoothingPlan, WeightScheme, smoothing_plan
 from recipe_spec.quantization.args import QuantArgs
-from recipe_spec.quantization.awq import candidate_scales, grid, layer_means
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -47,8 +47,8 @@ def test_awq_chooses_llm_compressors_scales(name: str) -> None:
     1e-5 relative, the rest unchanged."""
     from recipe_spec_torch.oneshot import TorchCalibrationHost
 
-    from recipe_spec.one_shot.calibration import prepare
-    from recipe_spec.one_shot.pipeline import run_pipeline
+    from recipe_spec.oneshot.calibration import prepare
+    from recipe_spec.oneshot.pipeline import run_pipeline
 
     mod, plan = _plan(name)
     assert plan.schemes[0].weights == QuantArgs(4, "int", name.endswith("g32"), "group", 32)

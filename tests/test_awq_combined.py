@@ -20,8 +20,8 @@ pytest.importorskip("compressed_tensors")
 
 import recipe_spec  # noqa: E402
 from recipe_spec.diagnostics.base import RecipeError  # noqa: E402
-from recipe_spec.one_shot import last_report  # noqa: E402
-from recipe_spec.quantization.awq import grid  # noqa: E402
+from recipe_spec.oneshot import last_report  # noqa: E402
+from recipe_spec.oneshot.awq.search import grid  # noqa: E402
 
 #: (release, case) pairs whose every mapping chooses the release's grid point.
 EXACT = [("0.10", "w4_asym_g32_both_n10"), ("0.10", "w4_asym_g32_both_n10_ignore_v"),

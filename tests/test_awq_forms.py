@@ -9,8 +9,8 @@ import pytest
 
 from recipe_spec import load
 from recipe_spec.diagnostics.base import RecipeError
-from recipe_spec.one_shot.awq_forms import COMBINED, split_form
-from recipe_spec.one_shot.modifiers import resolve
+from recipe_spec.oneshot.awq.forms import COMBINED, split_form
+from recipe_spec.oneshot.modifiers import resolve
 from recipe_spec.validation import validate
 
 CAPS = frozenset({"oneshot", "transform:awq"})

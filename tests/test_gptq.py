@@ -1,4 +1,4 @@
-"""GPTQ's one-shot solver (recipe_spec.pruning.second_order.gptq) and its Hessian, on PyTorch and
+"""GPTQ's one-shot solver (recipe_spec.oneshot.gptq.solve) and its Hessian, on PyTorch and
 NumPy: llm-compressor's reference runs reproduced from their stored Hessians (case 06 layer by
 layer; case 10's W4A16 stage as far as its stored tensors allow), a dense float64
 transcription of the algorithm (activation order weight and group, asymmetric groups), the
@@ -13,9 +13,9 @@ import pytest
 from oneshot_conformance import backends, case, events, one_torch_thread, relative_error
 
 from recipe_spec.masks.numpy_ops import NUMPY_OPS
-from recipe_spec.pruning.second_order.blockwise import SolverError, sparsegpt_prune
-from recipe_spec.pruning.second_order.gptq import gptq_quantize
-from recipe_spec.pruning.second_order.hessian import GPTQHessianStats
+from recipe_spec.oneshot.gptq.solve import gptq_quantize
+from recipe_spec.oneshot.shared.hessian import GPTQHessianStats
+from recipe_spec.oneshot.shared.obs import SolverError, sparsegpt_prune
 from recipe_spec.quantization import QuantArgs, minmax_qparams, preset_weights
 from recipe_spec.quantization.grid import fake_quantize_weight, quantize_weight
 

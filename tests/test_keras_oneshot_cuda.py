@@ -24,7 +24,7 @@ import pytest
 from keras_subprocess import BACKENDS, run_script
 
 from recipe_spec.masks.numpy_ops import NUMPY_OPS
-from recipe_spec.pruning.second_order.blockwise import sparsegpt_prune
+from recipe_spec.oneshot.shared.obs import sparsegpt_prune
 
 #: the GPU only: each GPU run makes its CPU reference itself, and the same recipes run on the CPU
 #: on every backend in the other Keras test files (a process per backend costs seconds)

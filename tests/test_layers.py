@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("validation",),
     ("lint", "lint_scheme", "parallel", "fix", "convert"),
     ("runtime",),
-    ("one_shot",),
+    ("oneshot",),
     ("manager",),
     ("create", "integrations", "docgen"),
     ("cli", "commands", "commands_oneshot", "commands_fix", "__init__", "__main__"),

@@ -16,7 +16,7 @@ import pytest
 from testdata import QUALITY, llmcompressor_python
 
 from recipe_spec.masks.numpy_ops import NUMPY_OPS
-from recipe_spec.pruning.second_order.blockwise import SolverError, sparsegpt_prune
+from recipe_spec.oneshot.shared.obs import SolverError, sparsegpt_prune
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -239,7 +239,7 @@ def test_progress_hook_of_the_pipeline(checkpoint: Path) -> None:
 
 def test_summary_reports_a_cholesky_retry() -> None:
     from recipe_spec.commands_oneshot import _summary
-    from recipe_spec.one_shot import LayerReport, OneShotReport
+    from recipe_spec.oneshot import LayerReport, OneShotReport
 
     report = OneShotReport(order=[0, 1], layers=[
         LayerReport("model.layers.0.mlp.down_proj", "SparseGPTModifier", 0.5, 0.25, 2,

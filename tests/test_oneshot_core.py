@@ -10,9 +10,9 @@ import pytest
 
 import recipe_spec
 from recipe_spec.diagnostics.base import RecipeError
-from recipe_spec.one_shot.calibration import order_samples, read_samples
-from recipe_spec.one_shot.host import ModuleInfo
-from recipe_spec.one_shot.modifiers import resolve, select_modules
+from recipe_spec.oneshot.calibration import order_samples, read_samples
+from recipe_spec.oneshot.host import ModuleInfo
+from recipe_spec.oneshot.modifiers import resolve, select_modules
 from recipe_spec.validation import validate_recipe
 
 TORCH = frozenset({"oneshot", "scores:sparsegpt", "scores:wanda", "scores:magnitude"})
@@ -32,8 +32,9 @@ def _llama_modules() -> list[ModuleInfo]:
 
 
 def test_import_recipe_spec_and_its_oneshot_name_import_no_framework() -> None:
-    code = ("import sys, recipe_spec; f = recipe_spec.oneshot; import recipe_spec.one_shot; "
-            "assert callable(recipe_spec.oneshot); "
+    code = ("import sys, recipe_spec; f = recipe_spec.oneshot; import recipe_spec.oneshot; "
+            "from recipe_spec.oneshot import pipeline, checkpoint; "
+            "assert recipe_spec.oneshot is f and callable(f) and f.last_report() is None; "
             "print([m for m in ('torch', 'transformers', 'keras', 'tensorflow', 'datasets') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -43,7 +43,7 @@ pytest.importorskip("compressed_tensors")
 from device_audit import placement_checked  # noqa: E402
 
 import recipe_spec  # noqa: E402
-from recipe_spec.one_shot import last_report  # noqa: E402
+from recipe_spec.oneshot import last_report  # noqa: E402
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 FIXTURES = ("awq_w4_sym_g32", "awq_w4_asym_g32_both_n10", "sq_gptq_w8a8")

@@ -23,8 +23,8 @@ import dropin_common as dc  # noqa: E402
 
 import recipe_spec  # noqa: E402
 from recipe_spec.diagnostics.base import RecipeError  # noqa: E402
-from recipe_spec.one_shot.inputs import TextOptions, calibration_input  # noqa: E402
-from recipe_spec.one_shot.keywords import LLMCOMPRESSOR_KEYWORDS  # noqa: E402
+from recipe_spec.oneshot.inputs import TextOptions, calibration_input  # noqa: E402
+from recipe_spec.oneshot.keywords import LLMCOMPRESSOR_KEYWORDS  # noqa: E402
 
 #: llm-compressor 0.14: ``oneshot()``'s parameters, then the fields of ModelArguments,
 #: DatasetArguments (with CustomDatasetArguments, DVCDatasetArguments) and RecipeArguments
@@ -78,7 +78,7 @@ def test_the_table_holds_every_llmcompressor_keyword_and_no_other() -> None:
 
 
 def test_the_docs_hold_the_keyword_table() -> None:
-    from recipe_spec.one_shot.keywords import table
+    from recipe_spec.oneshot.keywords import table
 
     text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "oneshot.md").read_text(encoding="utf-8")
     assert table() in text
@@ -122,7 +122,7 @@ def test_keywords_with_nothing_to_act_on_and_llmcompressor_defaults_run(tmp_path
 
 
 def test_recipe_args_as_llmcompressor_strings() -> None:
-    from recipe_spec.one_shot.keywords import recipe_arguments
+    from recipe_spec.oneshot.keywords import recipe_arguments
 
     assert recipe_arguments(["sparsity=0.5", "scheme=W4A16"]) == {"sparsity": "0.5", "scheme": "W4A16"}
     with pytest.raises(ValueError, match="'sparsity' is not 'name=value'"):
@@ -138,7 +138,7 @@ def test_tokenizer_and_processor_together_are_refused() -> None:
 def test_a_model_whose_experts_cannot_be_split_is_refused() -> None:
     """A Keras-style model (no ``named_modules``) with experts is refused; a PyTorch model
     passes (its host splits transformers' fused experts: test_oneshot_moe.py)."""
-    from recipe_spec.one_shot.dropin import refuse_experts
+    from recipe_spec.oneshot.dropin import refuse_experts
 
     class Backbone:
         num_experts = 8
@@ -163,7 +163,7 @@ def test_a_checkpoint_folder_is_loaded_with_its_tokenizer(folder: pathlib.Path, 
 
 
 def test_a_tokenizer_named_by_its_folder_is_loaded(folder: pathlib.Path) -> None:
-    from recipe_spec.one_shot.dropin import resolve_processor
+    from recipe_spec.oneshot.dropin import resolve_processor
 
     loaded = resolve_processor(dc.llama(), None, str(folder), None)
     assert loaded("ab")["input_ids"] == _ids("ab")
@@ -173,7 +173,7 @@ def test_a_tokenizer_named_by_its_folder_is_loaded(folder: pathlib.Path) -> None
 
 
 def test_precision_picks_the_dtype_and_auto_keeps_the_checkpoints(tmp_path: pathlib.Path) -> None:
-    from recipe_spec.one_shot.dropin import load_model
+    from recipe_spec.oneshot.dropin import load_model
 
     half = dc.checkpoint(tmp_path / "bf16", dtype=torch.bfloat16)
     assert load_model(str(half))[0].dtype == torch.bfloat16
@@ -381,7 +381,7 @@ def test_quantization_schemes_of_compressed_tensors_become_recipe_text() -> None
 
     from recipe_spec.modifiers.quantization import QuantizationModifier
     from recipe_spec.modifiers.transform.awq import AWQMapping, AWQModifier
-    from recipe_spec.one_shot.objects import object_recipe
+    from recipe_spec.oneshot.objects import object_recipe
 
     scheme = QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(num_bits=8, symmetric=True,
                                                                              strategy="channel"))

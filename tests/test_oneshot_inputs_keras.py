@@ -1,4 +1,4 @@
-"""Calibration data in a Keras model's own forms (``recipe_spec.one_shot.calibration_inputs``,
+"""Calibration data in a Keras model's own forms (``recipe_spec.oneshot.calibration_inputs``,
 ``recipe_spec_keras.inputs``): keras-hub's ``token_ids``/``padding_mask``, a functional
 model's input names, batched dicts, arrays and the backend's tensors, ``(x, y)`` tuples,
 ``tf.data.Dataset`` (batched or not) and text through a keras-hub preprocessor; each form runs
@@ -31,7 +31,7 @@ from keras_hub_cases import plain_model as _plain_model  # noqa: E402
 from keras_hub_cases import plain_samples as _plain_samples  # noqa: E402
 
 import recipe_spec  # noqa: E402
-from recipe_spec.one_shot.calibration import read_samples  # noqa: E402
+from recipe_spec.oneshot.calibration import read_samples  # noqa: E402
 
 SPARSEGPT = ("s_stage:\n  s_modifiers:\n    SparseGPTModifier:\n      sparsity: 0.5\n"
              "      mask_structure: '2:4'\n      ignore: [head]\n")
@@ -181,7 +181,7 @@ def test_text_is_tokenised_by_the_models_preprocessor_as_for_generation() -> Non
 
 @needs_hub
 def test_a_text_file_by_name_is_read_by_the_models_preprocessor_as_the_same_text(tmp_path: pathlib.Path) -> None:
-    """``dataset="cal.jsonl"`` (:mod:`recipe_spec.one_shot.named_data`) for a keras-hub model with
+    """``dataset="cal.jsonl"`` (:mod:`recipe_spec.oneshot.named_data`) for a keras-hub model with
     its preprocessor: the same weights as the texts given as a list."""
     pytest.importorskip("datasets")
     proto = _sentencepiece()

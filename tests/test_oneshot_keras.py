@@ -26,8 +26,8 @@ from keras_hub_cases import samples as _samples  # noqa: E402
 import recipe_spec  # noqa: E402
 from recipe_spec.masks.algorithms import compute_mask  # noqa: E402
 from recipe_spec.masks.numpy_ops import NUMPY_OPS  # noqa: E402
-from recipe_spec.one_shot import last_report  # noqa: E402
-from recipe_spec.pruning.second_order.blockwise import sparsegpt_prune  # noqa: E402
+from recipe_spec.oneshot import last_report  # noqa: E402
+from recipe_spec.oneshot.shared.obs import sparsegpt_prune  # noqa: E402
 
 
 def _host(model: object) -> object:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from recipe_spec.cli import main
-from recipe_spec.one_shot.checkpoint import estimate, read_model
-from recipe_spec.one_shot.modifiers import runnable
+from recipe_spec.oneshot.checkpoint import estimate, read_model
+from recipe_spec.oneshot.modifiers import runnable
 from recipe_spec.params.architectures import decoder_layer_class, hidden_size, layer_count
 from recipe_spec.validation import validate
 

@@ -21,9 +21,9 @@ from test_oneshot_lint import header_checkpoint
 
 from recipe_spec.cli import main
 from recipe_spec.diagnostics.packages import EXTRAS, MissingPackageError, install_command
-from recipe_spec.one_shot import LayerReport, OneShotReport
-from recipe_spec.one_shot.progress import OneShotProgress
-from recipe_spec.one_shot.summary import summary
+from recipe_spec.oneshot import LayerReport, OneShotReport
+from recipe_spec.oneshot.progress import OneShotProgress
+from recipe_spec.oneshot.summary import summary
 
 GPTQ_48 = """\
 quant_stage:

@@ -19,8 +19,8 @@ pytest.importorskip("transformers")
 import dropin_common as dc  # noqa: E402
 
 import recipe_spec  # noqa: E402
-from recipe_spec.one_shot import named_data  # noqa: E402
-from recipe_spec.one_shot.inputs import TextOptions  # noqa: E402
+from recipe_spec.oneshot import named_data  # noqa: E402
+from recipe_spec.oneshot.inputs import TextOptions  # noqa: E402
 
 TEXTS = ["hello world, a first line", "a second, longer line of text to tokenise", "third"]
 RECIPE = """

@@ -20,7 +20,7 @@ import recipe_spec
 from recipe_spec.core_dialect.versions import Compat
 from recipe_spec.diagnostics.base import RecipeError
 from recipe_spec.masks.numpy_ops import NUMPY_OPS
-from recipe_spec.one_shot.owl import outlier_ratio, owl_sparsities
+from recipe_spec.oneshot.owl.profile import outlier_ratio, owl_sparsities
 from recipe_spec.validation import validate_recipe
 
 FIXTURE = pathlib.Path(__file__).resolve().parent / "fixtures" / "owl"
@@ -113,8 +113,8 @@ def test_owl_sparsities_of_two_blocks_are_the_sparsity_plus_and_minus_lambda() -
 def test_the_statistics_pass_collects_llm_compressors_activation_norms() -> None:
     from recipe_spec_torch.oneshot import TorchCalibrationHost
 
-    from recipe_spec.one_shot import prepare
-    from recipe_spec.one_shot.owl import ActivationNorms
+    from recipe_spec.oneshot import prepare
+    from recipe_spec.oneshot.owl.profile import ActivationNorms
 
     run = RUNS["sparsegpt_owl_4layers"]
     model = _torch_model("4layers")

@@ -157,8 +157,7 @@ def test_nested_repetition_on_long_names_is_linear(name: str, answers: tuple[boo
 def test_no_one_shot_code_compiles_a_recipe_pattern_with_re() -> None:
     """Every ``re:`` string of a recipe meets names through :mod:`recipe_spec.text.targets`:
     no module of the one-shot surfaces calls ``re`` on a pattern that is not a literal."""
-    files = [*sorted((ROOT / "recipe_spec" / "one_shot").glob("*.py")),
-             ROOT / "recipe_spec" / "quantization" / "smoothing_match.py",
+    files = [*sorted((ROOT / "recipe_spec" / "oneshot").rglob("*.py")),
              ROOT / "recipe_spec" / "core_dialect" / "matching.py",
              ROOT / "recipe_spec" / "core_dialect" / "lint_model.py",
              ROOT / "recipe_spec" / "commands_oneshot.py",
@@ -305,7 +304,7 @@ def test_torch_smoothing_and_quantization_with_nested_repetition() -> None:
     """SmoothQuant's mappings and a quantization modifier's targets and ignore, with hostile
     patterns (matching nothing) beside the real ones: the run is the one without them."""
     import recipe_spec
-    from recipe_spec.one_shot import last_report
+    from recipe_spec.oneshot import last_report
 
     def recipe(extra: str) -> str:
         more, alternative = (f", '{extra}'", f"|{extra[3:]}") if extra else ("", "")

@@ -199,7 +199,7 @@ def test_a_failure_during_the_run_puts_the_model_back(monkeypatch: pytest.Monkey
                                                       where: str) -> None:
     """The ninth layer's solve fails: the eight before it (and, for quantization, every
     scheme attached; for SmoothQuant, the smoothed norms) are undone."""
-    import recipe_spec.one_shot.compress as compress
+    from recipe_spec.oneshot import compress as compress
 
     seen = _failing_after(monkeypatch, compress, where, 9)
     _refused(recipe, RuntimeError, "the solve failed")
@@ -207,7 +207,7 @@ def test_a_failure_during_the_run_puts_the_model_back(monkeypatch: pytest.Monkey
 
 
 def test_restore_on_error_false_leaves_the_changed_layers(monkeypatch: pytest.MonkeyPatch) -> None:
-    import recipe_spec.one_shot.compress as compress
+    from recipe_spec.oneshot import compress as compress
 
     _failing_after(monkeypatch, compress, "sparsegpt_prune", 3)
     model = _model()
@@ -238,7 +238,7 @@ def test_a_disk_that_fills_while_saving_puts_the_model_back_and_leaves_no_folder
 
 def test_a_run_after_a_refusal_gives_the_result_of_a_fresh_model(monkeypatch: pytest.MonkeyPatch) -> None:
     """The model put back runs as if nothing had happened: the same weights as on a new copy."""
-    import recipe_spec.one_shot.compress as compress
+    from recipe_spec.oneshot import compress as compress
 
     model = _model()
     with monkeypatch.context() as patch:
@@ -348,7 +348,7 @@ def test_a_tied_head_is_untied_before_it_changes(recipe: str, tmp_path: Any) -> 
 def test_a_failed_run_ties_the_head_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """The head's solve fails after it was untied and pruned: the head shares the embedding's
     weight again (the same Parameter) and the config says so, the values as they were."""
-    import recipe_spec.one_shot.compress as compress
+    from recipe_spec.oneshot import compress as compress
 
     model = _tied()
     before = Snapshot(model)

@@ -93,7 +93,7 @@ def test_a_failure_during_the_run_puts_the_model_back(monkeypatch: pytest.Monkey
                                                       where: str) -> None:
     """The second layer's solve fails: the first (and every scheme recorded) is undone, and no
     layer becomes a Keras quantized layer."""
-    import recipe_spec.one_shot.compress as compress
+    from recipe_spec.oneshot import compress as compress
 
     real, seen = getattr(compress, where), []
 

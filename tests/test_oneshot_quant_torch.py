@@ -21,7 +21,7 @@ from testdata import LLMCOMPRESSOR  # noqa: E402
 
 import recipe_spec  # noqa: E402
 from recipe_spec.diagnostics.base import RecipeError  # noqa: E402
-from recipe_spec.one_shot import last_report  # noqa: E402
+from recipe_spec.oneshot import last_report  # noqa: E402
 from recipe_spec.quantization.scheme import PRESET_SCHEMES, resolve_config  # noqa: E402
 from recipe_spec.text.frozen import thaw  # noqa: E402
 

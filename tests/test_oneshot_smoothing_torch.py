@@ -24,7 +24,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("compressed_tensors")
 
 import recipe_spec  # noqa: E402
-from recipe_spec.one_shot import last_report  # noqa: E402
+from recipe_spec.oneshot import last_report  # noqa: E402
 
 CASES = ("awq_w4_sym_g32", "awq_w4_asym_g32_both_n10", "sq_gptq_w8a8")
 

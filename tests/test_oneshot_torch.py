@@ -21,8 +21,8 @@ import recipe_spec  # noqa: E402
 from recipe_spec.diagnostics.base import RecipeError  # noqa: E402
 from recipe_spec.masks.algorithms import compute_mask  # noqa: E402
 from recipe_spec.masks.numpy_ops import NUMPY_OPS  # noqa: E402
-from recipe_spec.one_shot import last_report, prepare  # noqa: E402
-from recipe_spec.pruning.second_order.hessian import HessianStats  # noqa: E402
+from recipe_spec.oneshot import last_report, prepare  # noqa: E402
+from recipe_spec.oneshot.shared.hessian import HessianStats  # noqa: E402
 
 CASES = LLMCOMPRESSOR
 
@@ -177,8 +177,8 @@ def test_manager_apply_runs_the_same_pipeline() -> None:
 def test_a_cholesky_failure_is_reported_with_the_layer_name() -> None:
     from recipe_spec_torch.masks import TORCH_OPS
 
-    from recipe_spec.one_shot.compress import compress_module
-    from recipe_spec.one_shot.modifiers import resolve
+    from recipe_spec.oneshot.compress import compress_module
+    from recipe_spec.oneshot.modifiers import resolve
 
     class Host:
         ops = TORCH_OPS

@@ -12,7 +12,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("compressed_tensors")
 
 from recipe_spec import load  # noqa: E402
-from recipe_spec.one_shot.quant_modifiers import resolve_quant  # noqa: E402
+from recipe_spec.oneshot.shared.quant_plan import resolve_quant  # noqa: E402
 
 RECIPE = """q_stage:
   q_modifiers:

@@ -29,7 +29,7 @@ import smoothing_reference as ref  # noqa: E402
 
 import recipe_spec  # noqa: E402
 from recipe_spec import load  # noqa: E402
-from recipe_spec.one_shot import last_report  # noqa: E402
+from recipe_spec.oneshot import last_report  # noqa: E402
 
 try:
     import keras_hub
@@ -130,10 +130,10 @@ def test_smoothquant_on_a_keras_hub_llama_is_llm_compressors(folder: pathlib.Pat
 
 
 def _awq(folder: pathlib.Path, name: str) -> tuple[object, object]:
-    from recipe_spec.one_shot.calibration import prepare
-    from recipe_spec.one_shot.modifiers import OneShotModifier
-    from recipe_spec.one_shot.pipeline import run_pipeline
-    from recipe_spec.one_shot.smoothing_args import smoothing_plan
+    from recipe_spec.oneshot.calibration import prepare
+    from recipe_spec.oneshot.modifiers import OneShotModifier
+    from recipe_spec.oneshot.pipeline import run_pipeline
+    from recipe_spec.oneshot.shared.smoothing_args import smoothing_plan
 
     recipe = load(ref.cases()["cases"][name]["recipe_yaml"])
     errors: list = []
@@ -179,8 +179,8 @@ def test_awq_symmetric_on_a_keras_hub_llama_differs_only_at_near_ties(folder: pa
     other. The balance weights of the mappings whose scales agree (and that no other mapping
     scaled after them) within 1e-4 of llm-compressor's. No count of agreements: which
     mappings fall on which side of a tie depends on the CPU's float reductions."""
-    from recipe_spec.one_shot import smoothing
-    from recipe_spec.quantization import awq
+    from recipe_spec.oneshot.awq import search as awq
+    from recipe_spec.oneshot.shared import smoothing
 
     name = "awq_w4_sym_g32"
     want = ref.tensors(name)

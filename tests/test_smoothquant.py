@@ -11,10 +11,10 @@ import smoothing_reference as ref
 from recipe_spec import load
 from recipe_spec.diagnostics.base import RecipeError
 from recipe_spec.masks.numpy_ops import NUMPY_OPS
-from recipe_spec.one_shot.modifiers import resolve
-from recipe_spec.quantization.smoothing_maps import default_mappings
-from recipe_spec.quantization.smoothing_match import SmoothMapping, match_sets, unresolved_mappings
-from recipe_spec.quantization.smoothquant import MINIMUM_SMOOTHING_SCALE, smoothing_scales
+from recipe_spec.oneshot.modifiers import resolve
+from recipe_spec.oneshot.shared.mapping_match import SmoothMapping, match_sets, unresolved_mappings
+from recipe_spec.oneshot.shared.mappings import default_mappings
+from recipe_spec.oneshot.smoothquant.solve import MINIMUM_SMOOTHING_SCALE, smoothing_scales
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -31,7 +31,7 @@ LLAMA = [n.rstrip(".") for n in LLAMA]
 
 def _run(name: str) -> tuple[torch.nn.Module, object]:
     import recipe_spec
-    from recipe_spec.one_shot import last_report
+    from recipe_spec.oneshot import last_report
 
     model = ref.model()
     recipe_spec.oneshot(model=model, recipe=ref.cases()["cases"][name]["recipe_yaml"], dataset=ref.samples(),
@@ -146,8 +146,8 @@ def test_a_mapping_whose_layers_are_all_ignored_is_skipped() -> None:
     ignored; ignoring the norm alone still smooths it."""
     from recipe_spec_torch.oneshot import TorchCalibrationHost
 
-    from recipe_spec.one_shot.smoothing import resolve_mappings
-    from recipe_spec.one_shot.smoothing_args import SmoothingPlan
+    from recipe_spec.oneshot.shared.smoothing import resolve_mappings
+    from recipe_spec.oneshot.shared.smoothing_args import SmoothingPlan
 
     with TorchCalibrationHost(ref.model()) as host:
         modules = host.modules()
@@ -161,7 +161,7 @@ def test_a_mapping_whose_layers_are_all_ignored_is_skipped() -> None:
 
 def test_unresolved_for_checks_the_architectures_defaults() -> None:
     """What the lint calls: without ``mappings`` the architecture's defaults are checked."""
-    from recipe_spec.one_shot.smoothing import unresolved_for
+    from recipe_spec.oneshot.shared.smoothing import unresolved_for
 
     caps = frozenset({"oneshot", "transform:smoothquant"})
     mod = resolve(_recipe("      smoothing_strength: 0.5\n"), caps, "torch")[0]

@@ -1,4 +1,4 @@
-"""SparseGPT's one-shot solver and its Hessian (recipe_spec.pruning.second_order.blockwise and
+"""SparseGPT's one-shot solver and its Hessian (recipe_spec.oneshot.shared.obs and
 .hessian), on PyTorch and NumPy: llm-compressor's reference runs reproduced from their stored
 Hessians, a dense float64 transcription of the algorithm, llm-compressor's own code transcribed
 in torch (bit for bit on the machine running the tests), the Cholesky retries, dead columns,
@@ -20,8 +20,8 @@ from oneshot_conformance import (
 )
 
 from recipe_spec.masks.numpy_ops import NUMPY_OPS
-from recipe_spec.pruning.second_order.blockwise import SolverError, sparsegpt_prune
-from recipe_spec.pruning.second_order.hessian import HessianStats
+from recipe_spec.oneshot.shared.hessian import HessianStats
+from recipe_spec.oneshot.shared.obs import SolverError, sparsegpt_prune
 
 __all__ = ["one_torch_thread"]  # the autouse fixture, imported to run here
 

@@ -1,4 +1,4 @@
-"""Wanda's one-shot pruning and its row scalars (recipe_spec.pruning.second_order.wanda and
+"""Wanda's one-shot pruning and its row scalars (recipe_spec.oneshot.wanda.solve and
 .hessian), on PyTorch and NumPy: llm-compressor's reference run reproduced from its stored row
 scalars, the accumulation against the direct formula, the tie rule and refused arguments."""
 
@@ -11,9 +11,9 @@ import pytest
 from oneshot_conformance import backends, case, events, one_torch_thread, zeros_bitmask
 
 from recipe_spec.masks.numpy_ops import NUMPY_OPS
-from recipe_spec.pruning.second_order.blockwise import SolverError
-from recipe_spec.pruning.second_order.hessian import WandaStats
-from recipe_spec.pruning.second_order.wanda import wanda_prune
+from recipe_spec.oneshot.shared.hessian import WandaStats
+from recipe_spec.oneshot.shared.obs import SolverError
+from recipe_spec.oneshot.wanda.solve import wanda_prune
 
 __all__ = ["one_torch_thread"]  # the autouse fixture, imported to run here
 

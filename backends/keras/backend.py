@@ -89,7 +89,7 @@ class KerasBackend:
 
     def calibration_host(self, model: Any) -> Any:
         """The one-shot calibration host of ``model``
-        (:class:`recipe_spec.one_shot.host.CalibrationHost`), a context manager: Dense and
+        (:class:`recipe_spec.oneshot.host.CalibrationHost`), a context manager: Dense and
         EinsumDense layers as Linear modules, a keras-hub model under its Hugging Face
         checkpoint's names (:mod:`recipe_spec_keras.oneshot`)."""
         from .oneshot import KerasCalibrationHost

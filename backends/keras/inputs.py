@@ -1,6 +1,6 @@
 """A Keras model's inputs as the one-shot pipeline's calibration samples name them, and the
 model's keras-hub preprocessor as the tokeniser of text calibration data
-(:mod:`recipe_spec.one_shot.calibration_inputs` reads the data).
+(:mod:`recipe_spec.oneshot.calibration_inputs` reads the data).
 
 **Names.** A sample carries ``input_ids`` and ``attention_mask`` (llm-compressor's names).
 :func:`input_keys` says which sample key each model input reads: keras-hub's ``token_ids`` and
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 import keras
-from recipe_spec.one_shot.calibration_inputs import ALIASES, to_numpy
+from recipe_spec.oneshot.calibration_inputs import ALIASES, to_numpy
 
 __all__ = ["input_specs", "input_keys", "feed", "preprocess"]
 

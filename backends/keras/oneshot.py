@@ -1,6 +1,6 @@
 """The Keras 3 calibration host of the one-shot pipeline
-(:class:`recipe_spec.one_shot.host.CalibrationHost`) on the TensorFlow, JAX and torch backends.
-The pipeline and the solvers live in :mod:`recipe_spec.one_shot` and run on NumPy arrays
+(:class:`recipe_spec.oneshot.host.CalibrationHost`) on the TensorFlow, JAX and torch backends.
+The pipeline and the solvers live in :mod:`recipe_spec.oneshot` and run on NumPy arrays
 (:data:`recipe_spec.masks.numpy_ops.NUMPY_OPS`).
 
 **Modules.** Every layer under the model, depth first. ``Dense`` and ``EinsumDense`` (a plain
@@ -54,9 +54,9 @@ import numpy as np
 import keras
 from recipe_spec.atomic import write_text
 from recipe_spec.masks.numpy_ops import NUMPY_OPS
-from recipe_spec.one_shot.calibration_inputs import to_numpy
-from recipe_spec.one_shot.host import CallRecorder, ModuleInfo, Observer, StopForward, feed_until
-from recipe_spec.one_shot.matching import matches
+from recipe_spec.oneshot.calibration_inputs import to_numpy
+from recipe_spec.oneshot.host import CallRecorder, ModuleInfo, Observer, StopForward, feed_until
+from recipe_spec.oneshot.matching import matches
 
 from .hub import hf_names, warn_config_differences
 from .inputs import feed, input_keys, preprocess

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 import keras
-from recipe_spec.one_shot.host import CallRecorder, Observer
+from recipe_spec.oneshot.host import CallRecorder, Observer
 
 from .params import numpy_value
 

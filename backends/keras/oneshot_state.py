@@ -1,14 +1,14 @@
 """What the Keras calibration host (:mod:`.oneshot`) tells the one-shot checks before a run and
 what it keeps to undo one, mirroring the PyTorch host's module of the same name.
 
-**Before** (:mod:`recipe_spec.one_shot.preflight`): :meth:`ModelState.describe` reads an
+**Before** (:mod:`recipe_spec.oneshot.preflight`): :meth:`ModelState.describe` reads an
 array of a calibration sample (NumPy, a framework tensor or a list); :meth:`~ModelState.input_limits`
 the vocabulary size and positions of a keras-hub backbone (``vocabulary_size``,
 ``max_sequence_length``) or of the model's token embedding; :meth:`~ModelState.non_finite`
 the variables holding NaN or infinity; :meth:`~ModelState.quantized_names` the layers already
 quantized (a Keras quantization mode).
 
-**Undo** (:mod:`recipe_spec.one_shot.journal`): :meth:`~ModelState.keep` copies the variables
+**Undo** (:mod:`recipe_spec.oneshot.journal`): :meth:`~ModelState.keep` copies the variables
 a module's weight and bias live in before their first change, :meth:`~ModelState.put_back`
 assigns them back; :meth:`~ModelState.shell` and :meth:`~ModelState.restore_shell` keep the
 quantization the host recorded (schemes attached, layers pending), which lives in the host
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 import keras
-from recipe_spec.one_shot.data_checks import ArrayFacts
+from recipe_spec.oneshot.data_checks import ArrayFacts
 
 from .hub import backbone_of
 

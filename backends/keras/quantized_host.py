@@ -2,7 +2,7 @@
 :class:`~.oneshot.KerasCalibrationHost`): what a one-shot quantization modifier records during
 calibration, and Keras's own quantized layers made from it at the end (:mod:`.quantized`).
 
-The calibration-host protocol's part (:mod:`recipe_spec.one_shot.host`):
+The calibration-host protocol's part (:mod:`recipe_spec.oneshot.host`):
 :meth:`~QuantizedWeights.attach_quantization` reads a resolved compressed-tensors
 ``QuantizationConfig`` mapping (``config_groups`` with ``targets``, ``weights``,
 ``input_activations``; ``ignore``), gives each targeted layer its scheme and refuses, before any
@@ -64,7 +64,7 @@ class QuantizedWeights:
         """Give every Linear layer a group of ``config`` targets (and ``ignore`` does not name)
         its scheme; :class:`~.quantized.QuantizationRefused` naming the first layer whose
         scheme Keras cannot hold, before any weight changes."""
-        from recipe_spec.one_shot.modifiers import matches
+        from recipe_spec.oneshot.modifiers import matches
 
         self._quantized_state()
         ignore = list(config.get("ignore") or [])

@@ -63,7 +63,7 @@ class PyTorchBackend:
 
     def calibration_host(self, model: Any) -> Any:
         """The one-shot calibration host of ``model``
-        (:class:`recipe_spec.one_shot.host.CalibrationHost`), a context manager."""
+        (:class:`recipe_spec.oneshot.host.CalibrationHost`), a context manager."""
         from .oneshot import TorchCalibrationHost
 
         return TorchCalibrationHost(model)

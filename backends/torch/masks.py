@@ -256,7 +256,7 @@ class TorchOps(InPlaceOps):
     def round_fp8_e4m3(self, x: torch.Tensor) -> torch.Tensor:
         return x.to(torch.float8_e4m3fn).to(x.dtype)
 
-    # -- smoothing (recipe_spec.quantization.smoothquant.SmoothingOps) ------------------------------
+    # -- smoothing (recipe_spec.oneshot.smoothquant.solve.SmoothingOps) ------------------------------
     def log2(self, x: torch.Tensor) -> torch.Tensor:
         return torch.log2(x)
 

@@ -1,7 +1,7 @@
 """The PyTorch calibration host of the one-shot pipeline
-(:class:`recipe_spec.one_shot.host.CalibrationHost`): forward hooks that hand each observed
+(:class:`recipe_spec.oneshot.host.CalibrationHost`): forward hooks that hand each observed
 layer's input to the core, the cache of a block's inputs, one block run on cached inputs, and
-weights read and written. The pipeline itself lives in :mod:`recipe_spec.one_shot`.
+weights read and written. The pipeline itself lives in :mod:`recipe_spec.oneshot`.
 
 Held as a context manager: the model runs in eval mode, under ``torch.no_grad()``, without a
 KV cache (``use_cache=False``) and with eager attention (a Hugging Face model), as
@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 from recipe_spec.atomic import replacing, write_text
-from recipe_spec.one_shot.host import CallRecorder, ModuleInfo, Observer, StopForward, feed_until
-from recipe_spec.one_shot.matching import matches
+from recipe_spec.oneshot.host import CallRecorder, ModuleInfo, Observer, StopForward, feed_until
+from recipe_spec.oneshot.matching import matches
 
 from .experts import linearize, restore
 from .masks import TORCH_OPS

@@ -1,7 +1,7 @@
 """What the PyTorch calibration host (:mod:`.oneshot`) tells the one-shot checks before a run
 and what it keeps to undo one, mirroring the Keras host's module of the same name.
 
-**Before** (:mod:`recipe_spec.one_shot.preflight`): :meth:`ModelState.describe` reads an
+**Before** (:mod:`recipe_spec.oneshot.preflight`): :meth:`ModelState.describe` reads an
 array of a calibration sample (shape, integer or not, smallest and largest value);
 :meth:`~ModelState.input_limits` the vocabulary size (the input embedding's rows) and the
 positions (``config.max_position_embeddings``); :meth:`~ModelState.non_finite` the parameters
@@ -9,7 +9,7 @@ holding NaN or infinity; :meth:`~ModelState.quantized_names` the modules already
 (a compressed-tensors scheme, or packed/quantized weights loaded from a compressed
 checkpoint). A model on the meta device is refused when the host is made.
 
-**Undo** (:mod:`recipe_spec.one_shot.journal`): :meth:`~ModelState.keep` copies a module's own
+**Undo** (:mod:`recipe_spec.oneshot.journal`): :meth:`~ModelState.keep` copies a module's own
 parameters into host memory before their first change and :meth:`~ModelState.put_back`
 writes them back; :meth:`~ModelState.shell` records, for every module, its parameters,
 buffers, submodules, hooks and attributes (references, no tensor copied), and
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from recipe_spec.one_shot.data_checks import ArrayFacts
+from recipe_spec.oneshot.data_checks import ArrayFacts
 
 __all__ = ["ModelState", "refuse_meta"]
 

@@ -138,6 +138,21 @@ LOG_EQUALIZATION = declare(
     oneshot_needs=frozenset({"oneshot", "transform:smoothquant"}),
 )
 
+def smallest_grid(duo_scaling: bool | str, to_one: bool = True) -> int:
+    """The smallest ``n_grid`` :func:`recipe_spec.oneshot.awq.search.grid` takes for ``duo_scaling``: with ratios up to one
+    (llm-compressor 0.11 and later) 2 without duo scaling, 3 with it (the identity and at least
+    two ratios ``i / (n_grid - 2)``), 4 for ``"both"`` (two ratios each way); 0.10 and before
+    (ratios ``i / n``) 1, and 2 for ``"both"``. Below it llm-compressor divides by zero or
+    searches nothing.
+
+    >>> [smallest_grid(d) for d in (False, True, "both")], smallest_grid("both", to_one=False)
+    ([2, 3, 4], 2)
+    """
+    if to_one:
+        return 4 if duo_scaling == "both" else 3 if duo_scaling is True else 2
+    return 2 if duo_scaling == "both" else 1
+
+
 _AWQ_GONE = ("AWQModifier is a transform since llm-compressor 0.11: put it on the "
              "QuantizationModifier or GPTQModifier that follows")
 

@@ -24,12 +24,12 @@ from typing import Any
 from ..diagnostics import codes
 from ..diagnostics.base import Diagnostic, Severity, Span
 from ..diagnostics.codes import Code
-from ..quantization.awq import smallest_grid
 from ..recipe.model import Modifier, Recipe
 from ..text.frozen import FrozenDict
 from ..text.variables import did_you_mean
 from .arg_check import Problem, check_modifier
 from .catalogue import variant_in
+from .catalogue_quant import smallest_grid
 from .oneshot_compat import oneshot_differences
 from .owl_checks import owl_diagnostics
 from .pattern_checks import arg_items, pattern_findings
@@ -210,7 +210,7 @@ class _Checker:
 
     def awq_grid(self, m: Modifier) -> None:
         """An ``n_grid`` below the smallest grid llm-compressor's AWQ searches with the given
-        ``duo_scaling`` (:func:`~recipe_spec.quantization.awq.smallest_grid`: a division by zero
+        ``duo_scaling`` (:func:`~recipe_spec.core_dialect.catalogue_quant.smallest_grid`: a division by zero
         there, nothing to search here), the rule ``oneshot`` runs by."""
         n_grid, duo = m.raw_args.get("n_grid"), m.raw_args.get("duo_scaling", True)
         if not isinstance(n_grid, int) or isinstance(n_grid, bool) or n_grid < 1 \

@@ -13,7 +13,7 @@ validates them (``sgpt_base.py``), each problem at the key or value it is about:
   0.11-0.12 hand the whole per-layer dict to each layer as its sparsity), and in 0.5 and later
   OWL needs ``targets`` that match the decoder layers themselves (its per-layer values are
   counted against the target matches). recipe-spec's ``oneshot`` runs OWL
-  (:mod:`recipe_spec.one_shot.owl`).
+  (:mod:`recipe_spec.oneshot.owl.profile`).
 
 >>> from recipe_spec import load
 >>> r = load("s_stage:\\n  s_modifiers:\\n    WandaPruningModifier:\\n      sparsity: 0.5\\n"

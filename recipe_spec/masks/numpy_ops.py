@@ -226,7 +226,7 @@ class NumpyOps(InPlaceOps):
     def round_fp8_e4m3(self, x: np.ndarray) -> np.ndarray:
         return round_fp8_e4m3(x)
 
-    # -- smoothing (recipe_spec.quantization.smoothquant.SmoothingOps) ------------------------------
+    # -- smoothing (recipe_spec.oneshot.smoothquant.solve.SmoothingOps) ------------------------------
     def log2(self, x: np.ndarray) -> np.ndarray:
         return np.log2(x)
 

@@ -10,7 +10,7 @@ An object checks nothing when it is made: :func:`recipe_spec.oneshot` turns the 
 a stage/group recipe (one stage, as llm-compressor's ``Recipe.from_modifiers``) and checks that
 text with the stage/group catalogue's declarations, as ``recipe-spec validate`` checks a YAML
 file, so an unknown argument or a modifier the run cannot do is an error located in the
-generated text, naming the modifier and the argument (:mod:`recipe_spec.one_shot.objects`).
+generated text, naming the modifier and the argument (:mod:`recipe_spec.oneshot.objects`).
 
 >>> m = ModifierObject.of("GPTQModifier", scheme="W4A16", ignore=["lm_head"])
 >>> m.type, m.args

@@ -29,7 +29,7 @@ Capabilities (the words a backend declares; each is a promise about what it real
 ``loss``             adjust the training loss (distillation)
 ``teacher``          run a teacher model beside the student
 ``acdc``             alternate compressed and dense phases (AC/DC), optimizer state reset
-``oneshot``          host the one-shot calibration pipeline (:mod:`recipe_spec.one_shot`):
+``oneshot``          host the one-shot calibration pipeline (:mod:`recipe_spec.oneshot`):
                      observe layer inputs, cache and re-run one block at a time, write weights
 ``scores:sparsegpt`` SparseGPT: prune and update weights from each layer's input Hessian
 ``scores:wanda``     Wanda: prune by ``|w|`` times each input column's activation norm
@@ -38,7 +38,7 @@ Capabilities (the words a backend declares; each is a promise about what it real
                      (compressed-tensors' names) and save them in the compressed-tensors format
 ``transform:smoothquant``
                      SmoothQuant: observe a layer's output range per channel and move it into
-                     the next layers' weights (:mod:`recipe_spec.one_shot.smoothing`)
+                     the next layers' weights (:mod:`recipe_spec.oneshot.shared.smoothing`)
 ``transform:awq``    AWQ: record a module's calls and run it again with trial weights to search
                      the scales of the layers it holds
 ``checkpoint:huggingface``

@@ -9,7 +9,7 @@ weight's scale and zero point are, and which values a quantized weight can take.
   maxima, and ``quantize`` / ``dequantize`` / ``fake_quantize``.
 
 The grid is its own package, beside :mod:`recipe_spec.masks`, because more than one
-algorithm quantizes onto it: GPTQ (:mod:`recipe_spec.pruning.second_order.gptq`) feeds it
+algorithm quantizes onto it: GPTQ (:mod:`recipe_spec.oneshot.gptq.solve`) feeds it
 column by column, a round-to-nearest quantizer whole weights; neither owns it. It needs only
 array operations, so it sits in the lowest layer.
 """

@@ -30,9 +30,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..diagnostics import codes
-from ..diagnostics.base import Diagnostic, RecipeError
-from .host import CalibrationHost, ModuleInfo, inside
+from ...diagnostics import codes
+from ...diagnostics.base import Diagnostic, RecipeError
+from ..host import CalibrationHost, ModuleInfo, inside
 
 __all__ = ["read_sparsity", "owl_sparsities", "ActivationNorms", "outlier_ratio", "layer_sparsities"]
 

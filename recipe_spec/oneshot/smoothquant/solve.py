@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ..masks.ops import Array
-from .ops import QuantOps
+from ...masks.ops import Array
+from ...quantization.ops import QuantOps
 
 __all__ = ["MINIMUM_SMOOTHING_SCALE", "ALGORITHMS", "SmoothingOps", "ChannelRange", "smoothing_scales",
            "scale_columns", "divide_rows"]

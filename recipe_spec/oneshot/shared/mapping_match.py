@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..text.targets import target_matches
+from ...text.targets import target_matches
 
 __all__ = ["SmoothMapping", "UnresolvedMapping", "parse_mappings", "match", "match_sets",
            "common_ancestor", "unresolved_mappings"]

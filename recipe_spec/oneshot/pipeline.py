@@ -33,8 +33,8 @@ from .calibration import Calibration
 from .compress import LayerReport, compress_module, new_statistics
 from .host import CalibrationHost, ModuleInfo, inside, outermost
 from .modifiers import OneShotModifier, matches, select_modules
-from .owl import layer_sparsities
-from .smoothing import run_smoothing_pass
+from .owl.profile import layer_sparsities
+from .shared.smoothing import run_smoothing_pass
 
 __all__ = ["PIPELINES", "OneShotReport", "Progress", "run_pipeline"]
 

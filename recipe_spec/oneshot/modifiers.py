@@ -33,15 +33,15 @@ from typing import Any
 from ..core_dialect import core_spec
 from ..diagnostics import codes
 from ..diagnostics.base import Diagnostic, RecipeError
-from ..quantization.awq_releases import CURRENT, awq_release
 from ..recipe.model import Modifier, Recipe
-from .awq_forms import combined_args, older_awq_form
+from .awq.forms import combined_args, older_awq_form
+from .awq.releases import CURRENT, awq_release
 from .host import ModuleInfo
 from .matching import matches, regex_match
-from .owl import read_sparsity
-from .quant_modifiers import QUANT_KINDS, QuantPlan, resolve_quant
-from .smoothing_args import READ as _SMOOTHING_READ
-from .smoothing_args import SMOOTHING_KINDS, smoothing_plan
+from .owl.profile import read_sparsity
+from .shared.quant_plan import QUANT_KINDS, QuantPlan, resolve_quant
+from .shared.smoothing_args import READ as _SMOOTHING_READ
+from .shared.smoothing_args import SMOOTHING_KINDS, smoothing_plan
 
 __all__ = ["OneShotModifier", "resolve", "runnable", "select_modules", "matches"]
 

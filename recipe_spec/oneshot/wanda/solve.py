@@ -19,8 +19,8 @@ zero; nothing else changes.
 from __future__ import annotations
 
 from ...masks.ops import Array
-from .blockwise import PruneResult, SolverError, check_prune_args
-from .ops import SolverOps
+from ...pruning.second_order.ops import SolverOps
+from ..shared.obs import PruneResult, SolverError, check_prune_args
 
 __all__ = ["wanda_prune"]
 
@@ -45,7 +45,7 @@ def wanda_prune(ops: SolverOps, weight: Array, row_scalars: Array, *, sparsity: 
                              "weights and the calibration inputs (an overflow in half precision?)")
     if ops.count_nonzero(S < 0):
         raise ValueError("the row scalars hold negative entries; they are mean squared inputs "
-                         "(recipe_spec.pruning.second_order.hessian.WandaStats)")
+                         "(recipe_spec.oneshot.shared.hessian.WandaStats)")
     score = ops.abs(W) * ops.sqrt(ops.reshape(S, (1, cols)))
     if prune_n:
         groups = (rows, cols // prune_m, prune_m)

@@ -1,11 +1,11 @@
 """The smoothing transforms in the one-shot pipeline: SmoothQuant (and its logarithmic
 equalization) and AWQ, run as llm-compressor 0.14 runs them in its sequential pipeline, over a
 :class:`~.host.CalibrationHost`. The arithmetic lives in
-:mod:`recipe_spec.quantization.smoothquant` and :mod:`recipe_spec.quantization.awq`.
+:mod:`recipe_spec.oneshot.smoothquant.solve` and :mod:`recipe_spec.oneshot.awq.search`.
 
 **Resolution** (:func:`resolve_mappings`): the recipe's mappings, or the architecture's
-(:func:`recipe_spec.quantization.smoothing_maps.default_mappings`, by the model's class name),
-are matched against the model's modules (:func:`~recipe_spec.quantization.smoothing_match.match_sets`).
+(:func:`recipe_spec.oneshot.shared.mappings.default_mappings`, by the model's class name),
+are matched against the model's modules (:func:`~recipe_spec.oneshot.shared.mapping_match.match_sets`).
 SmoothQuant skips a mapping only when its smooth layer and every balance layer are in
 ``ignore``. AWQ skips a mapping none of whose layers a later quantization modifier targets, and
 a ``v_proj -> o_proj`` (or ``qkv_proj -> o_proj``) pair whose shapes differ (grouped-query
@@ -33,19 +33,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..quantization.args import QuantArgs
-from ..quantization.awq import MeanAbs, search
-from ..quantization.smoothing_maps import default_mappings
-from ..quantization.smoothing_match import (
+from ...quantization.args import QuantArgs
+from ..awq.search import MeanAbs, search
+from ..calibration import Calibration
+from ..host import CalibrationHost, ModuleInfo, inside, outermost
+from ..smoothquant.solve import ChannelRange, divide_rows, scale_columns, smoothing_scales
+from .mapping_match import (
     UnresolvedMapping,
     common_ancestor,
     match,
     match_sets,
     unresolved_mappings,
 )
-from ..quantization.smoothquant import ChannelRange, divide_rows, scale_columns, smoothing_scales
-from .calibration import Calibration
-from .host import CalibrationHost, ModuleInfo, inside, outermost
+from .mappings import default_mappings
 from .smoothing_args import SmoothingPlan
 
 __all__ = ["Resolved", "SmoothingReport", "resolve_mappings", "run_smoothing", "run_smoothing_pass",

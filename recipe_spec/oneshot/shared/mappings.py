@@ -21,7 +21,7 @@ compressed-tensors).
 
 from __future__ import annotations
 
-from .smoothing_match import SmoothMapping
+from .mapping_match import SmoothMapping
 
 __all__ = ["SMOOTHQUANT_DEFAULT", "SMOOTHQUANT_MAPPINGS", "AWQ_DEFAULT", "AWQ_MAPPINGS",
            "BUILT_FROM_CONFIG", "default_mappings"]

@@ -17,7 +17,7 @@ For one mapping (a smooth layer, the balance layers it feeds, and their common p
   loss is the mean squared difference to its outputs with the original weights; the first
   ratio with the smallest loss wins (:func:`search`);
 - applying: every balance weight ``W · s`` (from the original weights), the smooth layer's
-  weight and bias divided by ``s`` (:func:`recipe_spec.quantization.smoothquant.divide_rows`).
+  weight and bias divided by ``s`` (:func:`recipe_spec.oneshot.smoothquant.solve.divide_rows`).
 
 >>> grid(True, 4)
 [(0.0, False), (0.0, True), (0.5, True), (1.0, True)]
@@ -29,10 +29,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..masks.ops import Array
-from .args import QuantArgs
-from .grid import fake_quantize_weight, minmax_qparams
-from .smoothquant import SmoothingOps
+from ...masks.ops import Array
+from ...quantization.args import QuantArgs
+from ...quantization.grid import fake_quantize_weight, minmax_qparams
+from ..smoothquant.solve import SmoothingOps
 
 __all__ = ["MeanAbs", "grid", "layer_means", "candidate_scales", "SearchResult", "search", "DUO_SCALING"]
 
@@ -66,21 +66,6 @@ class MeanAbs:
         if self.total is None or not self.tokens:
             raise ValueError("no activation was observed")
         return self.total / float(self.tokens)
-
-
-def smallest_grid(duo_scaling: bool | str, to_one: bool = True) -> int:
-    """The smallest ``n_grid`` :func:`grid` takes for ``duo_scaling``: with ratios up to one
-    (llm-compressor 0.11 and later) 2 without duo scaling, 3 with it (the identity and at least
-    two ratios ``i / (n_grid - 2)``), 4 for ``"both"`` (two ratios each way); 0.10 and before
-    (ratios ``i / n``) 1, and 2 for ``"both"``. Below it llm-compressor divides by zero or
-    searches nothing.
-
-    >>> [smallest_grid(d) for d in (False, True, "both")], smallest_grid("both", to_one=False)
-    ([2, 3, 4], 2)
-    """
-    if to_one:
-        return 4 if duo_scaling == "both" else 3 if duo_scaling is True else 2
-    return 2 if duo_scaling == "both" else 1
 
 
 def grid(duo_scaling: bool | str, n_grid: int, to_one: bool = True) -> list[tuple[float, bool]]:

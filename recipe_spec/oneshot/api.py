@@ -49,7 +49,7 @@ from .preflight import (
     refuse_recipe_patterns,
 )
 from .progress import default_progress
-from .quant_modifiers import QUANT_KINDS, check_quant_shapes
+from .shared.quant_plan import QUANT_KINDS, check_quant_shapes
 
 __all__ = ["oneshot", "apply_oneshot", "last_report"]
 
@@ -144,9 +144,9 @@ def oneshot(
     takes its name once everything is written (:mod:`recipe_spec.atomic`). ``progress``
     (recipe-spec's own): by default (None) log lines through :mod:`logging` (logger
     ``recipe_spec.oneshot``, INFO; on stderr when logging is not configured) and a bar per pass
-    when stderr is a terminal (:class:`~recipe_spec.one_shot.progress.OneShotProgress`);
+    when stderr is a terminal (:class:`~recipe_spec.oneshot.progress.OneShotProgress`);
     ``False`` silences it; a callable ``progress(what, done, total)`` is told when each pass
-    starts and after each block (:data:`~recipe_spec.one_shot.pipeline.Progress`). ``preserve_masks``
+    starts and after each block (:data:`~recipe_spec.oneshot.pipeline.Progress`). ``preserve_masks``
     (recipe-spec's own, default False as llm-compressor): GPTQ keeps the zeros of the weights
     it quantizes, so a 2:4 pattern an earlier SparseGPT stage left survives (llm-compressor's
     GPTQ error feedback fills them in). ``compat`` (recipe-spec's own, default the newest
@@ -164,7 +164,7 @@ def oneshot(
     already quantized) and the output folder; each refusal leaves the model as it was.
 
     llm-compressor 0.14's other keywords (its scripts run unchanged; docs/oneshot.md,
-    "llm-compressor's keywords", and :data:`~recipe_spec.one_shot.keywords.LLMCOMPRESSOR_KEYWORDS`
+    "llm-compressor's keywords", and :data:`~recipe_spec.oneshot.keywords.LLMCOMPRESSOR_KEYWORDS`
     say what each does here): ``model`` may be a checkpoint folder (str or PathLike), loaded
     with ``AutoModelForCausalLM.from_pretrained(folder, dtype=precision)`` (``config_name``,
     ``trust_remote_code_model``), its tokenizer too when ``tokenizer``/``processor`` is not
@@ -209,7 +209,7 @@ def oneshot(
           sparsity_modifiers:
             SparseGPTModifier: {sparsity: 0.5, mask_structure: "2:4", ignore: [lm_head]}
         ''', num_calibration_samples=16, shuffle_calibration_samples=False)
-        print(recipe_spec.one_shot.last_report().sparsity())
+        print(recipe_spec.oneshot.last_report().sparsity())
     """
     if model is None or recipe is None:
         raise TypeError("oneshot() needs model= and recipe=")
@@ -432,3 +432,8 @@ def _attach(recipe: Recipe, host: Any, quantizers: Sequence[Any], backend: str,
                 f"{m.type} quantizes and output_dir= is given, but {problem}",
                 f"Leave output_dir out (the model stays quantized in memory), or pick a scheme the {backend} "
                 "backend saves.", span).in_file(recipe.path)])
+
+
+#: ``recipe_spec.oneshot.last_report()``: the name ``recipe_spec.oneshot`` is this function (the
+#: package's modules are imported by their full names: ``from recipe_spec.oneshot import api``).
+oneshot.last_report = last_report  # type: ignore[attr-defined]

@@ -219,7 +219,7 @@ def check_mappings(recipe: Recipe, host: Any, mods: Sequence[Any]) -> None:
     import logging
 
     from .quant_lint import mapping_findings
-    from .smoothing import resolve_mappings
+    from .shared.smoothing import resolve_mappings
 
     smoothing = [m for m in mods if m.transform is not None]
     if not smoothing:

@@ -295,7 +295,7 @@ def _smoothing_cost(mod: OneShotModifier, model: CheckpointModel, tokens: int) -
     search (``n_grid`` forward passes of each mapping's balance layers) and the scaling."""
     import logging
 
-    from .smoothing import resolve_mappings
+    from .shared.smoothing import resolve_mappings
 
     log = logging.getLogger("recipe_spec.oneshot")
     was, log.disabled = log.disabled, True  # the run tells its skips; the estimate does not

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 
 from ...masks.ops import Array
-from .ops import SolverOps
+from ...pruning.second_order.ops import SolverOps
 
 __all__ = ["GPTQHessianStats", "HessianStats", "WandaStats"]
 

@@ -2,7 +2,7 @@
 (``modifiers/awq/base.py`` at the release tags; checked against 0.9.0.2's and 0.10.0.3's own
 runs in ``tests/fixtures/smoothing/combined.json``).
 
-- **0.11 to 0.14** (:data:`CURRENT`): the grid of :func:`recipe_spec.quantization.awq.grid`
+- **0.11 to 0.14** (:data:`CURRENT`): the grid of :func:`recipe_spec.oneshot.awq.search.grid`
   (ratios ``i / (n - 1)``, with duo scaling the identity first); AWQ is a transform and searches
   with the grid of the quantization modifiers after it.
 - **0.10**: ratios ``i / n`` for ``i`` in ``range(n)`` (1.0 never reached, no identity point

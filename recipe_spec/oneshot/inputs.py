@@ -103,7 +103,7 @@ def calibration_input(dataset: Any, processor: Any, options: TextOptions) -> Any
     if isinstance(dataset, (str, bytes)):
         raise ValueError(
             f"dataset={dataset!r}: calibration_input reads loaded data; a dataset name or path is loaded first "
-            "(recipe_spec.one_shot.named_data.load_named, as oneshot(dataset=...) does)")
+            "(recipe_spec.oneshot.named_data.load_named, as oneshot(dataset=...) does)")
     if _columns(dataset) is not None and isinstance(getattr(dataset, "column_names", None), Mapping):
         if "train" not in dataset:
             raise ValueError(f"dataset is a DatasetDict without a 'train' split (splits: {sorted(dataset)}): "

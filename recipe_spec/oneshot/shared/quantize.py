@@ -5,8 +5,8 @@ the backend's array operations, as llm-compressor 0.14 does it:
   it is when the module's turn comes (:func:`recipe_spec.quantization.grid.minmax_qparams`);
 - round to nearest keeps the float weight in the model (llm-compressor does too: the grid is
   applied when the model runs quantized or is saved); GPTQ writes its dequantized weight
-  (:func:`recipe_spec.pruning.second_order.gptq.gptq_quantize`, Hessian
-  :class:`~recipe_spec.pruning.second_order.hessian.GPTQHessianStats`);
+  (:func:`recipe_spec.oneshot.gptq.solve.gptq_quantize`, Hessian
+  :class:`~recipe_spec.oneshot.shared.hessian.GPTQHessianStats`);
 - static per-tensor input activations: the observer sees each forward call's input ``X``
   (``min``/``max`` over every entry) and keeps the last (``memoryless_minmax``), the running
   extremes (``static_minmax``) or the running average ``old·(1-c) + new·c`` with ``c`` the
@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..pruning.second_order.blockwise import SolverError
-from ..pruning.second_order.gptq import gptq_quantize
-from ..pruning.second_order.hessian import GPTQHessianStats
-from ..quantization.args import QuantArgs
-from ..quantization.grid import minmax_qparams, qparams
-from .quant_modifiers import QuantGroup
+from ...quantization.args import QuantArgs
+from ...quantization.grid import minmax_qparams, qparams
+from ..gptq.solve import gptq_quantize
+from .hessian import GPTQHessianStats
+from .obs import SolverError
+from .quant_plan import QuantGroup
 
 __all__ = ["InputRange", "QuantStats", "quantize_module"]
 

@@ -20,7 +20,7 @@ later.
 
 The 0.5.2-0.10 form is the 0.11 form's AWQModifier followed by a QuantizationModifier with the
 same quantization arguments (:func:`split_form` writes that pair), searched as the release
-searched (:mod:`recipe_spec.quantization.awq_releases`): under ``compat`` 0.9 or 0.10,
+searched (:mod:`recipe_spec.oneshot.awq.releases`): under ``compat`` 0.9 or 0.10,
 ``oneshot()`` runs it so (:func:`combined_args` gives the arguments the QuantizationModifier
 takes); before 0.9 the search itself differed and the form is refused.
 """
@@ -29,11 +29,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..diagnostics import codes
-from ..diagnostics.base import Diagnostic
-from ..quantization.awq_releases import AwqRelease
-from ..recipe.model import Modifier, Recipe
-from ..recipe.serialize import dump_value
+from ...diagnostics import codes
+from ...diagnostics.base import Diagnostic
+from ...recipe.model import Modifier, Recipe
+from ...recipe.serialize import dump_value
+from .releases import AwqRelease
 
 __all__ = ["COMBINED", "OWN_GRID", "split_form", "older_awq_form", "combined_args"]
 

@@ -3,7 +3,7 @@
 0.14's defaults; what it cannot honour is a located B001.
 
 - SmoothQuant: ``smoothing_strength`` (alpha, 0.5), ``mappings`` (``[[balance...], smooth]``;
-  default: the architecture's, :mod:`recipe_spec.quantization.smoothing_maps`), ``ignore``,
+  default: the architecture's, :mod:`recipe_spec.oneshot.shared.mappings`), ``ignore``,
   ``algorithm`` (``smoothquant`` or ``log_equalization``; the latter is
   LogarithmicEqualizationModifier's default). ``num_calibration_steps`` and
   ``calibration_function`` are declared by llm-compressor 0.14 and never read there; a value
@@ -16,7 +16,7 @@
   with ``targets``, and ``ignore``), as llm-compressor attaches their schemes before AWQ
   runs. In the combined form of llm-compressor 0.9-0.10 (``own``: its quantization
   arguments) AWQ searches with its own arguments and no other modifier's; ``release``
-  (:mod:`recipe_spec.quantization.awq_releases`) says how that release searched.
+  (:mod:`recipe_spec.oneshot.awq.releases`) says how that release searched.
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..diagnostics import codes
-from ..diagnostics.base import Diagnostic
-from ..quantization.args import PRESET_WEIGHTS, QuantArgs
-from ..quantization.awq import smallest_grid
-from ..quantization.awq_releases import CURRENT, AwqRelease
-from ..quantization.smoothing_match import SmoothMapping, parse_mappings
-from ..quantization.smoothquant import ALGORITHMS
-from ..recipe.model import Modifier, Recipe
+from ...core_dialect.catalogue_quant import smallest_grid
+from ...diagnostics import codes
+from ...diagnostics.base import Diagnostic
+from ...quantization.args import PRESET_WEIGHTS, QuantArgs
+from ...recipe.model import Modifier, Recipe
+from ..awq.releases import CURRENT, AwqRelease
+from ..smoothquant.solve import ALGORITHMS
+from .mapping_match import SmoothMapping, parse_mappings
 
 __all__ = ["SMOOTHING_KINDS", "READ", "QUANTIZERS", "WeightScheme", "SmoothingPlan", "smoothing_plan"]
 
@@ -74,7 +74,7 @@ class SmoothingPlan:
     n_grid: int = 20
     offload: bool = False
     schemes: tuple[WeightScheme, ...] = ()
-    #: the llm-compressor release whose AWQ runs (:func:`~recipe_spec.quantization.awq_releases.awq_release`)
+    #: the llm-compressor release whose AWQ runs (:func:`~recipe_spec.oneshot.awq.releases.awq_release`)
     release: AwqRelease = CURRENT
 
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ...masks.ops import Array
-from .ops import SolverOps
+from ...pruning.second_order.ops import SolverOps
 
 __all__ = ["ColumnRule", "PruneResult", "SolverError", "blockwise_obs", "check_prune_args", "sparsegpt_prune",
            "inverse_hessian_factor"]

@@ -5,9 +5,9 @@ Statistics are fed each module input ``X`` (``[tokens, in]``, float32) with the 
 sequences it came from: SparseGPT's running-mean Hessian, Wanda's row scalars (``n`` counts
 sequences, as llm-compressor).
 
-The statistics are :mod:`recipe_spec.pruning.second_order.hessian`'s, the solvers
-:mod:`recipe_spec.pruning.second_order.blockwise` (SparseGPT) and
-:mod:`recipe_spec.pruning.second_order.wanda`; magnitude masks are
+The statistics are :mod:`recipe_spec.oneshot.shared.hessian`'s, the solvers
+:mod:`recipe_spec.oneshot.shared.obs` (SparseGPT) and
+:mod:`recipe_spec.oneshot.wanda.solve`; magnitude masks are
 :func:`recipe_spec.masks.algorithms.compute_mask`. A per-layer note (a Cholesky failure and
 what was done instead) is logged and warned with the layer's name, never dropped.
 """
@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..masks.algorithms import compute_mask
-from ..pruning.second_order.blockwise import SolverError, sparsegpt_prune
-from ..pruning.second_order.hessian import HessianStats, WandaStats
-from ..pruning.second_order.wanda import wanda_prune
 from .modifiers import OneShotModifier
-from .quantize import new_quant_statistics, quantize_module
+from .shared.hessian import HessianStats, WandaStats
+from .shared.obs import SolverError, sparsegpt_prune
+from .shared.quantize import new_quant_statistics, quantize_module
+from .wanda.solve import wanda_prune
 
 __all__ = ["LayerReport", "new_statistics", "compress_module"]
 

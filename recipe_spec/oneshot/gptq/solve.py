@@ -41,9 +41,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ...masks.ops import Array
+from ...pruning.second_order.ops import SolverOps
 from ...quantization.args import QuantArgs
 from ...quantization.grid import check_weight_shape, fake_quantize, minmax_qparams
-from .blockwise import (
+from ..shared.obs import (
     DAMPENING_RETRIES,
     SolverError,
     _check_finite,
@@ -51,7 +52,6 @@ from .blockwise import (
     blockwise_obs,
     factor_with_dead_columns,
 )
-from .ops import SolverOps
 
 __all__ = ["ACTORDERS", "QuantizeResult", "gptq_quantize"]
 

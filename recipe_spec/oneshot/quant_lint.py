@@ -15,7 +15,7 @@ RECIPE --model DIR``): no weight is read, no quantization runs.
   the first, the observer fails all the same.
 - :func:`mapping_findings`: **P006** for every SmoothQuant/AWQ mapping entry (written in
   ``mappings``, or the architecture's defaults) that resolves to no layer of the model
-  (:func:`recipe_spec.one_shot.smoothing.unresolved_for`), naming its patterns that match
+  (:func:`recipe_spec.oneshot.shared.smoothing.unresolved_for`), naming its patterns that match
   nothing.
 - :func:`gptq_modifiers`: GPTQModifiers as :class:`~.modifiers.OneShotModifier` (kind
   ``gptq``) for the cost estimate (:func:`.checkpoint.estimate`: a Hessian of
@@ -179,7 +179,7 @@ def mapping_findings(recipe: Recipe, mods: Sequence[OneShotModifier], modules: S
     """P006 for each SmoothQuant/AWQ mapping entry of ``mods`` (from
     :func:`~.modifiers.runnable`) that resolves to no module of a model with ``modules`` and
     class ``architecture``: llm-compressor finds out only after loading the model."""
-    from .smoothing import unresolved_for
+    from .shared.smoothing import unresolved_for
 
     names = [i.name for i in modules]
     out: list[Diagnostic] = []

@@ -30,14 +30,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..diagnostics import codes
-from ..diagnostics.base import Diagnostic
-from ..quantization.args import QuantArgs
-from ..quantization.scheme import UNSUPPORTED_PRESETS, resolve_config
-from ..recipe.model import Modifier, Recipe
-from ..text.frozen import thaw
-from .host import ModuleInfo
-from .matching import matches, regex_match
+from ...diagnostics import codes
+from ...diagnostics.base import Diagnostic
+from ...quantization.args import QuantArgs
+from ...quantization.scheme import UNSUPPORTED_PRESETS, resolve_config
+from ...recipe.model import Modifier, Recipe
+from ...text.frozen import thaw
+from ..host import ModuleInfo
+from ..matching import matches, regex_match
 
 __all__ = ["QuantGroup", "QuantPlan", "QUANT_KINDS", "resolve_quant", "check_quant_shapes"]
 
