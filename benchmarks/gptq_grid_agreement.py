@@ -72,7 +72,7 @@ def run(framework: str, folder: Path, recipe: str, out: Path) -> None:
         import transformers
         from safetensors.torch import load_file
 
-        from recipe_spec.oneshot.shared import quantize as quantize
+        from recipe_spec.oneshot import gptq as quantize
 
         torch.set_num_threads(1)
         solves: list[dict[str, Any]] = []

@@ -265,12 +265,12 @@ def _recipe(args: argparse.Namespace) -> tuple[Any, list[Any]]:
     if _print([d for d in found if d.code not in _OTHER_TOOL], args.recipe) or recipe is None:
         raise _Failed
     backend = _checkpoint_backend()
-    from .oneshot.api import _release
     from .oneshot.preflight import refuse_recipe_patterns
+    from .oneshot.settings import release_of
 
     try:
         refuse_recipe_patterns(recipe)  # a silenced P005 still cannot run
-        mods = resolve(recipe, frozenset(backend.capabilities), backend.name, _release(args.compat))
+        mods = resolve(recipe, frozenset(backend.capabilities), backend.name, release_of(args.compat))
     except RecipeError as exc:
         _print(exc.diagnostics, args.recipe)
         raise _Failed from None
@@ -297,10 +297,10 @@ def oneshot_command(args: argparse.Namespace) -> int:
     input, 2 the command line is wrong."""
     _check_paths(args)
     if args.compat is not None:
-        from .oneshot.api import _release
+        from .oneshot.settings import release_of
 
         try:
-            _release(args.compat)
+            release_of(args.compat)
         except ValueError as exc:
             raise UsageError(f"--compat {args.compat}: {exc}") from None
     try:

@@ -44,7 +44,13 @@ def validate_recipe(recipe: Recipe, backend: str | None = None, compat: Any = No
     whose rules apply (a :class:`recipe_spec.core_dialect.Compat` or its text, e.g.
     ``"llmcompressor==0.8"``); None checks every release."""
     if recipe.dialect == "core":
-        return once_per_file(validate_core(recipe, backend, compat))
+        if backend is None or not _one_shot(recipe):
+            return once_per_file(validate_core(recipe, backend, compat))
+        compat = run_reading(recipe, backend, compat)
+        found = _with_oneshot_reading(recipe, validate_core(recipe, None, compat), backend, compat)
+        # a modifier refused as a whole is said as modify() says it (the same place, one wording)
+        whole = {(d.line, d.column): d for d in validate_core(recipe, backend, compat) if d.code == "B001"}
+        return once_per_file([whole.get((d.line, d.column), d) if d.code == "B001" else d for d in found])
     known = known_names()
     checked = {id(m) for m in recipe.modifiers if m.type in known and _args_ok(m)}  # the usual case
     numbers_ok = {id(m): id(m) in checked or _numbers_ok(m.args) for m in recipe.modifiers}
@@ -61,6 +67,48 @@ def validate_recipe(recipe: Recipe, backend: str | None = None, compat: Any = No
 
 #: Codes said once per file and message (a deprecated argument written in every modifier).
 _ONCE = frozenset({"M007"})
+
+
+def run_reading(recipe: Recipe, backend: str | None, compat: Any) -> Any:
+    """The release a stage/group ``recipe`` is checked against: ``compat``; or, checked for a
+    ``backend`` without one, ``"llmcompressor"`` for a one-shot recipe (its newest release,
+    which :func:`recipe_spec.oneshot` reads recipes as), so that ``validate --backend`` says
+    what the run refuses."""
+    if compat is not None or backend is None or not _one_shot(recipe):
+        return compat
+    return "llmcompressor"
+
+
+def _one_shot(recipe: Recipe) -> bool:
+    """Whether a stage/group recipe holds a one-shot modifier (``oneshot()`` runs it, not
+    ``modify()``)."""
+    from .core_dialect import core_spec
+
+    return any((s := core_spec(m.type)) is not None and not s.training for m in recipe.modifiers)
+
+
+def _with_oneshot_reading(recipe: Recipe, out: list[Diagnostic], backend: str, compat: Any) -> list[Diagnostic]:
+    """``out`` (a one-shot recipe's findings) and, when it holds no error, what
+    :func:`recipe_spec.oneshot` on ``backend`` would refuse before any weight changes: the
+    same reading of each modifier (:func:`recipe_spec.oneshot.modifiers.resolve`: a modifier
+    it does not run, one the backend lacks the capabilities for, an argument it does not
+    honour), so ``validate --backend`` and ``oneshot`` cannot disagree about a recipe."""
+    from .diagnostics.base import RecipeError, Severity
+    from .oneshot.modifiers import resolve
+    from .oneshot.settings import release_of
+    from .registry import backend_capabilities
+
+    if any(d.severity is Severity.ERROR for d in out):
+        return out
+    try:
+        version = release_of(compat)
+    except ValueError:
+        version = None  # a release a run does not follow: read as the newest
+    try:
+        resolve(recipe, backend_capabilities().get(backend, frozenset()), backend, version)
+    except RecipeError as exc:
+        return sorted([*out, *exc.diagnostics], key=lambda d: (d.line, d.column, d.code))
+    return out
 
 
 def once_per_file(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
@@ -133,8 +181,12 @@ def validate(
             from .core_dialect.written_for import checked_against, written_for
 
             tools = written_for(loaded)
-            if len(tools) == 1:
-                found.checked_against = checked_against(tools)
+            if run_reading(loaded, backend, None) is not None:
+                found.checked_against = (f"{checked_against(('llmcompressor',), newest_only=True)}, the release "
+                                         "recipe_spec.oneshot reads one-shot recipes as (--compat chooses another)")
+            elif len(tools) == 1:
+                found.checked_against = (f"{checked_against(tools)} only: they use what only llm-compressor "
+                                         "reads (--compat chooses a release)")
         del loaded
         return found
 

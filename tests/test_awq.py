@@ -16,11 +16,12 @@ import smoothing_reference as ref
 from recipe_spec import load
 from recipe_spec.diagnostics.base import RecipeError
 from recipe_spec.masks.numpy_ops import NUMPY_OPS
+from recipe_spec.oneshot.awq import awq_plan
 from recipe_spec.oneshot.awq.search import candidate_scales, grid, layer_means
 from recipe_spec.oneshot.host import ModuleInfo
 from recipe_spec.oneshot.modifiers import OneShotModifier, resolve
 from recipe_spec.oneshot.shared.smoothing import resolve_mappings
-from recipe_spec.oneshot.shared.smoothing_args import SmoothingPlan, WeightScheme, smoothing_plan
+from recipe_spec.oneshot.shared.smoothing_args import SmoothingPlan, WeightScheme
 from recipe_spec.quantization.args import QuantArgs
 
 torch = pytest.importorskip("torch")
@@ -34,7 +35,7 @@ def _plan(name: str) -> tuple[OneShotModifier, SmoothingPlan]:
     recipe = load(ref.cases()["cases"][name]["recipe_yaml"])
     entry = recipe.modifiers[0]
     errors: list = []
-    plan = smoothing_plan(recipe, entry, "awq", errors)
+    plan = awq_plan(recipe, entry, errors)
     assert not errors and plan is not None
     return OneShotModifier(entry.type, "awq", entry, (), transform=plan), plan
 
@@ -131,7 +132,7 @@ def test_awq_reads_the_weight_grid_of_the_quantization_modifier_after_it() -> No
     recipe = _awq("      n_grid: 8\n", "    GPTQModifier:\n      scheme: W4A16_ASYM\n      targets: [Linear]\n"
                   "      ignore: [lm_head]\n")
     errors: list = []
-    plan = smoothing_plan(recipe, recipe.modifiers[0], "awq", errors)
+    plan = awq_plan(recipe, recipe.modifiers[0], errors)
     assert not errors and plan.n_grid == 8 and plan.duo_scaling is True
     assert plan.schemes == (WeightScheme(("Linear",), ("lm_head",), QuantArgs(4, "int", False, "group", 128)),)
 

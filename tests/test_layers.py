@@ -25,11 +25,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("schedule", "params", "registry"),
     ("checks", "pruning"),
     ("core_dialect",),
+    ("oneshot",),
     ("loader",),
     ("validation",),
     ("lint", "lint_scheme", "parallel", "fix", "convert"),
     ("runtime",),
-    ("oneshot",),
+    ("oneshot.api", "oneshot.objects"),
     ("manager",),
     ("create", "integrations", "docgen"),
     ("cli", "commands", "commands_oneshot", "commands_fix", "__init__", "__main__"),
@@ -122,11 +123,14 @@ def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def _layer(module: str) -> int:
-    parts = module.split(".")
-    first = parts[1] if len(parts) > 1 else "__init__"
-    for i, names in enumerate(LAYERS):
-        if first in names:
-            return i
+    """The layer of ``module``: of its longest dotted name in :data:`LAYERS` (``oneshot.api``
+    before ``oneshot``)."""
+    parts = module.split(".")[1:] or ["__init__"]
+    for size in range(len(parts), 0, -1):
+        name = ".".join(parts[:size])
+        for i, names in enumerate(LAYERS):
+            if name in names:
+                return i
     raise AssertionError(f"{module} is in no layer of tests/test_layers.py: place it in docs/design.md's order")
 
 

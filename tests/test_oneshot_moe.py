@@ -155,7 +155,7 @@ def test_a_refused_or_failed_run_puts_the_fused_experts_back(monkeypatch: pytest
     """A refusal inside the run (an unknown ``sequential_targets``) and a failure halfway
     through compression (the tenth GPTQ solve raising) both leave the model as it was: the
     fused experts module itself, every tensor equal."""
-    from recipe_spec.oneshot.shared import quantize as quantize
+    from recipe_spec.oneshot import gptq as quantize
 
     model = _model(GPTQ)
     before = {k: v.clone() for k, v in model.state_dict().items()}

@@ -193,23 +193,24 @@ def _failing_after(monkeypatch: pytest.MonkeyPatch, module: Any, name: str, call
     return seen
 
 
-@pytest.mark.parametrize("recipe,where", [(SPARSEGPT, "sparsegpt_prune"), (GPTQ, "quantize_module"),
-                                          (SMOOTH_W8A8, "quantize_module")])
+@pytest.mark.parametrize("recipe,folder,where", [(SPARSEGPT, "sparsegpt", "sparsegpt_prune"),
+                                                 (GPTQ, "gptq", "record_quantized"),
+                                                 (SMOOTH_W8A8, "rtn", "record_quantized")])
 def test_a_failure_during_the_run_puts_the_model_back(monkeypatch: pytest.MonkeyPatch, recipe: str,
-                                                      where: str) -> None:
+                                                      folder: str, where: str) -> None:
     """The ninth layer's solve fails: the eight before it (and, for quantization, every
     scheme attached; for SmoothQuant, the smoothed norms) are undone."""
-    from recipe_spec.oneshot import compress as compress
+    import importlib
 
-    seen = _failing_after(monkeypatch, compress, where, 9)
+    seen = _failing_after(monkeypatch, importlib.import_module(f"recipe_spec.oneshot.{folder}"), where, 9)
     _refused(recipe, RuntimeError, "the solve failed")
     assert len(seen) == 9
 
 
 def test_restore_on_error_false_leaves_the_changed_layers(monkeypatch: pytest.MonkeyPatch) -> None:
-    from recipe_spec.oneshot import compress as compress
+    from recipe_spec.oneshot import sparsegpt
 
-    _failing_after(monkeypatch, compress, "sparsegpt_prune", 3)
+    _failing_after(monkeypatch, sparsegpt, "sparsegpt_prune", 3)
     model = _model()
     q_proj = model.model.layers[0].self_attn.q_proj.weight.detach().clone()
     with pytest.raises(RuntimeError):
@@ -238,11 +239,11 @@ def test_a_disk_that_fills_while_saving_puts_the_model_back_and_leaves_no_folder
 
 def test_a_run_after_a_refusal_gives_the_result_of_a_fresh_model(monkeypatch: pytest.MonkeyPatch) -> None:
     """The model put back runs as if nothing had happened: the same weights as on a new copy."""
-    from recipe_spec.oneshot import compress as compress
+    from recipe_spec.oneshot import gptq
 
     model = _model()
     with monkeypatch.context() as patch:
-        _failing_after(patch, compress, "quantize_module", 5)
+        _failing_after(patch, gptq, "record_quantized", 5)
         with pytest.raises(RuntimeError):
             recipe_spec.oneshot(model=model, recipe=GPTQ, dataset=_samples())
     recipe_spec.oneshot(model=model, recipe=GPTQ, dataset=_samples())
@@ -348,11 +349,11 @@ def test_a_tied_head_is_untied_before_it_changes(recipe: str, tmp_path: Any) -> 
 def test_a_failed_run_ties_the_head_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """The head's solve fails after it was untied and pruned: the head shares the embedding's
     weight again (the same Parameter) and the config says so, the values as they were."""
-    from recipe_spec.oneshot import compress as compress
+    from recipe_spec.oneshot import sparsegpt
 
     model = _tied()
     before = Snapshot(model)
-    _failing_after(monkeypatch, compress, "sparsegpt_prune", 15)  # 14 decoder Linears, then the head
+    _failing_after(monkeypatch, sparsegpt, "sparsegpt_prune", 15)  # 14 decoder Linears, then the head
     with pytest.raises(RuntimeError, match="the solve failed"):
         recipe_spec.oneshot(model=model, recipe=SPARSEGPT.replace(", ignore: [lm_head]", ""), dataset=_samples())
     before.assert_same(model)

@@ -88,13 +88,15 @@ def test_a_non_finite_weight_in_a_later_layer_is_refused_before_the_first_change
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(model.get_layer("fc1").kernel), fc1)
 
 
-@pytest.mark.parametrize("recipe,where", [(SPARSEGPT, "sparsegpt_prune"), (W8A8, "quantize_module")])
+@pytest.mark.parametrize("recipe,folder,where", [(SPARSEGPT, "sparsegpt", "sparsegpt_prune"),
+                                                 (W8A8, "gptq", "record_quantized")])
 def test_a_failure_during_the_run_puts_the_model_back(monkeypatch: pytest.MonkeyPatch, recipe: str,
-                                                      where: str) -> None:
+                                                      folder: str, where: str) -> None:
     """The second layer's solve fails: the first (and every scheme recorded) is undone, and no
     layer becomes a Keras quantized layer."""
-    from recipe_spec.oneshot import compress as compress
+    import importlib
 
+    compress = importlib.import_module(f"recipe_spec.oneshot.{folder}")
     real, seen = getattr(compress, where), []
 
     def failing(*args: Any, **kwargs: Any) -> Any:

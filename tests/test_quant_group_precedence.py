@@ -33,7 +33,7 @@ def test_the_group_of_each_module_is_compressed_tensors_choice() -> None:
     from compressed_tensors.quantization import QuantizationConfig, apply_quantization_config
 
     recipe = load(RECIPE)
-    resolved = resolve_quant(recipe, recipe.modifiers[0], "quantization", [])
+    resolved = resolve_quant(recipe, recipe.modifiers[0], [])
     assert resolved is not None
     plan, _ = resolved
     config = plan.config

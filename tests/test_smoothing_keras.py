@@ -130,14 +130,14 @@ def test_smoothquant_on_a_keras_hub_llama_is_llm_compressors(folder: pathlib.Pat
 
 
 def _awq(folder: pathlib.Path, name: str) -> tuple[object, object]:
+    from recipe_spec.oneshot.awq import awq_plan
     from recipe_spec.oneshot.calibration import prepare
     from recipe_spec.oneshot.modifiers import OneShotModifier
     from recipe_spec.oneshot.pipeline import run_pipeline
-    from recipe_spec.oneshot.shared.smoothing_args import smoothing_plan
 
     recipe = load(ref.cases()["cases"][name]["recipe_yaml"])
     errors: list = []
-    plan = smoothing_plan(recipe, recipe.modifiers[0], "awq", errors)
+    plan = awq_plan(recipe, recipe.modifiers[0], errors)
     assert not errors
     mod = OneShotModifier("AWQModifier", "awq", recipe.modifiers[0], (), transform=plan)
     model = _llama(folder)

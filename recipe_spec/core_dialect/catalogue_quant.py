@@ -30,22 +30,22 @@ def mixin_args(llmc: str, *, sparseml: str | None = None) -> tuple[Arg, ...]:
 
     return (
         arg("config_groups", "Group name -> QuantizationScheme (targets, weights, "
-            "input_activations, output_activations).", both, type=["object", "null"]),
+            "input_activations, output_activations).", both, oneshot="runs", type=["object", "null"]),
         arg("targets", "Layers to quantize (names, 're:' patterns, class names).",
-            both, **_STR_LIST),
-        arg("ignore", "Layers left unquantized.", both, **_STR_LIST),
+            both, oneshot="runs", **_STR_LIST, default=["Linear"]),
+        arg("ignore", "Layers left unquantized.", both, oneshot="runs", **_STR_LIST, default=[]),
         arg("scheme", "Preset scheme name (e.g. W4A16) or {PRESET: [targets]}.", both,
-            type=["string", "object", "null"]),
+            oneshot="runs", type=["string", "object", "null"]),
         arg("kv_cache_scheme", "QuantizationArgs for the attention KV cache.",
-            {"llmcompressor": rng(">=0.2")}, type=["object", "null"]),
+            {"llmcompressor": rng(">=0.2")}, oneshot="default", type=["object", "null"], default=None),
         *(arg(n, f"Observer for {w} (e.g. minmax, mse).", {"llmcompressor": rng(">=0.9")},
-              type=["string", "null"])
+              oneshot="default", type=["string", "null"], default=None)
           for n, w in (("weight_observer", "weights"), ("input_observer", "input activations"),
                        ("output_observer", "output activations"))),
         arg("observer", "{weights|input|output: observer name}.", {"llmcompressor": rng(">=0.9")},
-            type=["object", "null"]),
+            oneshot="default", type=["object", "null"], default=None),
         arg("bypass_divisibility_checks", "Skip the shape divisibility checks.",
-            {"llmcompressor": rng(">=0.10")}, type="boolean"),
+            {"llmcompressor": rng(">=0.10")}, oneshot="default", type="boolean", default=False),
     )
 
 
@@ -85,14 +85,15 @@ GPTQ = declare(
             {"sparseml": ">=1.8", "llmcompressor": "<0.8"}, type=["boolean", "null"]),
         arg("sequential_targets", "Layer classes compressed one after another.",
             {"llmcompressor": "<0.11"}, type=["string", "array", "null"]),
-        arg("block_size", "Columns processed per block.", type="integer", minimum=1),
-        arg("dampening_frac", "Hessian dampening fraction.", **_NUM_OR_NULL),
+        arg("block_size", "Columns processed per block.", oneshot="runs", type="integer", minimum=1,
+            default=128),
+        arg("dampening_frac", "Hessian dampening fraction.", oneshot="runs", **_NUM_OR_NULL, default=0.01),
         arg("quantize", "Whether to quantize, or QuantizationModifier arguments.",
             {"sparseml": ">=1.8", "llmcompressor": "<0.6"}, type=["boolean", "object"]),
         arg("offload_hessians", "Keep Hessians on the CPU.", {"llmcompressor": ">=0.4"},
-            type="boolean"),
+            oneshot="inert", type="boolean"),
         arg("actorder", "Activation ordering (group, weight, static, dynamic).",
-            {"llmcompressor": ">=0.6"}, type=["string", "boolean", "null"],
+            {"llmcompressor": ">=0.6"}, oneshot="runs", type=["string", "boolean", "null"],
             enum=[True, False, None, "group", "weight", "static", "dynamic"], ci=True),
     ),
     renamed=(Renamed("percdamp", "dampening_frac", "development name, renamed before SparseML "
@@ -107,13 +108,15 @@ GPTQ = declare(
 
 _SMOOTH_ARGS = (
     arg("smoothing_strength", "Migration strength alpha (0-1).",
-        {"sparseml": ">=1.8", "llmcompressor": ""}, type="number", minimum=0, maximum=1),
+        {"sparseml": ">=1.8", "llmcompressor": ""}, oneshot="runs", type="number", minimum=0, maximum=1,
+        default=0.5),
     arg("alpha", "Migration strength (the name SparseML 1.6/1.7 read; smoothing_strength "
         "there is ignored).", {"sparseml": "<1.8"}, type="number", minimum=0, maximum=1),
-    arg("mappings", "[[balance layers], smooth layer] pairs.", type=["array", "null"]),
-    arg("ignore", "Layers not smoothed.", type=["array", "null"], items={"type": "string"}),
-    arg("num_calibration_steps", "Calibration batches.", type=["integer", "null"]),
-    arg("algorithm", "smoothquant or log_equalization.", {"llmcompressor": ">=0.11"},
+    arg("mappings", "[[balance layers], smooth layer] pairs.", oneshot="runs", type=["array", "null"]),
+    arg("ignore", "Layers not smoothed.", oneshot="runs", type=["array", "null"], items={"type": "string"}),
+    arg("num_calibration_steps", "Calibration batches (declared and never read by llm-compressor).",
+        oneshot="default", type=["integer", "null"], default=None),
+    arg("algorithm", "smoothquant or log_equalization.", {"llmcompressor": ">=0.11"}, oneshot="runs",
         enum=["smoothquant", "log_equalization"]),
 )
 _SMOOTH_RENAMES = (
@@ -176,12 +179,12 @@ AWQ = declare(
     (
         *mixin_args("<0.11"),
         *_AWQ_OWN_GRID,
-        arg("mappings", "Smooth/balance layer mappings.", type=["array", "null"]),
-        arg("offload_device", "Device for cached activations.", type=["string", "null"]),
+        arg("mappings", "Smooth/balance layer mappings.", oneshot="runs", type=["array", "null"]),
+        arg("offload_device", "Device for cached activations.", oneshot="runs", type=["string", "null"]),
         arg("duo_scaling", "Use weights and activations for scales (true/false/both).",
-            type="boolean", enum=[True, False, "both"]),
+            oneshot="runs", type="boolean", enum=[True, False, "both"], default=True),
         arg("n_grid", "Grid points of the scale search.", {"llmcompressor": ">=0.9"},
-            type="integer", minimum=1),
+            oneshot="runs", type="integer", minimum=1, default=20),
         arg("sequential_targets", "Layer classes processed one after another.",
             {"llmcompressor": "<0.11"}, type=["string", "array", "null"]),
     ),

@@ -24,7 +24,7 @@ __all__ = ["SPECS", "translate_constant", "translate_magnitude", "translate_lega
            "translate_distillation"]
 
 _TARGETS = arg("targets", "Parameters/layers (names, 're:' patterns, __ALL_PRUNABLE__).",
-               type=["string", "array"], items={"type": "string"})
+               oneshot="runs", type=["string", "array"], items={"type": "string"})
 _TOKENS = {"__ALL__", "__ALL_PRUNABLE__", "__ALL_QUANTIZABLE__"}
 _UNSET = (None, -1, -1.0)
 _TWIN_NAMES = tuple(Renamed(old, new, "the !Modifier dialect's name") for old, new in (
@@ -149,15 +149,16 @@ MAGNITUDE = declare(
     {"sparseml": "", "llmcompressor": ""},
     (
         _TARGETS,
-        arg("init_sparsity", "Sparsity at start.", type="number", minimum=0, exclusiveMaximum=1,
-            fraction=True),
-        arg("final_sparsity", "Sparsity at end.", type="number", minimum=0, exclusiveMaximum=1,
-            fraction=True),
-        arg("update_scheduler", "cubic, linear, polynomial_decay or polynomial.",
+        arg("init_sparsity", "Sparsity at start.", oneshot="inert", type="number", minimum=0,
+            exclusiveMaximum=1, fraction=True),
+        arg("final_sparsity", "Sparsity at end.", oneshot="runs", type="number", minimum=0,
+            exclusiveMaximum=1, fraction=True),
+        arg("update_scheduler", "cubic, linear, polynomial_decay or polynomial.", oneshot="inert",
             enum=["cubic", "linear", "polynomial_decay", "polynomial"]),
-        arg("scheduler_args", "Scheduler arguments (e.g. exponent).", type="object"),
-        arg("mask_structure", "unstructured, channel, filter or 'N:M'.", type="string", nm=True),
-        arg("leave_enabled", "Keep masks after end.", type="boolean"),
+        arg("scheduler_args", "Scheduler arguments (e.g. exponent).", oneshot="inert", type="object"),
+        arg("mask_structure", "unstructured, channel, filter or 'N:M'.", oneshot="runs", type="string",
+            nm=True),
+        arg("leave_enabled", "Keep masks after end.", oneshot="inert", type="boolean"),
         arg("apply_globally", "Rank all targets together.", type="boolean"),
     ),
     training=True,

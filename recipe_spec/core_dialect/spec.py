@@ -11,31 +11,37 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..modifiers.spec import Arg, Look, ModifierSpec
+from ..modifiers.spec import ONESHOT_USES, Arg, Look, ModifierSpec
 from .versions import Compat, ToolVersion, Version, in_range, versions_where
 
 __all__ = ["arg", "BASE_ARGS", "Renamed", "Deprecation", "Translation", "CoreSpec", "declare"]
 
 
-def arg(name: str, description: str, tools: Mapping[str, str] | None = None, **schema: Any) -> Arg:
-    """An :class:`Arg` whose schema is ``{"description": ..., **schema}``."""
-    return Arg(name, {"description": description, **schema}, tools=dict(tools or {}))
+def arg(name: str, description: str, tools: Mapping[str, str] | None = None, *, oneshot: str = "",
+        **schema: Any) -> Arg:
+    """An :class:`Arg` whose schema is ``{"description": ..., **schema}`` (a ``default`` there is
+    the value a run takes when the recipe leaves the argument out); ``oneshot``: what
+    :func:`recipe_spec.oneshot` does with it (:data:`~recipe_spec.modifiers.spec.ONESHOT_USES`)."""
+    if oneshot not in ("", *ONESHOT_USES):
+        raise ValueError(f"argument {name}: oneshot={oneshot!r} is not one of {', '.join(ONESHOT_USES)}")
+    return Arg(name, {"description": description, **schema}, tools=dict(tools or {}), oneshot=oneshot)
 
 
 #: Arguments of the base ``Modifier`` class, present on every modifier. ``group`` given
 #: inside the arguments makes llm-compressor >= 0.7 fail (it passes ``group=`` itself).
 BASE_ARGS: tuple[Arg, ...] = (
-    arg("index", "Position of the modifier (set by the recipe parser).", type=["integer", "null"]),
+    arg("index", "Position of the modifier (set by the recipe parser).", oneshot="inert", type=["integer", "null"]),
     arg("group", "Group name (normally taken from the `<name>_modifiers` key).",
-        {"sparseml": "", "llmcompressor": "<0.7"}, type=["string", "null"]),
+        {"sparseml": "", "llmcompressor": "<0.7"}, oneshot="inert", type=["string", "null"]),
     arg("start", "Start (epoch) of a training-time modifier; -1 = from the beginning.",
-        type=["number", "null"], minimum=-1),
-    arg("end", "End (epoch) of a training-time modifier; -1 = to the end.", type=["number", "null"],
+        oneshot="inert", type=["number", "null"], minimum=-1),
+    arg("end", "End (epoch) of a training-time modifier; -1 = to the end.", oneshot="inert",
+        type=["number", "null"],
         minimum=-1),
-    arg("update", "Update interval (epochs) of a training-time modifier.", type=["number", "null"],
+    arg("update", "Update interval (epochs) of a training-time modifier.", oneshot="inert", type=["number", "null"],
         minimum=-1),
     arg("requires_calibration_data", "Whether the modifier needs calibration data.",
-        {"llmcompressor": ">=0.13"}, type="boolean"),
+        {"llmcompressor": ">=0.13"}, oneshot="inert", type="boolean"),
 )
 
 

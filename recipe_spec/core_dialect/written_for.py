@@ -88,11 +88,14 @@ def written_for(recipe: Recipe) -> tuple[str, ...]:
     return ("llmcompressor",) if newer and not older else TOOLS
 
 
-def checked_against(tools: tuple[str, ...]) -> str:
-    """The releases :func:`written_for`'s answer covers, in words.
+def checked_against(tools: tuple[str, ...], newest_only: bool = False) -> str:
+    """The releases :func:`written_for`'s answer covers (``newest_only``: each tool's newest),
+    in words.
 
-    >>> checked_against(("llmcompressor",))
-    'llm-compressor 0.1–0.14'
+    >>> checked_against(("llmcompressor",)), checked_against(("llmcompressor",), newest_only=True)
+    ('llm-compressor 0.1–0.14', 'llm-compressor 0.14')
     """
+    if newest_only:
+        return ", ".join(f"{TOOL_LABELS[t]} {RELEASES[t][-1]}" for t in tools)
     return ", ".join(f"{TOOL_LABELS[t]} {RELEASES[t][0]}–{RELEASES[t][-1]}" for t in tools)
 

@@ -35,8 +35,7 @@ def emit_text(results: Results, out: Any, version: str = "") -> None:
             against[label] = against.get(label, 0) + 1
     files = len(results)
     for label, n in against.items():
-        print(f"{n} of {files} file(s) checked against {label} only: they use what only "
-              "llm-compressor reads (--compat chooses a release)", file=out)
+        print(f"{n} of {files} file(s) checked against {label}", file=out)
     bad = sum(1 for _, ds in results if any(d.severity is Severity.ERROR for d in ds))
     print(
         f"{files} file(s) checked: {bad} with errors; {count[Severity.ERROR]} error(s), "

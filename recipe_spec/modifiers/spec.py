@@ -74,6 +74,13 @@ EVENT_TARGETS = frozenset({
 })
 
 
+#: What :func:`recipe_spec.oneshot` does with an argument (:attr:`Arg.oneshot`): ``runs``: read
+#: and honoured (absent: its schema's ``default``); ``inert``: accepted, with no effect on the
+#: result (where a layer is solved, a deprecated switch); ``default``: honoured only at its
+#: ``default`` (another value is refused, located).
+ONESHOT_USES = ("runs", "inert", "default")
+
+
 @dataclass(frozen=True)
 class Arg:
     """One argument of a modifier.
@@ -86,6 +93,8 @@ class Arg:
     versions of every tool that has the modifier). ``names``: what the argument's strings name
     in the model, for lint: ``"layers"`` (layer names) or ``"layers_or_types"`` (layer names or
     layer class names); None for anything else (parameter selectors are ``params``).
+    ``oneshot``: for a stage/group modifier :func:`recipe_spec.oneshot` runs, what the run does
+    with the argument (:data:`ONESHOT_USES`); ``""``: it refuses the argument (located B001).
     """
 
     name: str
@@ -93,6 +102,7 @@ class Arg:
     needs: frozenset[str] = frozenset()
     tools: Mapping[str, str] = field(default_factory=dict)
     names: str | None = None
+    oneshot: str = ""
 
     @property
     def description(self) -> str:

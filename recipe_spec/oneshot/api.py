@@ -31,6 +31,7 @@ from ..loader import load
 from ..recipe.model import Recipe
 from ..registry import backend_for
 from ..runtime.preflight import refuse_invalid
+from .algorithms import BY_MODIFIER, algorithm_of
 from .calibration import bounded, prepare
 from .dropin import load_model, log_to, refuse_experts, resolve_processor
 from .inputs import TextOptions, calibration_input, is_text
@@ -39,7 +40,7 @@ from .keywords import check_options, recipe_arguments
 from .modifiers import resolve
 from .named_data import is_named, named_input
 from .objects import is_object_recipe, object_recipe
-from .pipeline import PIPELINES, OneShotReport, Progress, run_pipeline
+from .pipeline import PIPELINES, OneShotReport, Progress, keep_report, last_report, run_pipeline
 from .preflight import (
     check_arguments,
     check_chain,
@@ -49,19 +50,19 @@ from .preflight import (
     refuse_recipe_patterns,
 )
 from .progress import default_progress
-from .shared.quant_plan import QUANT_KINDS, check_quant_shapes
+from .settings import release_of
+from .shared.quant_plan import check_quant_shapes
 
 __all__ = ["oneshot", "apply_oneshot", "last_report"]
 
-_LAST: list[OneShotReport] = []
 #: Warnings about what llm-compressor would do otherwise than this run does.
 _OTHER_TOOL = frozenset({"C005", "C006", "C007"})
 
 
-def last_report() -> OneShotReport | None:
-    """The report of the last :func:`oneshot` run in this process (samples fed, pipelines,
-    per-module sparsity and loss), None before the first."""
-    return _LAST[-1] if _LAST else None
+def _role(modifier: str) -> str:
+    """The role of the algorithm that runs ``modifier`` (``""``: none runs it)."""
+    algorithm = BY_MODIFIER.get(modifier)
+    return algorithm.role if algorithm is not None else ""
 
 
 def _recipe(recipe: Any, recipe_args: Any) -> Recipe:
@@ -228,7 +229,7 @@ def oneshot(
     arguments = recipe_arguments(recipe_args)
     loaded = object_recipe(recipe, arguments) if is_object_recipe(recipe) else _recipe(recipe, arguments)
     progress = default_progress(progress)
-    if not save_compressed and output_dir is not None and any(m.type in QUANT_KINDS for m in loaded.modifiers):
+    if not save_compressed and output_dir is not None and any(_role(m.type) == "quantize" for m in loaded.modifiers):
         raise ValueError("save_compressed=False: recipe_spec.oneshot saves quantized models compressed only "
                          "(compressed-tensors' formats); leave save_compressed at True")
     # the recipe's checks before a checkpoint is loaded or text tokenised (apply_oneshot repeats them)
@@ -292,7 +293,7 @@ def apply_oneshot(
                     overwrite_output_dir=overwrite_output_dir, progress=progress, preserve_masks=preserve_masks,
                     compat=compat, restore_on_error=restore_on_error, dataset=dataset,
                     moe_calibrate_all_experts=moe_calibrate_all_experts)
-    release = _release(compat)
+    release = release_of(compat)
     if output_dir is not None:  # before anything is touched, as the recipe's checks below
         check_output_dir(output_dir, overwrite_output_dir)
     refuse_invalid(recipe, compat=compat or "llmcompressor", quiet=_OTHER_TOOL)
@@ -303,7 +304,7 @@ def apply_oneshot(
     backend = backend_for(model, "oneshot()")
     mods = resolve(recipe, frozenset(backend.capabilities), backend.name, release)
     if preserve_masks:
-        mods = [dataclasses.replace(m, preserve_mask=True) if m.kind == "gptq" else m for m in mods]
+        mods = [dataclasses.replace(m, preserve_mask=True) if algorithm_of(m).keeps_masks else m for m in mods]
     make_host = getattr(backend, "calibration_host", None)
     if make_host is None:  # capabilities say "oneshot" without a host: a backend defect
         raise NotImplementedError(f"the {backend.name} backend declares 'oneshot' but has no calibration_host()")
@@ -357,7 +358,7 @@ def apply_oneshot(
                 work.restore()
             raise
     report.notes += [m.note for m in mods if m.note]
-    _LAST[:] = [report]
+    keep_report(report)
     return report
 
 
@@ -372,21 +373,6 @@ def _save_processor(processor: Any, folder: str) -> None:
 
 
 
-
-
-def _release(compat: str | None) -> tuple[int, ...] | None:
-    """The llm-compressor release ``compat`` names (None: the newest)."""
-    if compat is None:
-        return None
-    from ..core_dialect import Compat
-
-    parsed = Compat.parse(compat)
-    if parsed.tool != "llmcompressor" or tuple(parsed.version) < (0, 5):
-        raise ValueError(f"compat {compat!r}: recipe_spec.oneshot reads recipes as an llm-compressor release "
-                         "from 0.5 to 0.14 (llmcompressor==0.5 ... llmcompressor==0.14; before 0.5 its modifiers "
-                         "took other arguments, e.g. no ignore); `recipe-spec validate --compat` checks a recipe "
-                         "against older ones")
-    return tuple(parsed.version)
 
 
 def _cannot_save(recipe: Recipe, mod: Any, problem: str) -> Any:

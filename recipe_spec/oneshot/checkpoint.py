@@ -32,6 +32,7 @@ from ..params.architectures import architecture, decoder_layer_class, hidden_siz
 from ..params.checkpoint import ModelNames, read_checkpoint
 from ..params.headers import read_safetensors_header
 from ..recipe.model import Recipe
+from .algorithms import algorithm_of
 from .host import ModuleInfo
 from .matching import regex_match
 from .modifiers import OneShotModifier, select_modules
@@ -45,8 +46,6 @@ GPU_FLOPS = 2e13
 _NM = re.compile(r"^([0-9]+):([0-9]+)$")
 _EMBEDDING = re.compile(r"(embed|^wte$|^wpe$)")
 _NUMBERED = re.compile(r"^(.*)\.(\d+)$")
-#: The kinds that hold an ``in_features²`` Hessian per target (GPTQ: :mod:`.quant_lint`).
-_HESSIAN = ("sparsegpt", "gptq")
 
 
 @dataclass(frozen=True)
@@ -260,8 +259,7 @@ class Estimate:
                 continue
             out.append(f"  {mod.type} ({mod.where}): {c.targets} target layers, {c.pipeline} pipeline")
             if c.largest[1]:
-                what = "Hessian" if mod.kind in _HESSIAN else "row scalars"
-                rule = "in_features^2 x 4 B" if mod.kind in _HESSIAN else "in_features x 4 B"
+                what, rule = algorithm_of(mod).statistic
                 out.append(f"    {what} per target ({rule}): largest {_bytes(c.largest[1])} "
                            f"({c.largest[0]}); one block at a time: {_bytes(c.block_bytes)}")
             if mod.needs_data:
@@ -277,10 +275,9 @@ class Estimate:
 def _smoothing_lines(c: ModifierCost, cache_bytes: int) -> list[str]:
     """The estimate of a smoothing modifier: what it does, its mappings, its passes."""
     mod = c.modifier
-    awq = mod.kind == "awq"
-    what = ("activation-aware scaling (AWQ): each mapping's scales searched over a grid of ratios"
-            if awq else "smoothing: each mapping's per-channel scales moved from the activations into the weights")
-    search = f"grid search {_flops(c.statistic_flops)}, " if awq else ""
+    algorithm = algorithm_of(mod)
+    what = algorithm.describe
+    search = f"grid search {_flops(c.statistic_flops)}, " if algorithm.grid_passes(mod) else ""
     return [f"  {mod.type} ({mod.where}): {what}; {c.mappings} mapping(s) over {c.targets} balance layers "
             f"(no weight pruned or quantized by it), {c.pipeline} pipeline",
             f"    activation cache (samples x seq_len x hidden x 4 B): {_bytes(cache_bytes)}",
@@ -314,7 +311,7 @@ def _smoothing_cost(mod: OneShotModifier, model: CheckpointModel, tokens: int) -
     heaviest = max(by_block.values(), key=len) if by_block else []
     weights = sum(shapes[n][0] * shapes[n][1] for n in heaviest)
     forward = 2 * 2.0 * max((params.get(b, 0) for b in by_block), default=0) * tokens
-    grid = getattr(mod.transform, "n_grid", 0) if mod.kind == "awq" else 0
+    grid = algorithm_of(mod).grid_passes(mod)
     return ModifierCost(mod, sum(len(r.balance) for r in resolved), "sequential", forward_flops=forward,
                         statistic_flops=grid * 2.0 * weights * tokens, solve_flops=2.0 * weights,
                         blocks=len(by_block), mappings=len(resolved))
@@ -354,9 +351,10 @@ def _cost(mod: OneShotModifier, model: CheckpointModel, tokens: int) -> Modifier
     if not names:
         return ModifierCost(mod, 0, pipeline)
 
+    algorithm = algorithm_of(mod)
+
     def per_target(n: str) -> int:
-        columns = shapes[n][-1]
-        return columns * columns * 4 if mod.kind in _HESSIAN else columns * 4 if mod.kind == "wanda" else 0
+        return algorithm.stats_bytes(shapes[n][-1])
 
     largest = max(names, key=per_target)
     by_block: dict[str, list[str]] = {}
@@ -373,14 +371,9 @@ def _cost(mod: OneShotModifier, model: CheckpointModel, tokens: int) -> Modifier
         forward = 2 * 2.0 * block_params * tokens
     for n in heaviest:
         rows, columns = shapes[n]
-        if mod.kind in _HESSIAN:  # GPTQ: the same Hessian, factorisation and column updates
-            statistics += 2.0 * tokens * columns * columns
-            solve += 5 / 3 * columns ** 3 + 1.0 * rows * columns * columns
-        elif mod.kind == "wanda":
-            statistics += 2.0 * tokens * columns
-            solve += 2.0 * rows * columns
-        else:
-            solve += 2.0 * rows * columns
+        more, solving = algorithm.flops(rows, columns, tokens)
+        statistics += more
+        solve += solving
     return ModifierCost(mod, len(names), pipeline, (largest, per_target(largest)),
                         sum(per_target(n) for n in heaviest), forward, statistics, solve, blocks)
 

@@ -35,6 +35,7 @@ from ..diagnostics.base import Diagnostic
 from ..quantization.args import PRESET_WEIGHTS, QuantArgs
 from ..recipe.model import Modifier, Recipe
 from ..text.frozen import thaw
+from .gptq import GPTQ_ALGORITHM
 from .host import ModuleInfo
 from .modifiers import OneShotModifier, select_modules
 
@@ -142,7 +143,7 @@ def _indivisible(recipe: Recipe, m: Modifier, modules: Sequence[ModuleInfo]) -> 
         size = group.group_size
         if not size:
             continue
-        names = select_modules(modules, _as_oneshot(m, "gptq", group.targets))
+        names = select_modules(modules, _as_oneshot(m, GPTQ_ALGORITHM.name, group.targets))
         bad = [n for n in names if shapes[n][-1] % size]
         if not bad:
             continue
@@ -216,7 +217,7 @@ def gptq_modifiers(recipe: Recipe, already: Sequence[OneShotModifier] = ()) -> l
     if recipe.dialect != "core":
         return out
     for m in recipe.modifiers:
-        if m.type == "GPTQModifier" and id(m) not in seen:
+        if m.type in GPTQ_ALGORITHM.modifiers and id(m) not in seen:
             targets = tuple(dict.fromkeys(t for g in weight_groups(m) for t in g.targets))
-            out.append(_as_oneshot(m, "gptq", targets or ("Linear",)))
+            out.append(_as_oneshot(m, GPTQ_ALGORITHM.name, targets or ("Linear",)))
     return out

@@ -38,17 +38,11 @@ from ...recipe.model import Modifier, Recipe
 from ...text.frozen import thaw
 from ..host import ModuleInfo
 from ..matching import matches, regex_match
+from ..settings import b001 as _b001
+from ..settings import declared, refuse_unrun, value
 
-__all__ = ["QuantGroup", "QuantPlan", "QUANT_KINDS", "resolve_quant", "check_quant_shapes"]
+__all__ = ["QuantGroup", "QuantPlan", "resolve_quant", "check_quant_shapes"]
 
-#: The one-shot kind of each quantization modifier.
-QUANT_KINDS = {"QuantizationModifier": "quantization", "GPTQModifier": "gptq"}
-_MIXIN = {"config_groups", "targets", "ignore", "scheme"}
-#: Arguments that must keep their default (None / False) to run here.
-_DEFAULT_ONLY = {"kv_cache_scheme": None, "weight_observer": None, "input_observer": None,
-                 "output_observer": None, "observer": None, "bypass_divisibility_checks": False}
-_GPTQ = {"block_size", "dampening_frac", "actorder", "offload_hessians", "batched_quantization"}
-_BASE = {"index", "group", "start", "end", "update", "requires_calibration_data"}
 _WEIGHT_OBSERVERS = {"memoryless_minmax", "minmax", "static_minmax"}  # all memoryless on weights
 _INPUT_OBSERVERS = {"memoryless_minmax", "minmax", "static_minmax"}
 
@@ -106,10 +100,6 @@ class QuantPlan:
         return [i.name for i in modules if i.prunable and self.group_of(i.name, i.classes) is not None]
 
 
-def _b001(recipe: Recipe, m: Modifier, message: str, hint: str, key: str | None = None) -> Diagnostic:
-    return codes.B001(message, hint, m.key_span(key) if key else m.span).in_file(recipe.path)
-
-
 def _group(recipe: Recipe, m: Modifier, name: str, scheme: Mapping[str, Any], key: str,
            errors: list[Diagnostic]) -> QuantGroup | None:
     """One resolved config group as it runs, or None with a B001 for what does not run."""
@@ -158,42 +148,28 @@ def _group(recipe: Recipe, m: Modifier, name: str, scheme: Mapping[str, Any], ke
                       observer, constant)
 
 
-def resolve_quant(recipe: Recipe, m: Modifier, kind: str, errors: list[Diagnostic],
-                  args: Mapping[str, Any] | None = None) -> tuple[QuantPlan, dict[str, Any]] | None:
-    """A QuantizationModifier's or GPTQModifier's plan and its GPTQ settings
-    (``block_size``, ``dampening_frac``), or None with located errors in ``errors``.
-    ``args``: the quantization arguments when not ``m``'s own (AWQ's combined form)."""
+def resolve_quant(recipe: Recipe, m: Modifier, errors: list[Diagnostic], args: Mapping[str, Any] | None = None,
+                  name: str | None = None, gptq: bool = False) -> tuple[QuantPlan, dict[str, Any]] | None:
+    """A quantization modifier's plan and its solver settings (GPTQ: ``block_size``,
+    ``dampening_frac``, each as written or its declared default), or None with located errors
+    in ``errors``. ``args``: the quantization arguments of modifier ``name`` when not ``m``'s
+    own (AWQ's combined form); ``gptq``: read as GPTQ (its ``actorder``)."""
+    name = name or m.type
     args = thaw(m.args) if args is None else thaw(args)
-    allowed = _MIXIN | set(_DEFAULT_ONLY) | _BASE | (_GPTQ if kind == "gptq" else set())
     before = len(errors)
-    for key in sorted(set(args) - allowed):
-        errors.append(_b001(recipe, m, f"{m.type} argument `{key}` is not run by recipe_spec.oneshot",
-                            f"Remove `{key}`, or run this recipe with llm-compressor.", key))
-    for key, default in _DEFAULT_ONLY.items():
-        if key in args and args[key] != default and not (default is None and args[key] in ({}, [])):
-            errors.append(_b001(recipe, m, f"{m.type} `{key}: {args[key]!r}` is not run by recipe_spec.oneshot",
-                                f"Leave `{key}` out, or run this recipe with llm-compressor.", key))
+    refuse_unrun(recipe, m, errors, name, args)
     scheme = args.get("scheme")
     names = [scheme] if isinstance(scheme, str) else list(scheme) if isinstance(scheme, Mapping) else []
-    for name in names:
-        if isinstance(name, str) and name.upper() in UNSUPPORTED_PRESETS:
-            errors.append(_b001(recipe, m, f"preset scheme {name} is not run by recipe_spec.oneshot (block, FP4 "
+    for preset in names:
+        if isinstance(preset, str) and preset.upper() in UNSUPPORTED_PRESETS:
+            errors.append(_b001(recipe, m, f"preset scheme {preset} is not run by recipe_spec.oneshot (block, FP4 "
                                 "and MX grids are not implemented)", "Use an int or FP8 preset (W4A16, W8A8, "
                                 "FP8_DYNAMIC, ...), or run this recipe with llm-compressor.", "scheme"))
-    settings: dict[str, Any] = {}
-    if kind == "gptq":
-        block, damp = args.get("block_size", 128), args.get("dampening_frac", 0.01)
-        if isinstance(block, bool) or not isinstance(block, int) or block < 1:
-            errors.append(codes.M005(f"block_size {block!r}: a whole number >= 1", "Write e.g. block_size: 128.",
-                                     m.value_span("block_size")).in_file(recipe.path))
-        if isinstance(damp, bool) or not isinstance(damp, (int, float)) or damp < 0:
-            errors.append(codes.M005(f"dampening_frac {damp!r}: a number >= 0", "Write e.g. dampening_frac: 0.01.",
-                                     m.value_span("dampening_frac")).in_file(recipe.path))
-        settings = {"block_size": block, "dampening_frac": damp}
+    settings = {k: value(args, k, name) for k in ("block_size", "dampening_frac") if k in declared(name)}
     if len(errors) > before:
         return None
     try:
-        config = resolve_config(args, gptq=kind == "gptq")
+        config = resolve_config(args, gptq=gptq)
     except ValueError as exc:
         order = ("actorder",) if str(exc).startswith("actorder") else ()
         key = next((k for k in (*order, "config_groups", "scheme", "actorder") if k in args), None)

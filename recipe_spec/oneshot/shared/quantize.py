@@ -23,13 +23,11 @@ from __future__ import annotations
 from typing import Any
 
 from ...quantization.args import QuantArgs
-from ...quantization.grid import minmax_qparams, qparams
-from ..gptq.solve import gptq_quantize
+from ...quantization.grid import qparams
 from .hessian import GPTQHessianStats
-from .obs import SolverError
 from .quant_plan import QuantGroup
 
-__all__ = ["InputRange", "QuantStats", "quantize_module"]
+__all__ = ["InputRange", "QuantStats", "new_quant_statistics", "record_quantized", "grid_text"]
 
 
 class InputRange:
@@ -66,10 +64,11 @@ class InputRange:
 
 class QuantStats:
     """What a quantization modifier gathers from one module's inputs: GPTQ's Hessian
-    (``hessian_stats``) and the static input observer (``inputs``), either may be None."""
+    (``hessian_stats``, when ``hessian``) and the static input observer (``inputs``), either
+    may be None."""
 
-    def __init__(self, ops: Any, kind: str, group: QuantGroup, columns: int, like: Any):
-        self.hessian_stats = GPTQHessianStats(ops, columns, like) if kind == "gptq" else None
+    def __init__(self, ops: Any, group: QuantGroup, columns: int, like: Any, hessian: bool):
+        self.hessian_stats = GPTQHessianStats(ops, columns, like) if hessian else None
         self.inputs = (InputRange(ops, group.inputs, group.input_observer or "minmax", group.averaging_constant)
                        if group.inputs is not None else None)
         self.samples = 0
@@ -89,40 +88,38 @@ class QuantStats:
         return self.hessian_stats.hessian
 
 
-def new_quant_statistics(ops: Any, mod: Any, group: QuantGroup | None, columns: int, like: Any) -> QuantStats | None:
-    """A fresh accumulator for a quantization modifier on one module (None: it needs none)."""
-    if group is None or (mod.kind != "gptq" and group.inputs is None):
+def new_quant_statistics(ops: Any, group: QuantGroup | None, columns: int, like: Any,
+                         hessian: bool) -> QuantStats | None:
+    """A fresh accumulator for a quantization modifier on one module (None: it needs none:
+    no Hessian wanted and no static input activations)."""
+    if group is None or (not hessian and group.inputs is None):
         return None
-    return QuantStats(ops, mod.kind, group, columns, like)
+    return QuantStats(ops, group, columns, like, hessian)
 
 
-def quantize_module(host: Any, mod: Any, name: str, group: QuantGroup, stats: QuantStats | None
-                    ) -> tuple[Any, float | None, str]:
-    """Quantize module ``name`` of ``host`` by ``mod`` (its ``group``) and record the result on
-    the host; ``(weight after, GPTQ loss or None, solver note)``."""
-    ops = host.ops
-    weight = host.weight(name)
+def record_quantized(host: Any, name: str, weight: Any, new: Any, scale: Any, zero: Any,
+                     stats: QuantStats | None) -> Any:
+    """Record module ``name``'s quantization on the host (``new``: a solver's weight, None to
+    keep the float weight; ``scale``/``zero``: the weight's, None when weights are not
+    quantized; the input range from ``stats``); the weight after."""
     values: dict[str, Any] = {}
-    new, loss, note = None, None, ""
-    if group.weights is not None:
-        if mod.kind == "gptq":
-            if stats is None or stats.hessian_stats is None or not stats.hessian_stats.samples:
-                raise ValueError(f"{mod.type} ({mod.where}) on {name}: no calibration input reached this "
-                                 "module, so GPTQ has no Hessian")
-            mask = ops.astype(weight, "bool") if mod.preserve_mask else None
-            try:
-                result = gptq_quantize(ops, weight, stats.hessian, args=group.weights, block_size=mod.block_size,
-                                       dampening_frac=mod.dampening_frac, actorder=group.actorder, mask=mask)
-            except (SolverError, ValueError) as exc:
-                raise type(exc)(f"{mod.type} ({mod.where}) on {name}: {exc}; no later layer was "
-                                "compressed") from None
-            new, loss, note = result.weight, result.loss, result.report or ""
-            scale, zero = result.scale, result.zero_point
-        else:  # extremes and elementwise steps: the same bits on one thread, no wait on a busy core
-            with ops.serial(weight):
-                scale, zero = minmax_qparams(ops, weight, group.weights)
+    if scale is not None:
         values["weight_scale"], values["weight_zero_point"] = scale, zero
     if stats is not None and stats.inputs is not None:
         values["input_scale"], values["input_zero_point"] = stats.inputs.qparams()
     host.set_quantized(name, new, values)
-    return (new if new is not None else weight), loss, note
+    return new if new is not None else weight
+
+
+def _args_text(args: Any) -> str:
+    kind = f"{args.type}{args.num_bits}" if args.type == "int" else "fp8"
+    where = f"group {args.group_size}" if args.strategy == "group" else args.strategy
+    return f"{kind} {where}{'' if args.symmetric else ' asym'}"
+
+
+def grid_text(group: QuantGroup) -> str:
+    """A config group's weight and static input grids in a few words."""
+    parts = [f"W {_args_text(group.weights)}"] if group.weights is not None else []
+    if group.inputs is not None:
+        parts.append(f"A {_args_text(group.inputs)} static")
+    return ", ".join(parts)

@@ -1,0 +1,47 @@
+"""What SparseGPT and Wanda read alike from a recipe entry: the sparsity (one value, one per
+target match, or the OWL profile: :func:`~recipe_spec.oneshot.owl.profile.read_sparsity`),
+the N:M ``mask_structure``, targets and ignore, SparseGPT's block size and dampening; each
+argument's default is the catalogue's (:mod:`recipe_spec.oneshot.settings`)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ...diagnostics.base import Diagnostic
+from ...recipe.model import Modifier, Recipe
+from ..algorithm import OneShotModifier
+from ..owl.profile import read_sparsity
+from ..settings import b001, refuse_unrun, strings, value
+
+__all__ = ["read_pruning", "nm"]
+
+_NM = re.compile(r"^([0-9]+):([0-9]+)$")
+
+
+def nm(structure: Any) -> tuple[int, int] | None:
+    """``(N, M)`` of an ``'N:M'`` mask structure (``(0, 0)`` for ``'0:0'``); None otherwise."""
+    match = _NM.match(str(structure))
+    if match is None:
+        return None
+    n, size = int(match.group(1)), int(match.group(2))
+    return (n, size if n else 0)
+
+
+def read_pruning(kind: str, recipe: Recipe, m: Modifier, errors: list[Diagnostic]) -> list[OneShotModifier]:
+    """Entry ``m`` as algorithm ``kind`` (``sparsegpt`` or ``wanda``) runs it, with a located
+    error in ``errors`` for each argument the run does not honour (the entry is still read, for
+    the checks against a model); [] when its sparsity cannot be read."""
+    refuse_unrun(recipe, m, errors)
+    read = read_sparsity(m.args)
+    if read is None:
+        errors.append(b001(recipe, m, f"{m.type} with sparsity {m.args.get('sparsity')!r}: "
+                           "recipe_spec.oneshot runs a number or a list of numbers",
+                           "Write one number (sparsity: 0.5) or one per target match.", "sparsity"))
+        return []
+    sparsity, listed, owl = read
+    n, size = nm(value(m, "mask_structure")) or (0, 0)
+    return [OneShotModifier(
+        m.type, kind, m, strings(value(m, "targets")), strings(value(m, "ignore")), sparsity, n, size,
+        block_size=int(value(m, "block_size") or 0), dampening_frac=float(value(m, "dampening_frac") or 0.0),
+        preserve_mask=bool(value(m, "preserve_sparsity_mask")), sparsities=listed, owl=owl)]
