@@ -108,7 +108,7 @@ def _selected(d: Diagnostic, select: list[str], ignore: list[str]) -> bool:
     return not hit(ignore)
 
 
-def _check_files(
+def check_files(
     args: argparse.Namespace, paths: list[str], check_one: Any, check_all: Any = None
 ) -> int:
     """Run ``check_one(path, variables)`` over the recipe files under ``paths`` (or
@@ -145,7 +145,7 @@ def _kept(diags: list[Diagnostic], select: Any, ignore: Any) -> list[Diagnostic]
     return kept
 
 
-def _known_backend(name: str | None, option: str) -> str | None:
+def known_backend(name: str | None, option: str) -> str | None:
     """``name`` when a backend of that name is installed (entry points), else a usage error."""
     if name is None:
         return None
@@ -160,9 +160,9 @@ def _known_backend(name: str | None, option: str) -> str | None:
 def validate_command(args: argparse.Namespace) -> int:
     from .parallel import validate_files
 
-    _known_backend(args.backend, "--backend")
-    compat = _compat(args.compat)
-    return _check_files(
+    known_backend(args.backend, "--backend")
+    compat = parse_compat(args.compat)
+    return check_files(
         args,
         args.paths,
         lambda p, v: validate(p, v, backend=args.backend, compat=compat),
@@ -170,7 +170,7 @@ def validate_command(args: argparse.Namespace) -> int:
     )
 
 
-def _compat(text: str | None) -> Any:
+def parse_compat(text: str | None) -> Any:
     """The ``--compat`` choice (None: every release), or a usage error listing the choices."""
     if text is None:
         return None
@@ -216,11 +216,11 @@ def lint_command(args: argparse.Namespace) -> int:
     is :func:`recipe_spec.commands_oneshot.lint_command`'s, which calls this one otherwise)."""
     from .lint import lint
 
-    _known_backend(args.target, "--target")
+    known_backend(args.target, "--target")
     if getattr(args, "sequential_targets", None):
         raise UsageError("--sequential-targets needs --model DIR (a Hugging Face checkpoint folder)")
     framework, records = _model_records(args, folders=True)
-    return _check_files(
+    return check_files(
         args, args.paths, lambda p, v: lint(p, records, framework, v, target=args.target)
     )
 

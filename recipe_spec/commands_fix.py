@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Any
 
-from .commands import UsageError, _compat, collect_files, parse_var
+from .commands import UsageError, collect_files, parse_compat, parse_var
 from .diagnostics.base import RecipeError, Severity
 
 __all__ = ["fix_command", "add_fix_parser", "convert_command", "add_convert_parser"]
@@ -72,7 +72,7 @@ def _write(path: str, text: str) -> None:
 def fix_command(args: argparse.Namespace) -> int:
     from .fix import fix_file
 
-    compat = _compat(args.compat)
+    compat = parse_compat(args.compat)
     files = collect_files(args.paths)
     if not files:
         raise UsageError("no recipe files (.yaml .yml .json .md) found in " + " ".join(args.paths))
@@ -175,7 +175,7 @@ def convert_command(args: argparse.Namespace) -> int:
     target = _target(args, _dialect_of(args.recipe) if args.to is None else "")
     variables = dict(parse_var(v) for v in args.var or [])
     try:
-        result = convert_file(args.recipe, target, source=_compat(args.source),
+        result = convert_file(args.recipe, target, source=parse_compat(args.source),
                               drop_epoch_range=args.drop_epoch_range, variables=variables or None)
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read {args.recipe}: {exc}") from None

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .commands import InputError, UsageError, _check_files, _compat, _known_backend, parse_var
+from .commands import InputError, UsageError, check_files, known_backend, parse_compat, parse_var
 from .commands import lint_command as _lint_command
 from .diagnostics.base import Diagnostic, RecipeError, Severity
 from .oneshot.summary import summary as _summary
@@ -144,8 +144,8 @@ def lint_command(args: argparse.Namespace) -> int:
         return _lint_command(args)
     from .lint import lint_against_checkpoint
 
-    _known_backend(args.target, "--target")
-    compat = _compat(args.compat)
+    known_backend(args.target, "--target")
+    compat = parse_compat(args.compat)
     names, model = read_checkpoint_model(args.model)
     flag_targets_problem(model, args.sequential_targets)
     estimates: list[Any] = []
@@ -157,7 +157,7 @@ def lint_command(args: argparse.Namespace) -> int:
         extra = checkpoint_lint(str(path), model, variables, args.num_samples, args.seq_len, estimates)
         return sorted(found + extra, key=lambda d: (d.line, d.column, d.code))
 
-    code = _check_files(args, args.paths, one)
+    code = check_files(args, args.paths, one)
     print_estimates(estimates, args.format == "text")
     return code
 

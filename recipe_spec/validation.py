@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from .checks.arguments import _args_ok, _numbers_ok
+from .checks.arguments import args_ok, plain_numbers_ok
 from .checks.rules import RULES, WithoutModifiers
 from .checks.support import CORE_DIALECT_MODIFIERS, backend_findings, known_names, modifier_findings
 from .core_dialect.validate import validate_core
@@ -52,8 +52,8 @@ def validate_recipe(recipe: Recipe, backend: str | None = None, compat: Any = No
         whole = {(d.line, d.column): d for d in validate_core(recipe, backend, compat) if d.code == "B001"}
         return once_per_file([whole.get((d.line, d.column), d) if d.code == "B001" else d for d in found])
     known = known_names()
-    checked = {id(m) for m in recipe.modifiers if m.type in known and _args_ok(m)}  # the usual case
-    numbers_ok = {id(m): id(m) in checked or _numbers_ok(m.args) for m in recipe.modifiers}
+    checked = {id(m) for m in recipe.modifiers if m.type in known and args_ok(m)}  # the usual case
+    numbers_ok = {id(m): id(m) in checked or plain_numbers_ok(m.args) for m in recipe.modifiers}
     findings = list(modifier_findings(recipe, backend, numbers_ok, checked))
     bad = {id(f.modifier) for f in findings if f.code.id in ("M001", "S007")}
     bad |= {key for key, ok in numbers_ok.items() if not ok}

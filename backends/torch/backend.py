@@ -101,6 +101,13 @@ class PyTorchBackend:
             return None
         return load_model(path)
 
+    def module_classes(self, config: dict[str, Any]) -> tuple[Any, str, dict[str, tuple[str, ...]]]:
+        """Each module's class names of the architecture ``config`` describes, built on the meta
+        device (capability ``checkpoint:huggingface``; :mod:`.meta`)."""
+        from .meta import module_classes
+
+        return module_classes(config)
+
     def load_checkpoint(self, folder: str, quiet: bool = False, precision: str = "auto") -> Any:
         """A Hugging Face causal-LM checkpoint folder as a ``transformers`` model in
         ``precision`` (``"auto"``: the checkpoint's own dtype, as llm-compressor loads it;

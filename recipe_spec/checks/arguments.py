@@ -1,10 +1,10 @@
 """Modifier arguments against their schema, and the numbers no schedule can use.
 
-:func:`_schema_findings` answers "valid" from the compiled pre-check
+:func:`schema_findings` answers "valid" from the compiled pre-check
 (:mod:`recipe_spec.checks.schema_fast`) for almost every modifier and runs jsonschema only for the
-exact messages when something is off; :func:`_numbers_ok` decides without building paths
-whether :func:`_bad_numbers` would find anything; :func:`_pattern_verdict` whether a ``re:``
-selector compiles; :func:`_fact` and :func:`_exact_params` what the rules read of the
+exact messages when something is off; :func:`plain_numbers_ok` decides without building paths
+whether :func:`_bad_numbers` would find anything; :func:`pattern_verdict` whether a ``re:``
+selector compiles; :func:`fact_of` and :func:`exact_params` what the rules read of the
 arguments. Used by :mod:`recipe_spec.validation`.
 """
 
@@ -95,27 +95,27 @@ def _deprecated(name: str) -> dict[Any, str]:
 @functools.cache
 def _fused_of(name: str) -> Callable[[Any], bool] | None:
     """The compiled pre-check of modifier ``name`` that also requires every number to be
-    usable (see :func:`_args_ok`); the plain one (:func:`_check_of`) is compiled only for
+    usable (see :func:`args_ok`); the plain one (:func:`_check_of`) is compiled only for
     arguments this one does not pass."""
     return compiled_check(modifier_schema(name), (_value_ok, _INT_LIMIT))
 
 
-def _args_ok(m: Modifier) -> bool:
-    """True when ``m``'s arguments pass the compiled pre-check and :func:`_numbers_ok`, in
+def args_ok(m: Modifier) -> bool:
+    """True when ``m``'s arguments pass the compiled pre-check and :func:`plain_numbers_ok`, in
     one pass (False: either may fail). ``m.type`` must name a known modifier."""
     fused = _fused_of(m.type)
     return fused is not None and fused(m.args)
 
 
-def _schema_ok(m: Modifier) -> bool:
-    """True when :func:`_schema_findings` would find nothing, decided by the compiled
+def schema_ok(m: Modifier) -> bool:
+    """True when :func:`schema_findings` would find nothing, decided by the compiled
     pre-check alone (False: it may find something)."""
     check, deprecated = _check_of(m.type), _deprecated(m.type)
     args = m.args
     return check is not None and (not deprecated or deprecated.keys().isdisjoint(args.keys())) and check(args)
 
 
-def _deprecated_findings(m: Modifier) -> Iterator[Finding]:
+def deprecated_findings(m: Modifier) -> Iterator[Finding]:
     """M007 for each deprecated argument of ``m``."""
     deprecated = _deprecated(m.type)
     if deprecated:
@@ -126,9 +126,9 @@ def _deprecated_findings(m: Modifier) -> Iterator[Finding]:
                 )
 
 
-def _schema_findings(m: Modifier) -> Iterator[Finding]:
+def schema_findings(m: Modifier) -> Iterator[Finding]:
     schema = modifier_schema(m.type)
-    yield from _deprecated_findings(m)
+    yield from deprecated_findings(m)
     check = _check_of(m.type)
     if check is not None and check(m.args):
         return
@@ -245,7 +245,7 @@ _INT_LIMIT = FLOAT_INT_LIMIT + 1  # a usable int: _INT_FLOOR < it < _INT_LIMIT
 _INT_FLOOR = -_INT_LIMIT
 
 
-def _num(value: Any) -> float | None:
+def as_number(value: Any) -> float | None:
     """``value`` as a float when it is a number a schedule can use (finite, not a boolean)."""
     c = value.__class__
     if c is float:
@@ -253,14 +253,14 @@ def _num(value: Any) -> float | None:
     if c is int:
         return float(value) if _INT_FLOOR < value < _INT_LIMIT else None
     if not isinstance(value, (int, float)) or isinstance(value, bool) or (
-        isinstance(value, int) and not _INT_FLOOR < value < _INT_LIMIT  # reported by _number_findings
+        isinstance(value, int) and not _INT_FLOOR < value < _INT_LIMIT  # reported by number_findings
     ):
         return None
     number = float(value)
     return number if math.isfinite(number) else None
 
 
-def _numbers_ok(value: Any) -> bool:
+def plain_numbers_ok(value: Any) -> bool:
     """Whether ``_bad_numbers(value)`` finds nothing (decided without building paths)."""
     if value.__class__ is not FrozenDict:
         return _value_ok(value)
@@ -343,7 +343,7 @@ def _value_ok(value: Any) -> bool:
     return True
 
 
-def _number_findings(m: Modifier) -> list[Finding]:
+def number_findings(m: Modifier) -> list[Finding]:
     """M005 for each non-finite or out-of-range number in ``m``'s arguments."""
     out = []
     for path, what in _bad_numbers(m.args):
@@ -361,7 +361,7 @@ _PATTERN_CACHE_SIZE = 4096
 _PATTERN_CACHE_LENGTH = 1024
 
 
-def _pattern_verdict(selector: str) -> tuple[str, str] | None:
+def pattern_verdict(selector: str) -> tuple[str, str] | None:
     verdict = _PATTERN_VERDICTS.get(selector, False)
     if verdict is not False:
         return verdict  # type: ignore[return-value]
@@ -384,14 +384,14 @@ def _pattern_verdict(selector: str) -> tuple[str, str] | None:
 #: What the rules read of one modifier, computed once per modifier and validation:
 #: (start_epoch, end_epoch as numbers or None, start_epoch with -1 when absent, the epoch
 #: window (from max(start, 0) to end, inf for -1; None when either is unreadable), the modifier's declaration).
-_Fact = tuple[float | None, float | None, float | None, tuple[float, float] | None, Any]
+Fact = tuple[float | None, float | None, float | None, tuple[float, float] | None, Any]
 
 
-def _fact(m: Modifier, declaration: Callable[[str], Any]) -> _Fact:
+def fact_of(m: Modifier, declaration: Callable[[str], Any]) -> Fact:
     args: Mapping[Any, Any] = m.args._data if m.args.__class__ is FrozenDict else m.args
     start, end = args.get("start_epoch"), args.get("end_epoch")
-    start = start if start.__class__ is float and start - start == 0.0 else _num(start)
-    end = end if end.__class__ is float and end - end == 0.0 else _num(end)
+    start = start if start.__class__ is float and start - start == 0.0 else as_number(start)
+    end = end if end.__class__ is float and end - end == 0.0 else as_number(end)
     s = start if start is not None else -1.0 if "start_epoch" not in args else None  # absent: -1
     e = end if end is not None else -1.0 if "end_epoch" not in args else None
     window = None if s is None or e is None else (max(s, 0.0) if s != -1 else 0.0, math.inf if e == -1 else e)
@@ -401,10 +401,10 @@ def _fact(m: Modifier, declaration: Callable[[str], Any]) -> _Fact:
 _ALL_TOKENS = ("__ALL__", "__ALL_PRUNABLE__")
 
 
-def _exact_params(m: Modifier) -> list[tuple[int | None, str]]:
+def exact_params(m: Modifier) -> list[tuple[int | None, str]]:
     params = m.args.get("params")
     items = enumerate(params) if isinstance(params, tuple) else ((None, params),)
-    if _plain_names(params):
+    if plain_names(params):
         return list(items)  # the usual case: names only, no pattern nor token
     out = []
     for i, p in items:  # (only a text starting with "__" reads "__ALL__" once upper-cased)
@@ -413,7 +413,7 @@ def _exact_params(m: Modifier) -> list[tuple[int | None, str]]:
     return out
 
 
-def _plain_names(params: Any) -> bool:
+def plain_names(params: Any) -> bool:
     """True when ``params`` is a list of texts none of which holds ``re:`` or ``__``."""
     if params.__class__ is not tuple:
         return False

@@ -21,20 +21,20 @@ from ..schedule.epochs import max_epochs
 from ..schedule.events import MAX_EVENTS
 from ..schedule.kinds import track_kind
 from ..text.frozen import FrozenDict
-from .arguments import _exact_params, _Fact, _fact, _num, _pattern_verdict, _plain_names
+from .arguments import Fact, as_number, exact_params, fact_of, pattern_verdict, plain_names
 
 __all__ = ["RULES", "WithoutModifiers"]
 
 _NM = re.compile(r"^(\d+):(\d+)$")
 
 
-def _facts(recipe: Recipe) -> list[tuple[Modifier, _Fact]]:
-    """Each modifier of ``recipe`` with its :data:`_Fact` (shared by the rules of one
+def _facts(recipe: Recipe) -> list[tuple[Modifier, Fact]]:
+    """Each modifier of ``recipe`` with its :data:`Fact` (shared by the rules of one
     :func:`validate_recipe` call through :class:`WithoutModifiers`)."""
     facts = getattr(recipe, "_facts", None)
     if facts is None:
         declaration = all_specs().get
-        facts = [(m, _fact(m, declaration)) for m in recipe.modifiers]
+        facts = [(m, fact_of(m, declaration)) for m in recipe.modifiers]
     return facts
 
 
@@ -65,7 +65,7 @@ def rule_nm_mask_gradual(recipe: Recipe) -> Iterator[Finding]:
             continue
         target = 1 - n / mm
         for key in ("init_sparsity", "final_sparsity"):
-            value = _num(m.args.get(key))
+            value = as_number(m.args.get(key))
             if value is not None and value != 0 and abs(value - target) > 1e-2:
                 yield Finding(
                     codes.M010,
@@ -75,7 +75,7 @@ def rule_nm_mask_gradual(recipe: Recipe) -> Iterator[Finding]:
                 )
 
 
-def _lr_window(m: Modifier, fact: _Fact) -> tuple[float, float] | None:
+def _lr_window(m: Modifier, fact: Fact) -> tuple[float, float] | None:
     declared = fact[4]
     if declared is not None and declared.schedule == "set_lr":
         start = fact[2]
@@ -120,7 +120,7 @@ def rule_double_pruning(recipe: Recipe) -> Iterator[Finding]:
     for m, (_, _, _, window, declared) in _facts(recipe):
         if window is None or declared is None or not declared.prunes:
             continue
-        for i, name in _exact_params(m):
+        for i, name in exact_params(m):
             others = seen.get(name)
             if others is None:
                 seen[name] = [(m, window)]
@@ -150,7 +150,7 @@ def rule_bad_regex(recipe: Recipe) -> Iterator[Finding]:
         args: Mapping[Any, Any] = m.args._data if m.args.__class__ is FrozenDict else m.args
         params, final = args.get("params"), args.get("final_sparsity", ())
         mapping = final.__class__ is FrozenDict or (final.__class__ not in _SCALARS and isinstance(final, Mapping))
-        if not mapping and (params is None or _plain_names(params)):
+        if not mapping and (params is None or plain_names(params)):
             continue  # no selector, or no pattern
         groups: list[tuple[tuple[Any, ...], Any]] = [(("params",), params)]
         if mapping:
@@ -159,7 +159,7 @@ def rule_bad_regex(recipe: Recipe) -> Iterator[Finding]:
             for index, selector in enumerate(params) if params.__class__ is tuple else selector_items(params):
                 if not (isinstance(selector, str) and selector.startswith("re:")):
                     continue
-                verdict = _pattern_verdict(selector)
+                verdict = pattern_verdict(selector)
                 if verdict is not None:
                     keys = path + ((index,) if index is not None else ())
                     yield Finding(codes.P005, f"{selector}: {verdict[0]}", verdict[1], m, keys)
@@ -185,7 +185,7 @@ def rule_update_count(recipe: Recipe) -> Iterator[Finding]:
         grid = track_kind(m.type).grid
         if grid is None or not grid.applies(m):
             continue
-        key, every = grid.key, _num(grid.every(m))
+        key, every = grid.key, as_number(grid.every(m))
         if every is None or every <= 0:
             continue
         updates = (window[1] - window[0]) / every
@@ -209,12 +209,12 @@ def rule_after_end(recipe: Recipe) -> Iterator[Finding]:
     if end <= 0:
         return
     last = max(mods, key=lambda m: max((v for k in ("start_epoch", "end_epoch")
-                                        if (v := _num(m.args.get(k))) is not None and v != -1),
+                                        if (v := as_number(m.args.get(k))) is not None and v != -1),
                                        default=-1.0))
     for m in mods:
         args = m.args
         if m.type == "EpochRangeModifier":
-            stop, begin = _num(args.get("end_epoch")), _num(args.get("start_epoch"))
+            stop, begin = as_number(args.get("end_epoch")), as_number(args.get("start_epoch"))
             if begin is not None and stop is not None and stop != -1 and stop < begin:
                 continue  # end before start: E001
             if stop is not None and stop != -1 and stop < end and last is not m:
@@ -226,12 +226,12 @@ def rule_after_end(recipe: Recipe) -> Iterator[Finding]:
                     m, ("end_epoch",),
                 )
             continue
-        if args.get("lr_class") != "MultiStepLR" or _num(args.get("end_epoch", -1)) != -1:
+        if args.get("lr_class") != "MultiStepLR" or as_number(args.get("end_epoch", -1)) != -1:
             continue
         kwargs = args.get("lr_kwargs")
         marks = kwargs.get("milestones") if isinstance(kwargs, Mapping) else None
         for i, ms in enumerate(marks if isinstance(marks, tuple) else ()):
-            value = _num(ms)
+            value = as_number(ms)
             if value is not None and value >= end:
                 yield Finding(
                     codes.E006, f"milestone {ms!r} is at or after the recipe's end (epoch {end}, "
@@ -262,7 +262,7 @@ class WithoutModifiers:
         self._recipe = recipe
         self.modifiers = [m for m in recipe.modifiers if id(m) not in bad] if bad else recipe.modifiers
         declaration = all_specs().get
-        self._facts = [(m, _fact(m, declaration)) for m in self.modifiers]
+        self._facts = [(m, fact_of(m, declaration)) for m in self.modifiers]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._recipe, name)

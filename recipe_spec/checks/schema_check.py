@@ -17,18 +17,18 @@ from typing import Any
 
 __all__ = ["fast_is_valid"]
 
-_ANNOTATIONS = frozenset(
+ANNOTATIONS = frozenset(
     {"description", "default", "deprecated", "title", "$schema", "$id", "$comment", "$defs",
      "x-recipe-spec", "examples"}
 )
 
 
-class _Unknown(Exception):
+class UnknownSchemaKeyword(Exception):
     pass
 
 
 @lru_cache(maxsize=256)
-def _pattern(text: str) -> re.Pattern[str]:
+def compiled_pattern(text: str) -> re.Pattern[str]:
     return re.compile(text)
 
 
@@ -49,16 +49,16 @@ def _type_ok(value: Any, t: str) -> bool:
         return isinstance(value, list)
     if t == "object":
         return isinstance(value, dict)
-    raise _Unknown(t)
+    raise UnknownSchemaKeyword(t)
 
 
-def _equal(a: Any, b: Any) -> bool:
+def json_equal(a: Any, b: Any) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
     return bool(a == b) and (isinstance(a, (int, float)) == isinstance(b, (int, float)))
 
 
@@ -68,7 +68,7 @@ def _valid(schema: Any, value: Any, root: Mapping[str, Any]) -> bool:
     if schema is False:
         return False
     for key, arg in schema.items():
-        if key in _ANNOTATIONS:
+        if key in ANNOTATIONS:
             continue
         if key == "type":
             types = arg if isinstance(arg, list) else [arg]
@@ -76,14 +76,14 @@ def _valid(schema: Any, value: Any, root: Mapping[str, Any]) -> bool:
                 return False
         elif key == "$ref":
             if not arg.startswith("#/$defs/"):
-                raise _Unknown(arg)
+                raise UnknownSchemaKeyword(arg)
             if not _valid(root["$defs"][arg[len("#/$defs/"):]], value, root):
                 return False
         elif key == "const":
-            if not _equal(value, arg):
+            if not json_equal(value, arg):
                 return False
         elif key == "enum":
-            if not any(_equal(value, a) for a in arg):
+            if not any(json_equal(value, a) for a in arg):
                 return False
         elif key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"):
             if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -103,7 +103,7 @@ def _valid(schema: Any, value: Any, root: Mapping[str, Any]) -> bool:
             if isinstance(value, str):
                 if key == "minLength" and len(value) < arg:
                     return False
-                if key == "pattern" and not _pattern(arg).search(value):
+                if key == "pattern" and not compiled_pattern(arg).search(value):
                     return False
         elif key in ("items", "minItems", "maxItems"):
             if isinstance(value, list):
@@ -135,7 +135,7 @@ def _valid(schema: Any, value: Any, root: Mapping[str, Any]) -> bool:
         elif key in ("then", "else"):
             continue
         else:
-            raise _Unknown(key)
+            raise UnknownSchemaKeyword(key)
     return True
 
 
@@ -147,7 +147,7 @@ def _object_ok(key: str, arg: Any, schema: Mapping[str, Any], value: dict[str, A
     if key == "additionalProperties":
         known = schema.get("properties", {})
         if "patternProperties" in schema:
-            raise _Unknown("patternProperties")
+            raise UnknownSchemaKeyword("patternProperties")
         return all(_valid(arg, v, root) for k, v in value.items() if k not in known)
     if key == "propertyNames":
         return all(_valid(arg, k, root) for k in value)
@@ -157,7 +157,7 @@ def _object_ok(key: str, arg: Any, schema: Mapping[str, Any], value: dict[str, A
         return len(value) <= arg
     if key == "dependentSchemas":
         return all(_valid(s, value, root) for k, s in arg.items() if k in value)
-    raise _Unknown(key)  # pragma: no cover
+    raise UnknownSchemaKeyword(key)  # pragma: no cover
 
 
 def fast_is_valid(schema: Mapping[str, Any], instance: Any) -> bool | None:
@@ -170,5 +170,5 @@ def fast_is_valid(schema: Mapping[str, Any], instance: Any) -> bool | None:
     """
     try:
         return _valid(schema, instance, schema)
-    except _Unknown:
+    except UnknownSchemaKeyword:
         return None

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..text.frozen import FrozenDict
-from .schema_check import _ANNOTATIONS, _equal, _pattern, _Unknown
+from .schema_check import ANNOTATIONS, UnknownSchemaKeyword, compiled_pattern, json_equal
 
 __all__ = ["compiled_check", "jsonable"]
 
@@ -48,7 +48,7 @@ def _data(value: Any) -> dict[Any, Any] | None:
 
 def _equal_any(value: Any, choices: list[Any]) -> bool:
     plain = jsonable(value)
-    return any(_equal(plain, c) for c in choices)
+    return any(json_equal(plain, c) for c in choices)
 
 
 _ABSENT = object()
@@ -90,7 +90,7 @@ def _object_only(schema: Any) -> bool:
     if not isinstance(schema, Mapping) or "dependentSchemas" in schema:
         return False
     return all(
-        k in _ANNOTATIONS or k in _OBJECT_KEYS
+        k in ANNOTATIONS or k in _OBJECT_KEYS
         or (k == "allOf" and isinstance(a, list) and all(_object_only(s) for s in a))
         or (k in ("if", "then", "else") and _object_only(a))
         for k, a in schema.items()
@@ -133,7 +133,7 @@ class _Compiler:
 
     def ref(self, arg: Any, v: str, kinds: frozenset[str] | None) -> str:
         if not isinstance(arg, str) or not arg.startswith("#/$defs/"):
-            raise _Unknown(arg)
+            raise UnknownSchemaKeyword(arg)
         key = arg[len("#/$defs/"):]
         if key not in self.inlined and len(self.inlined) < 8:
             self.inlined.append(key)
@@ -161,7 +161,7 @@ class _Compiler:
         deferred: list[Any] = []  # object-only sub-schemas of the same value: in its object check
         defer = any(k in _OBJECT_KEYS for k in schema)
         for key, arg in schema.items():
-            if key in _ANNOTATIONS or key in ("then", "else"):
+            if key in ANNOTATIONS or key in ("then", "else"):
                 continue
             if defer and key == "allOf" and any(_object_only(sub) for sub in arg):
                 deferred += [sub for sub in arg if _object_only(sub)]
@@ -184,7 +184,7 @@ class _Compiler:
                 types = arg if isinstance(arg, list) else [arg]
                 for t in types:
                     if t not in _TYPES:
-                        raise _Unknown(t)
+                        raise UnknownSchemaKeyword(t)
                 parts.append("(" + (" or ".join(_TYPES[t].format(v=v) for t in types) or "False") + ")")
                 known = frozenset(_KINDS.get(t, t) for t in types if isinstance(t, str))
                 kinds = known if kinds is None else kinds & known
@@ -200,7 +200,7 @@ class _Compiler:
             elif key == "minLength":
                 parts.append(f"({guard}len({v}) >= {self.const(arg)})")
             elif key == "pattern":
-                parts.append(f"({guard}{self.const(_pattern(arg))}.search({v}) is not None)")
+                parts.append(f"({guard}{self.const(compiled_pattern(arg))}.search({v}) is not None)")
             elif key == "items":
                 parts.append(f"({guard}{self.items_function(arg)}({v}))")
             elif key == "minItems":
@@ -220,16 +220,16 @@ class _Compiler:
                 other = self.expr(schema["else"], v, kinds) if schema.get("else") is not None else "True"
                 parts.append(f"(({then}) if {self.expr(arg, v, kinds)} else ({other}))")
             else:
-                raise _Unknown(key)
+                raise UnknownSchemaKeyword(key)
         if deferred and not objects:
-            raise _Unknown(schema)  # (not reached: deferring needs an object keyword)
+            raise UnknownSchemaKeyword(schema)  # (not reached: deferring needs an object keyword)
         if objects and (kinds is None or "object" in kinds):
             fused, self.fused = schema is self.fused, None if schema is self.fused else self.fused
             parts.append(f"{self.object_function(schema, fused, deferred)}({v})")
         return "(" + " and ".join(parts) + ")" if parts else "True"
 
     def choice(self, v: str, choices: list[Any]) -> str:
-        """``const``/``enum``: text and plain numbers by lookup, anything else by ``_equal``."""
+        """``const``/``enum``: text and plain numbers by lookup, anything else by ``json_equal``."""
         general = f"_equal_any({v}, {self.const(choices)})"
         numbers = [c for c in choices if c.__class__ in (int, float)]
         if any(n != n or n in (float("inf"), float("-inf")) for n in numbers) or any(
@@ -295,7 +295,7 @@ class _Compiler:
         props = schema.get("properties") if "properties" in schema else None
         extra = schema.get("additionalProperties")
         if "additionalProperties" in schema and "patternProperties" in schema:
-            raise _Unknown("patternProperties")
+            raise UnknownSchemaKeyword("patternProperties")
         known = self.const(frozenset(props or {}))
         if "additionalProperties" in schema:
             if extra is False:
@@ -347,12 +347,12 @@ class _Compiler:
     def compile(self, schema: Any, numbers: Any = None) -> Check:
         if numbers is not None:  # (_value_ok, int_limit): the fused check of the arguments
             if not isinstance(schema, Mapping) or schema.get("type") != "object":
-                raise _Unknown(schema)
+                raise UnknownSchemaKeyword(schema)
             self.fused = schema
             self.names.update(_value_ok=numbers[0], _int_limit=numbers[1], _int_floor=-numbers[1])
         top = self.function(schema)
         if numbers is not None and self.fused is not None:
-            raise _Unknown(schema)  # no object keyword at the top
+            raise UnknownSchemaKeyword(schema)  # no object keyword at the top
         namespace = dict(self.names)
         exec(compile("\n".join(self.lines + self.post), "<schema check>", "exec"), namespace)  # noqa: S102
         return namespace[top]  # type: ignore[no-any-return]
@@ -363,7 +363,7 @@ def _compiled(key: int, schema_ref: Any, numbers: Any = None) -> Check | None:
     schema = schema_ref[0]
     try:
         return _Compiler(schema).compile(schema, numbers)
-    except (_Unknown, KeyError, TypeError, AttributeError):
+    except (UnknownSchemaKeyword, KeyError, TypeError, AttributeError):
         return None
 
 

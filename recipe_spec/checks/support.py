@@ -14,11 +14,11 @@ from ..recipe.model import Recipe
 from ..registry import available_backends, backend_capabilities
 from ..text.variables import did_you_mean
 from .arguments import (
-    _deprecated_findings,
-    _number_findings,
-    _numbers_ok,
-    _schema_findings,
-    _schema_ok,
+    deprecated_findings,
+    number_findings,
+    plain_numbers_ok,
+    schema_findings,
+    schema_ok,
 )
 from .schemas import modifier_names
 
@@ -91,15 +91,15 @@ def modifier_findings(
             yield Finding(codes.M001, f"unknown modifier '{m.type}'", hint, m)
             continue
         if id(m) in checked:
-            yield from _deprecated_findings(m)
+            yield from deprecated_findings(m)
             continue
         ok = numbers_ok.get(id(m)) if numbers_ok is not None else None
-        numbers = [] if ok or (ok is None and _numbers_ok(m.args)) else _number_findings(m)
+        numbers = [] if ok or (ok is None and plain_numbers_ok(m.args)) else number_findings(m)
         if numbers:
             # The schema and the rules compute with the numbers: only these are reported.
             yield from numbers
-        elif not _schema_ok(m):
-            yield from _schema_findings(m)
+        elif not schema_ok(m):
+            yield from schema_findings(m)
     if backend is not None:
         caps = backend_capabilities().get(backend)
         if caps is None:

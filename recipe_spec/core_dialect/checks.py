@@ -33,8 +33,8 @@ from .catalogue_quant import smallest_grid
 from .oneshot_compat import oneshot_differences
 from .owl_checks import owl_diagnostics
 from .pattern_checks import arg_items, pattern_findings
-from .reader import STAGE_KEYS, _group_key, _stage_key
-from .versions import Compat, newest, scope, summarize, versions_where
+from .reader import STAGE_KEYS, is_group_key, is_stage_key
+from .versions import Compat, affects, newest, scope
 from .written_for import written_for
 
 __all__ = ["core_diagnostics"]
@@ -49,15 +49,6 @@ _KIND_CODES: dict[str, Code] = {
 _EVAL = re.compile(r"\beval\(")
 _NM = re.compile(r"^([0-9]+):([0-9]+)$")
 _QUANTIZERS = frozenset({"QuantizationModifier", "GPTQModifier", "AutoRoundModifier"})
-
-
-def _affects(tools: dict[str, str], compat: Compat | None) -> tuple[bool, str]:
-    """Whether the releases in ``tools`` include the chosen one (or, without a choice, any),
-    and those releases in words."""
-    where = versions_where(tools)
-    if compat is None:
-        return bool(where), summarize(where)
-    return compat.pair in where, compat.label
 
 
 class _Checker:
@@ -109,14 +100,14 @@ class _Checker:
     # -- layout as each tool reads it -----------------------------------------------------------
     def ignored(self, tools: dict[str, str], message: str, hint: str, span: Span,
                 error: bool = False) -> None:
-        hit, versions = _affects(tools, self.compat)
+        hit, versions = affects(tools, self.compat)
         if hit:
             severity = Severity.ERROR if error and self.compat is not None else Severity.WARNING
             self.add(codes.C002, f"{message} ({versions})", hint, span, severity)
 
     def layout(self, root: FrozenDict) -> None:
-        stages = [k for k, v in root.items() if _stage_key(k) and isinstance(v, FrozenDict)]
-        bare = [k for k in root if _group_key(k)]
+        stages = [k for k, v in root.items() if is_stage_key(k) and isinstance(v, FrozenDict)]
+        bare = [k for k in root if is_group_key(k)]
         for key in bare:
             if key == "modifiers":
                 self.add(codes.C002, "a group called plain 'modifiers' is never read: SparseML "
@@ -134,7 +125,7 @@ class _Checker:
                 self.span((key,), key=True), error=empty,
             )
         for key, value in root.items():
-            if _stage_key(key) and not isinstance(value, FrozenDict):
+            if is_stage_key(key) and not isinstance(value, FrozenDict):
                 self.add(codes.C002, f"stage '{key}' holds no mapping, so every tool skips it"
                          + (f"; its groups ({', '.join(bare)}) are not indented under it" if bare else ""),
                          "Indent the stage's '*_modifiers:' groups below it.", self.span((key,), key=True))
@@ -145,7 +136,7 @@ class _Checker:
                              self.span((key,), key=True), error=not stages)
         for _name, body, base in self.stage_bodies(root):
             for key, value in body.items():
-                if _group_key(key):
+                if is_group_key(key):
                     continue
                 span = self.span(base + (key,), key=True)
                 if key == "run_type":
@@ -158,7 +149,7 @@ class _Checker:
 
     def stage_bodies(self, root: FrozenDict) -> Iterator[tuple[str, FrozenDict, tuple[Any, ...]]]:
         for key, value in root.items():
-            if _stage_key(key) and isinstance(value, FrozenDict):
+            if is_stage_key(key) and isinstance(value, FrozenDict):
                 yield key, value, (key,)
             elif key == "stages" and isinstance(value, FrozenDict):
                 for name, body in value.items():
@@ -167,7 +158,7 @@ class _Checker:
 
     def run_type(self, value: Any, span: Span, path: tuple[Any, ...]) -> None:
         if value not in ("train", "oneshot"):
-            hit, versions = _affects({"sparseml": "", "llmcompressor": "<0.5"}, self.compat)
+            hit, versions = affects({"sparseml": "", "llmcompressor": "<0.5"}, self.compat)
             if hit:
                 self.add(codes.M006, f"run_type '{value}' is not 'train' or 'oneshot' ({versions})",
                          "Write 'run_type: oneshot' or 'run_type: train'.", self.span(path))
@@ -188,7 +179,7 @@ class _Checker:
                     self.add(codes.C003, f"'{text}': no tool evaluates nested parentheses in eval()",
                              "Compute the inner part into a variable of its own.", span, Severity.ERROR)
                     continue
-                hit, versions = _affects({"llmcompressor": ">=0.6"}, self.compat)
+                hit, versions = affects({"llmcompressor": ">=0.6"}, self.compat)
                 if hit:
                     self.add(codes.C003, f"'{text}' is not evaluated: it reaches {m.type} as text "
                              f"({versions})", "Write the value itself.", span,
@@ -201,7 +192,7 @@ class _Checker:
                 self.awq_grid(m)
             if m.type != "AWQModifier" or any(n.type in _QUANTIZERS for n in mods[i + 1:]):
                 continue
-            hit, versions = _affects({"llmcompressor": ">=0.11"}, self.compat)
+            hit, versions = affects({"llmcompressor": ">=0.11"}, self.compat)
             if hit:
                 self.add(codes.C004, f"AWQModifier is not followed by a quantization modifier "
                          f"({versions})", "Add a QuantizationModifier or GPTQModifier after it, "
@@ -219,7 +210,7 @@ class _Checker:
         least, older = smallest_grid(duo, True), smallest_grid(duo, False)
         if n_grid >= least:
             return
-        hit, versions = _affects({"llmcompressor": ">=0.11" if n_grid >= older else ">=0.9"}, self.compat)
+        hit, versions = affects({"llmcompressor": ">=0.11" if n_grid >= older else ">=0.9"}, self.compat)
         if hit:
             severity = Severity.ERROR if self.compat is not None or n_grid < older else Severity.WARNING
             self.add(codes.M005, f"n_grid {n_grid} gives AWQ no grid to search with duo_scaling {duo!r} "

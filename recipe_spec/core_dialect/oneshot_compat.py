@@ -31,7 +31,7 @@ from ..diagnostics import codes
 from ..diagnostics.base import Diagnostic, Severity
 from ..recipe.model import Modifier, Recipe
 from ..text.frozen import FrozenDict
-from .versions import Compat, summarize, versions_where
+from .versions import Compat, affects
 
 __all__ = ["oneshot_differences", "IGNORE_NAME_RELEASES", "MAGNITUDE_RELEASES"]
 
@@ -55,14 +55,7 @@ def _strings(value: Any) -> list[tuple[tuple[Any, ...], str]]:
     return []
 
 
-def _affects(tools: dict[str, str], compat: Compat | None) -> tuple[bool, str]:
-    where = versions_where(tools)
-    if compat is None:
-        return bool(where), summarize(where)
-    return compat.pair in where, compat.label
-
-
-def _targets_layers(m: Modifier) -> bool:
+def targets_layers(m: Modifier) -> bool:
     """Whether a target matches prunable layers themselves (the default ``[Linear]``)."""
     targets = m.args.get("targets")
     if targets is None:
@@ -81,9 +74,9 @@ def _instead(name: str) -> str:
 
 
 def _ignore_names(recipe: Recipe, m: Modifier, compat: Compat | None) -> Iterator[Diagnostic]:
-    if m.type not in _LAYER_PRUNERS or not _targets_layers(m):
+    if m.type not in _LAYER_PRUNERS or not targets_layers(m):
         return
-    hit, versions = _affects(IGNORE_NAME_RELEASES, compat)
+    hit, versions = affects(IGNORE_NAME_RELEASES, compat)
     if not hit:
         return
     for where, name in _plain_ignores(m):
@@ -122,7 +115,7 @@ def _over_training(recipe: Recipe, m: Modifier) -> bool:
 def _magnitude(recipe: Recipe, m: Modifier, compat: Compat | None) -> Iterator[Diagnostic]:
     if m.type != "MagnitudePruningModifier" or _over_training(recipe, m):
         return
-    hit, versions = _affects(MAGNITUDE_RELEASES, compat)
+    hit, versions = affects(MAGNITUDE_RELEASES, compat)
     if not hit:
         return
     final = _number(m.args.get("final_sparsity"))

@@ -33,8 +33,8 @@ from collections.abc import Iterator
 from ..diagnostics import codes
 from ..diagnostics.base import Diagnostic, Severity
 from ..recipe.model import Modifier, Recipe
-from .oneshot_compat import _affects, _targets_layers
-from .versions import Compat
+from .oneshot_compat import targets_layers
+from .versions import Compat, affects
 
 __all__ = ["owl_diagnostics", "OWL_FAILS", "OWL_TARGET_COUNT"]
 
@@ -75,8 +75,8 @@ def _modifier(recipe: Recipe, m: Modifier, compat: Compat | None) -> Iterator[Di
 
 
 def _tool(recipe: Recipe, m: Modifier, compat: Compat | None) -> Iterator[Diagnostic]:
-    fails, versions = _affects(OWL_FAILS, compat)
-    counted, counted_in = _affects(OWL_TARGET_COUNT, compat)
+    fails, versions = affects(OWL_FAILS, compat)
+    counted, counted_in = affects(OWL_TARGET_COUNT, compat)
     if fails:
         yield codes.C007(f"OWL does not run in the oneshot() of {versions}: 0.13 and later stop in its "
                          "initialisation ('Cannot invoke event before initializing'), 0.11-0.12 hand "
@@ -84,7 +84,7 @@ def _tool(recipe: Recipe, m: Modifier, compat: Compat | None) -> Iterator[Diagno
                          "oneshot runs it", "With llm-compressor, write one sparsity or a list "
                          "(one per target match), or use llm-compressor 0.10 or earlier.",
                          m.value_span("sparsity_profile"), Severity.WARNING).in_file(recipe.path)
-    elif counted and _targets_layers(m):
+    elif counted and targets_layers(m):
         yield codes.C007(f"in {counted_in}, OWL gives one sparsity per decoder layer and counts them "
                          "against the target matches, so targets matching the Linear layers "
                          "themselves are refused ('initialized with N sparsities values'); "

@@ -46,13 +46,13 @@ META_KEYS = ("version", "metadata")
 _new = object.__new__
 
 
-def _group_key(key: Any) -> bool:
+def is_group_key(key: Any) -> bool:
     """``<name>_modifiers``, and the plain ``modifiers`` (which SparseML breaks on and
     llm-compressor drops: the validator says so)."""
     return isinstance(key, str) and (key.endswith("_modifiers") or key == "modifiers")
 
 
-def _stage_key(key: Any) -> bool:
+def is_stage_key(key: Any) -> bool:
     return isinstance(key, str) and key.endswith("_stage")
 
 
@@ -61,7 +61,7 @@ def is_core(root: FrozenDict) -> bool:
     ``*_stage`` mapping or under ``stages:``) maps modifier names to arguments, or a
     ``*_stage`` key holds a mapping with a ``*_modifiers`` key."""
     for key, value in root.items():
-        if _group_key(key) and isinstance(value, FrozenDict):
+        if is_group_key(key) and isinstance(value, FrozenDict):
             return True
         if not isinstance(value, FrozenDict):
             continue
@@ -70,7 +70,7 @@ def is_core(root: FrozenDict) -> bool:
             if not isinstance(body, FrozenDict):
                 continue
             for k, v in body.items():
-                if _group_key(k) and isinstance(v, FrozenDict):
+                if is_group_key(k) and isinstance(v, FrozenDict):
                     return True
     return False
 
@@ -79,10 +79,10 @@ def stage_parts(root: FrozenDict) -> list[tuple[str, FrozenDict | None, Path]]:
     """The stages of a core recipe as written, in file order: ``(name, body, path)``. A bare
     top-level group is SparseML's ``"default"`` stage (body None: its groups are the root's)."""
     parts: list[tuple[str, FrozenDict | None, Path]] = []
-    if any(_group_key(k) for k in root):
+    if any(is_group_key(k) for k in root):
         parts.append(("default", None, ()))
     for key, value in root.items():
-        if _stage_key(key) and isinstance(value, FrozenDict):
+        if is_stage_key(key) and isinstance(value, FrozenDict):
             parts.append((key, value, (key,)))
         elif key == "stages" and isinstance(value, FrozenDict):
             for name, body in value.items():
@@ -148,7 +148,7 @@ class _CoreBuilder:
         variables: dict[str, tuple[Any, Path]] = {}
         for key, value in body.items():
             path = base + (key,)
-            if _group_key(key):
+            if is_group_key(key):
                 g = self.group(key, value, path, name)
                 if g is not None:
                     groups.append(g)
@@ -164,7 +164,7 @@ def build_core(b: Builder, root: FrozenDict, overrides: Mapping[str, Any] | None
     core = _CoreBuilder(b)
     global_raw: dict[str, tuple[Any, Path]] = {}
     for key, value in root.items():
-        if _group_key(key) or _stage_key(key) or key == "stages" or key in META_KEYS:
+        if is_group_key(key) or is_stage_key(key) or key == "stages" or key in META_KEYS:
             continue
         if isinstance(value, (FrozenDict, tuple, Tagged)):
             continue  # not a variable; the validator reports what each tool makes of it
@@ -172,9 +172,9 @@ def build_core(b: Builder, root: FrozenDict, overrides: Mapping[str, Any] | None
     parts: list[tuple[str, list[Group], dict[str, tuple[Any, Path]], Span]] = []
     for name, body, path in stage_parts(root):
         if body is None:
-            groups = [g for k, v in root.items() if _group_key(k)
+            groups = [g for k, v in root.items() if is_group_key(k)
                       for g in [core.group(k, v, (k,), name)] if g is not None]
-            parts.append((name, groups, {}, b.key_span(next((k,) for k in root if _group_key(k)))))
+            parts.append((name, groups, {}, b.key_span(next((k,) for k in root if is_group_key(k)))))
             continue
         groups, stage_vars = core.stage(name, body, path)
         parts.append((name, groups, stage_vars, b.key_span(path)))

@@ -217,17 +217,17 @@ def twin_recipe(recipe: Recipe) -> Recipe:
     if refused:
         m, message, _ = refused[0]
         raise ValueError(f"line {m.span.line}: {message}")
-    return _twins(recipe)
+    return twins_of(recipe)
 
 
 def training_twins(recipe: Recipe) -> Recipe:
     """The ``!Modifier`` twins of a stage/group recipe's training-time modifiers that have
     one (one-shot modifiers left out): what a backend runs, for the schedule preview. Check
     :func:`refusals` first: a refused training modifier is approximated here."""
-    return _twins(recipe) if recipe.dialect == "core" else recipe
+    return twins_of(recipe) if recipe.dialect == "core" else recipe
 
 
-def _twins(recipe: Recipe) -> Recipe:
+def twins_of(recipe: Recipe) -> Recipe:
     """:func:`twin_recipe`, for a recipe already checked."""
     twins = []
     for m in recipe.modifiers:
@@ -248,5 +248,5 @@ def runnable(recipe: Recipe, backend: str | None) -> Recipe:
     then refuses it with B001, see :func:`recipe_spec.runtime.check_backend_runs`)."""
     if recipe.dialect != "core" or refusals(recipe, backend):
         return recipe
-    return _twins(recipe)  # no refusal for ``backend``: none for any backend either
+    return twins_of(recipe)  # no refusal for ``backend``: none for any backend either
 

@@ -20,7 +20,7 @@ from ..diagnostics.base import Diagnostic
 from ..recipe.findings import positioned
 from ..recipe.model import Recipe
 from .checks import core_diagnostics
-from .to_modifiers import _twins, refusals
+from .to_modifiers import refusals, twins_of
 from .versions import Compat
 
 __all__ = ["validate_core", "refusals", "refuse_to_run"]
@@ -52,7 +52,7 @@ def _schedule_diagnostics(recipe: Recipe) -> list[Diagnostic]:
     ``!Modifier`` twin's: an ``update`` between -1 and 0 (an update grid that never advances),
     or more updates between ``start`` and ``end`` than any run makes (``end: 1e308`` with
     ``update: 1e-9``). Each at the core argument it is about."""
-    twins = _twins(recipe)
+    twins = twins_of(recipe)
     if not twins.modifiers:
         return []
     findings = [f for f in modifier_findings(twins, None)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "Version", "Compat", "TOOLS", "TOOL_LABELS", "RELEASES", "ToolVersion",
-    "in_range", "all_versions", "versions_where", "summarize", "newest", "scope", "tools_in_scope",
+    "in_range", "all_versions", "versions_where", "summarize", "newest", "scope", "tools_in_scope", "affects",
 ]
 
 
@@ -260,3 +260,16 @@ class Compat:
 
     def __str__(self) -> str:
         return f"{self.tool}=={self.version}"
+
+
+def affects(tools: Mapping[str, str], compat: Compat | None) -> tuple[bool, str]:
+    """Whether the releases a tools map covers include the chosen one (or, without a choice,
+    any release in scope), and those releases in words.
+
+    >>> affects({"llmcompressor": ">=0.11"}, None)
+    (True, 'llm-compressor ≥0.11')
+    """
+    where = versions_where(tools)
+    if compat is None:
+        return bool(where), summarize(where)
+    return compat.pair in where, compat.label

@@ -47,7 +47,7 @@ from .markdown import (
     table,
     type_of,
 )
-from .pages import _backends_of
+from .pages import backends_of
 
 __all__ = ["CORE_DIR", "core_pages", "core_page", "core_index", "quantization_page",
            "example_text", "example_recipe", "runs_as"]
@@ -143,7 +143,7 @@ def example_text(s: CoreSpec) -> str:
 
 # -- what recipe-spec does with it -------------------------------------------------------------
 def _backends(twin: str) -> str:
-    labels = [f"`{b}`" for b in sorted(_backends_of(twin))]  # backend names, as the index's columns
+    labels = [f"`{b}`" for b in sorted(backends_of(twin))]  # backend names, as the index's columns
     if not labels:
         return ""
     names = " and ".join([", ".join(labels[:-1]), labels[-1]] if len(labels) > 1 else labels)

@@ -84,7 +84,7 @@ def modifier_example(name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _backends_of(name: str) -> list[str]:
+def backends_of(name: str) -> list[str]:
     return sorted(b for b, names in backend_support().items() if name in names)
 
 
@@ -93,7 +93,7 @@ def modifier_page(name: str) -> str:
     schema = modifier_schema(name)
     meta = schema.get("x-recipe-spec", {})
     declared = all_specs()[name]
-    backends = _backends_of(name)
+    backends = backends_of(name)
     all_backends = sorted(backend_support())
     lines = [
         f"# {name}",
@@ -167,7 +167,7 @@ def modifier_index() -> str:
     rows = []
     for name in modifier_names():
         schema = modifier_schema(name)
-        have = _backends_of(name)
+        have = backends_of(name)
         rows.append(
             [f"[{name}]({name}.md)", code(schema.get("x-recipe-spec", {}).get("category", "other")),
              first_sentence(schema.get("description", ""))]

@@ -251,47 +251,16 @@ def module_classes(
             return None, _class_note(exc.message), {}
     if not isinstance(config_dict, dict):
         return None, _class_note("config.json is not a JSON object"), {}
-    try:
-        import torch
-        import transformers
-    except Exception:  # pragma: no cover - depends on the environment
-        return None, _class_note("transformers (with torch) is not installed"), {}
-    model_type = config_dict.get("model_type")
-    architectures = config_dict.get("architectures") or []
-    try:
-        from transformers import AutoConfig
+    from ..registry import BackendError, backend_with
 
-        kwargs = {k: v for k, v in config_dict.items() if k != "model_type"}
-        config = AutoConfig.for_model(model_type, **kwargs)
-    except Exception as exc:
-        return None, _class_note(f"unknown model_type {model_type!r} ({type(exc).__name__})"), {}
-    builders: list[Any] = [getattr(transformers, a) for a in architectures
-                           if isinstance(a, str) and isinstance(getattr(transformers, a, None), type)]
-    builders += [transformers.AutoModelForCausalLM, transformers.AutoModel]
-    model = None
-    failure = ""
-    for builder in builders:
-        try:
-            with torch.device("meta"):
-                if builder.__name__.startswith("Auto"):
-                    model = builder.from_config(config)
-                else:
-                    model = builder(config)
-            break
-        except Exception as exc:
-            failure = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
-    if model is None:
-        arch = ", ".join(map(str, architectures)) or model_type
-        return None, _class_note(f"unknown architecture {arch} ({failure})"), {}
-    classes: dict[str, tuple[str, ...]] = {}
-    direct: dict[str, tuple[str, ...]] = {}
-    for name, module in model.named_modules():
-        classes[name] = tuple(c.__name__ for c in type(module).__mro__
-                              if isinstance(c, type) and issubclass(c, torch.nn.Module))
-        own = tuple(k for k, v in module._parameters.items() if v is not None)
-        if own:
-            direct[name] = own
-    return classes, f"classes from {type(model).__name__} built on the meta device", direct
+    try:
+        backend = backend_with("checkpoint:huggingface")
+    except BackendError:
+        return None, _class_note("transformers (with torch) is not installed"), {}
+    build = getattr(backend, "module_classes", None)
+    if build is None:
+        return None, _class_note(f"the {backend.name} backend builds no architecture on the meta device"), {}
+    return build(config_dict)
 
 
 # --------------------------------------------------------------------------- the checkpoint

@@ -23,13 +23,13 @@ from ..diagnostics import codes
 from ..diagnostics.base import Diagnostic, RecipeError, Span
 from .frozen import FrozenDict
 from .locs import LazyLocs, fast_span
-from .nodes import _ALLOWED_STD, _STD, MAX_VALUES, Resolver12, Tagged, merged, scalar_value
+from .nodes import ALLOWED_STD, MAX_VALUES, STD_TAGS, Resolver12, Tagged, merged, scalar_value
 
 __all__ = ["EventBuilder"]
 
-_MERGE = _STD + "merge"
-_SEQ = _STD + "seq"
-_MAP = _STD + "map"
+_MERGE = STD_TAGS + "merge"
+_SEQ = STD_TAGS + "seq"
+_MAP = STD_TAGS + "map"
 _RESOLVERS: dict[Any, list[tuple[str, Any]]] = Resolver12.yaml_implicit_resolvers
 _STARTS = (MappingStartEvent, SequenceStartEvent)
 _ENDS = (MappingEndEvent, SequenceEndEvent)
@@ -255,7 +255,7 @@ class EventBuilder:
         """The value of a scalar; ``where`` (a Span, or the event) is for a diagnostic."""
         if tag == _STR:
             return text
-        short = tag[len(_STD):] if tag.startswith(_STD) else "str"
+        short = tag[len(STD_TAGS):] if tag.startswith(STD_TAGS) else "str"
         try:
             return scalar_value(short, text)
         except ValueError:
@@ -363,7 +363,7 @@ class EventBuilder:
             )
             self.skip()
             return
-        if key_tag.startswith(_STD):
+        if key_tag.startswith(STD_TAGS):
             key = self.scalar(key_tag, k.value, written)
         else:
             key = k.value
@@ -391,7 +391,7 @@ class EventBuilder:
         return merged(value, lambda: self.locs[path + ("<<",)].span, self.diagnostics)
 
 
-_STR = _STD + "str"
+_STR = STD_TAGS + "str"
 
 #: Plain scalar text -> its value (``_TEXT``: the text itself). Recipes write the same keys
 #: and numbers again and again; the resolvers' regular expressions and the number parsing run
@@ -414,14 +414,14 @@ def _resolve(value: str, plain: bool) -> str:
 
 def _builds(tag: str) -> bool:
     """Whether a node with (resolved) ``tag`` is built: local tags, '!' and allowed '!!' ones."""
-    if tag.startswith(_STD):
-        return tag[len(_STD):] in _ALLOWED_STD
+    if tag.startswith(STD_TAGS):
+        return tag[len(STD_TAGS):] in ALLOWED_STD
     return tag == "!" or (tag[:1] == "!" and tag[:2] != "!!")
 
 
 def _tag_error(tag: str, span: Span) -> Diagnostic:
-    if tag.startswith(_STD):
-        short = tag[len(_STD):]
+    if tag.startswith(STD_TAGS):
+        short = tag[len(STD_TAGS):]
         return codes.Y005(
             f"tag '!!{short}' is not allowed in a recipe",
             "Recipes are plain data: use a number, text, list or mapping.",

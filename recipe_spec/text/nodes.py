@@ -24,7 +24,7 @@ MAX_VALUES = 200_000
 #: Mappings and lists may nest at most this deep.
 MAX_DEPTH = 64
 
-_STD = "tag:yaml.org,2002:"
+STD_TAGS = "tag:yaml.org,2002:"
 
 
 def scalar_value(short: str, text: str) -> Any:
@@ -48,7 +48,7 @@ def scalar_value(short: str, text: str) -> Any:
             return float("nan")
         return float(text)
     return text
-_ALLOWED_STD = {"str", "int", "float", "bool", "null", "map", "seq"}
+ALLOWED_STD = {"str", "int", "float", "bool", "null", "map", "seq"}
 
 Path = tuple[Any, ...]
 
@@ -107,7 +107,7 @@ for _tag, _regexp, _first in [
     ),
     ("null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
 ]:
-    Resolver12.add_implicit_resolver(_STD + _tag, re.compile(_regexp), list(_first))
+    Resolver12.add_implicit_resolver(STD_TAGS + _tag, re.compile(_regexp), list(_first))
 
 
 

@@ -30,10 +30,10 @@ from .events import EventBuilder
 from .frozen import FrozenDict
 from .locs import gc_paused
 from .nodes import (
-    _ALLOWED_STD,
-    _STD,
+    ALLOWED_STD,
     MAX_DEPTH,
     MAX_VALUES,
+    STD_TAGS,
     Document,
     Loc,
     Path,
@@ -161,9 +161,9 @@ class _Builder:
         if local:
             inner = self.build_untagged(node, path, span, default_tag=True)
             return Tagged(tag[1:], inner, span)
-        if tag.startswith(_STD):
-            short = tag[len(_STD):]
-            if short not in _ALLOWED_STD:
+        if tag.startswith(STD_TAGS):
+            short = tag[len(STD_TAGS):]
+            if short not in ALLOWED_STD:
                 self.diagnostics.append(
                     codes.Y005(
                         f"tag '!!{short}' is not allowed in a recipe",
@@ -193,7 +193,7 @@ class _Builder:
         raise TypeError(f"unexpected YAML node {node!r}")  # pragma: no cover
 
     def scalar(self, node: ScalarNode, span: Span) -> Any:
-        short = node.tag[len(_STD):] if node.tag.startswith(_STD) else "str"
+        short = node.tag[len(STD_TAGS):] if node.tag.startswith(STD_TAGS) else "str"
         try:
             return scalar_value(short, node.value)
         except ValueError:
@@ -211,7 +211,7 @@ class _Builder:
             key_span = self.node_span(key_item) if not isinstance(key_item, _Alias) else self.span(
                 key_item.start_mark, key_item.end_mark
             )
-            if key_node.tag == _STD + "merge" or (
+            if key_node.tag == STD_TAGS + "merge" or (
                 isinstance(key_node, ScalarNode) and key_node.value == "<<" and not key_node.style
             ):
                 merged.update(self.merge_values(value_item, path))
@@ -225,7 +225,7 @@ class _Builder:
                     )
                 )
                 continue
-            key = self.scalar(key_node, key_span) if key_node.tag.startswith(_STD) else key_node.value
+            key = self.scalar(key_node, key_span) if key_node.tag.startswith(STD_TAGS) else key_node.value
             if isinstance(key, float) and key.is_integer():
                 key = key  # 0.5 and 0.50 stay equal keys; kept as written
             if key in first_seen:

@@ -47,10 +47,10 @@ from ...quantization.grid import check_weight_shape, fake_quantize, minmax_qpara
 from ..shared.obs import (
     DAMPENING_RETRIES,
     SolverError,
-    _check_finite,
-    _is_real,
     blockwise_obs,
+    check_finite,
     factor_with_dead_columns,
+    is_real,
 )
 
 __all__ = ["ACTORDERS", "QuantizeResult", "gptq_quantize"]
@@ -133,7 +133,7 @@ def gptq_quantize(ops: SolverOps, weight: Array, hessian: Array, *, args: QuantA
     rows, cols = shape
     if not isinstance(block_size, numbers.Integral) or isinstance(block_size, bool) or block_size < 1:
         raise ValueError(f"block_size must be a whole number >= 1, got {block_size!r}")
-    if not _is_real(dampening_frac) or not 0.0 <= float(dampening_frac) < math.inf:
+    if not is_real(dampening_frac) or not 0.0 <= float(dampening_frac) < math.inf:
         raise ValueError(f"dampening_frac must be a finite number >= 0, got {dampening_frac!r}")
     if actorder not in ACTORDERS:
         raise ValueError(f"actorder must be one of {', '.join(map(str, ACTORDERS))}, got {actorder!r}")
@@ -147,9 +147,9 @@ def gptq_quantize(ops: SolverOps, weight: Array, hessian: Array, *, args: QuantA
     groups = _group_index(args, cols, g_idx)
 
     W = ops.copy(ops.astype(weight, "float32"))
-    _check_finite(ops, W, "weight")
+    check_finite(ops, W, "weight")
     H = ops.copy(ops.cast(hessian, W))
-    _check_finite(ops, H, "Hessian")
+    check_finite(ops, H, "Hessian")
     if scale is None and actorder != "group":
         # the observer reads the weight as the model holds it: a bfloat16 weight gets bfloat16
         # scales (compressed-tensors' calculate_qparams in the weight's dtype), used in float32

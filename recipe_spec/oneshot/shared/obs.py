@@ -88,7 +88,7 @@ def check_prune_args(shape: tuple[int, ...], sparsity: float, prune_n: int, prun
     if len(shape) != 2:
         raise ValueError(f"a one-shot solver takes a 2-D weight (out, in), got shape {list(shape)}: "
                          "flatten a convolution's kernel to (out, in·kh·kw) first")
-    if not _is_real(sparsity) or not 0.0 <= float(sparsity) < 1.0:
+    if not is_real(sparsity) or not 0.0 <= float(sparsity) < 1.0:
         raise ValueError(f"sparsity must be a number in [0, 1), got {sparsity!r}")
     if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0 for v in (prune_n, prune_m)):
         raise ValueError(f"an N:M pattern takes whole numbers N, M >= 0, got {prune_n}:{prune_m}")
@@ -103,12 +103,12 @@ def check_prune_args(shape: tuple[int, ...], sparsity: float, prune_n: int, prun
                          "layer out of the modifier's targets or use unstructured sparsity")
 
 
-def _is_real(x: object) -> bool:
+def is_real(x: object) -> bool:
     """Whether ``x`` is a real number (a NumPy scalar too), not a bool."""
     return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
-def _check_finite(ops: SolverOps, x: Array, what: str) -> None:
+def check_finite(ops: SolverOps, x: Array, what: str) -> None:
     """Refuse NaN or inf in ``x`` (``what`` names it in the message)."""
     if math.isfinite(ops.sum_all(x)):  # one pass; a NaN or inf entry makes any sum non-finite
         return
@@ -191,15 +191,15 @@ def sparsegpt_prune(ops: SolverOps, weight: Array, hessian: Array, *, sparsity: 
     if prune_n and block_size % prune_m:
         raise ValueError(f"block_size {block_size} must be a multiple of M = {prune_m} for N:M pruning, "
                          "so that every group of M columns lies in one block")
-    if not _is_real(dampening_frac) or not 0.0 <= float(dampening_frac) < math.inf:
+    if not is_real(dampening_frac) or not 0.0 <= float(dampening_frac) < math.inf:
         raise ValueError(f"dampening_frac must be a finite number >= 0, got {dampening_frac!r}")
     if tuple(hessian.shape) != (cols, cols):
         raise ValueError(f"the Hessian has shape {list(hessian.shape)}, but a weight with {cols} input "
                          f"columns needs [{cols}, {cols}]")
     W = ops.copy(ops.astype(weight, "float32"))
-    _check_finite(ops, W, "weight")
+    check_finite(ops, W, "weight")
     H = ops.copy(ops.cast(hessian, W))
-    _check_finite(ops, H, "Hessian")
+    check_finite(ops, H, "Hessian")
 
     W, dead, dead_count, Hinv, used, report = factor_with_dead_columns(ops, W, H, dampening_frac, retries)
     del H
