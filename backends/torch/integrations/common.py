@@ -8,7 +8,6 @@ import os
 from typing import Any
 
 import torch
-
 from recipe_spec.manager import ScheduledModifierManager
 from recipe_spec.recipe import Recipe
 
