@@ -21,7 +21,7 @@ PACKAGES = {"recipe_spec": "recipe_spec", "recipe_spec_torch": "backends/torch",
 #: The layers of ``recipe_spec``, left to right: a module may import its own layer and those
 #: to its left. The names are the top-level modules and subpackages of ``recipe_spec``.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("atomic", "diagnostics", "text", "masks", "quantization"),
+    ("atomic", "diagnostics", "text", "masks", "compressed_tensors", "quantization"),
     ("recipe",),
     ("modifiers",),
     ("schedule", "params", "registry"),

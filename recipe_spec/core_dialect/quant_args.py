@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..compressed_tensors.fields import ARGS_FIELDS, SCHEME_FIELDS, QuantField
+from ..compressed_tensors.presets import PRESET_RANGES as PRESETS
 from ..text.frozen import thaw
 from .versions import ToolVersion, Version, in_range
 
@@ -53,88 +55,6 @@ CT_OF: dict[ToolVersion, Version] = {
 def ct_version(pair: ToolVersion) -> Version | None:
     """The compressed-tensors release of a tool release (None: it has none)."""
     return CT_OF.get(pair)
-
-
-@dataclass(frozen=True)
-class QuantField:
-    """One field of a compressed-tensors structure.
-
-    ``ct``: compressed-tensors versions where it exists; ``schemas``: (ct range, schema)
-    pairs, the first whose range matches applies (schemas use ``type``/``enum``/``items``,
-    see :mod:`recipe_spec.core_dialect.arg_check`); ``nested``: ``"args"`` when the value is
-    itself a QuantizationArgs mapping.
-    """
-
-    name: str
-    description: str
-    schemas: tuple[tuple[str, Mapping[str, Any]], ...]
-    ct: str = ""
-    required: bool = False
-    nested: str | None = None
-
-
-def _f(name: str, description: str, schema: Mapping[str, Any], ct: str = "", **kw: Any) -> QuantField:
-    return QuantField(name, description, (("", schema),), ct, **kw)
-
-
-_STRATEGIES = ["tensor", "channel", "group", "block", "token"]
-
-#: ``QuantizationArgs`` fields (compressed-tensors ``quantization/quant_args.py``).
-ARGS_FIELDS: tuple[QuantField, ...] = (
-    _f("num_bits", "Bits per quantized value.", {"type": "integer", "minimum": 1}),
-    _f("type", "Value type.", {"enum": ["int", "float"], "ci": True}),
-    _f("symmetric", "Symmetric (no zero point) or asymmetric.", {"type": "boolean"}),
-    _f("group_size", "Columns per group for the group strategy.", {"type": ["integer", "null"]}),
-    QuantField("strategy", "Granularity of scales.", (
-        (">=0.13", {"enum": [*_STRATEGIES, "tensor_group", "attn_head", None], "ci": True}),
-        (">=0.10", {"enum": [*_STRATEGIES, "tensor_group", None], "ci": True}),
-        ("", {"enum": [*_STRATEGIES, None], "ci": True}),
-    )),
-    QuantField("block_structure", "Block shape for the block strategy.", (
-        (">=0.11", {"type": ["array", "null"], "items": {"type": "integer"}}),
-        ("", {"type": ["string", "null"]}),
-    )),
-    QuantField("dynamic", "Compute scales at run time (\"local\": NVFP4 local scales).", (
-        (">=0.10", {"type": "boolean", "enum": [True, False, "local"], "ci": True}),
-        ("", {"type": "boolean"}),
-    )),
-    QuantField("actorder", "GPTQ activation ordering.", (
-        (">=0.9", {"enum": [True, False, None, "group", "weight", "dynamic", "static"], "ci": True}),
-        ("", {"enum": [True, False, None, "group", "weight"], "ci": True}),
-    ), ct=">=0.6"),
-    _f("scale_dtype", "Dtype of the scales.", {"type": ["string", "null"]}, ct=">=0.13"),
-    _f("zp_dtype", "Dtype of the zero points.", {"type": ["string", "null"]}, ct=">=0.13"),
-    _f("observer", "Observer name (e.g. minmax, mse).", {"type": ["string", "null"]}),
-    _f("observer_kwargs", "Observer keyword arguments.", {"type": "object"}),
-)
-
-#: ``QuantizationScheme`` fields (compressed-tensors ``quantization/quant_scheme.py``).
-SCHEME_FIELDS: tuple[QuantField, ...] = (
-    _f("targets", "Layer names, 're:' patterns or class names.",
-       {"type": "array", "items": {"type": "string"}}, required=True),
-    _f("weights", "Weight quantization.", {"type": ["object", "null"]}, nested="args"),
-    _f("input_activations", "Input activation quantization.", {"type": ["object", "null"]},
-       nested="args"),
-    _f("output_activations", "Output activation quantization.", {"type": ["object", "null"]},
-       nested="args"),
-    _f("format", "Compression format of the saved checkpoint.", {"type": ["string", "null"]},
-       ct=">=0.11"),
-)
-
-_W2_W7 = ("W2A4", "W2A8", "W2A16", "W3A4", "W3A8", "W3A16", "W4A4", "W5A8", "W5A16", "W6A8",
-          "W6A16", "W7A8", "W7A16")
-
-#: Preset scheme name -> compressed-tensors range where ``PRESET_SCHEMES`` has it
-#: (read at the tags v0.4.0, 0.5.0 ... 0.18.0). Names are matched case-insensitively.
-PRESETS: dict[str, str] = {
-    "W8A8": "", "W4A16": "",
-    "W8A16": ">=0.5", "W4A8": ">=0.5", "FP8": ">=0.5", "FP8_DYNAMIC": ">=0.5",
-    "UNQUANTIZED": ">=0.6", "INT8": ">=0.7",
-    "W4A16_ASYM": ">=0.10", "NVFP4A16": ">=0.10", "NVFP4": ">=0.10",
-    "FP8_BLOCK": ">=0.11", "MXFP4A16": ">=0.13", "MXFP4": ">=0.13", "W4AFP8": ">=0.14",
-    "MXFP8A16": ">=0.15", "MXFP8": ">=0.15",
-    **{name: ">=0.18" for name in _W2_W7},
-}
 
 
 def fields_in(fields: tuple[QuantField, ...], pair: ToolVersion) -> dict[str, QuantField]:

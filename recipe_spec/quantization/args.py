@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .scheme import PRESET_SCHEMES
+from ..compressed_tensors.presets import PRESET_SCHEMES
 
 __all__ = ["QuantArgs", "PRESET_WEIGHTS", "preset_weights", "STRATEGIES", "FP8_E4M3_MAX"]
 
@@ -96,8 +96,8 @@ def _whole(x: object) -> bool:
 
 #: The weights of compressed-tensors' preset schemes (``scheme: W4A16`` ...; 0.19's
 #: ``PRESET_SCHEMES``), those on an int or FP8 grid with tensor, channel or group scales (not
-#: the block, FP4 and MX ones), read from :data:`~.scheme.PRESET_SCHEMES`; their activation
-#: halves are :data:`~.scheme.PRESET_ACTIVATIONS`.
+#: the block, FP4 and MX ones), read from :data:`recipe_spec.compressed_tensors.presets.PRESET_SCHEMES`; their activation
+#: halves are :data:`recipe_spec.compressed_tensors.config.PRESET_ACTIVATIONS`.
 PRESET_WEIGHTS: dict[str, QuantArgs] = {name: QuantArgs.from_config(scheme["weights"])
                                         for name, scheme in PRESET_SCHEMES.items()}
 

@@ -31,9 +31,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...text.targets import target_matches
+from ..matching import matches
 
-__all__ = ["SmoothMapping", "UnresolvedMapping", "parse_mappings", "match", "match_sets",
+__all__ = ["SmoothMapping", "UnresolvedMapping", "parse_mappings", "match_sets",
            "common_ancestor", "unresolved_mappings"]
 
 #: A module as matching sees it: its name and its class names (type and bases).
@@ -104,13 +104,6 @@ def parse_mappings(value: Any, style: str) -> tuple[SmoothMapping, ...]:
     return tuple(out)
 
 
-def match(name: str, classes: Sequence[str], target: str) -> bool:
-    """compressed-tensors' ``is_match`` for one target: ``re:`` patterns by ``re.match`` on the
-    name (run by the linear-time matcher, :mod:`recipe_spec.text.targets`), else the exact
-    name or one of the class names."""
-    return target_matches(target, name, classes)
-
-
 def common_ancestor(names: Iterable[str | None]) -> str:
     """compressed-tensors' ``get_lowest_common_ancestor_name``: the deepest module name that
     contains every one of ``names`` (``""``: the model).
@@ -136,7 +129,7 @@ def match_sets(modules: Iterable[Named], targets: Sequence[str]) -> Iterator[lis
     for name, classes in modules:
         hits = set()
         for target in targets:
-            if not match(name, classes, target):
+            if not matches(target, name, classes):
                 continue
             context = common_ancestor([name, parent])
             if not unmatched and context != parent:
@@ -170,7 +163,7 @@ def unresolved_mappings(names: Iterable[str], mappings: Sequence[SmoothMapping])
     modules = [(n, ()) for n in names]
     out = []
     for i, mapping in enumerate(mappings):
-        missing = tuple(p for p in mapping.patterns if not any(match(n, (), p) for n, _ in modules))
+        missing = tuple(p for p in mapping.patterns if not any(matches(p, n, ()) for n, _ in modules))
         if missing:
             out.append(UnresolvedMapping(i, mapping, missing))
             continue

@@ -37,11 +37,11 @@ from ...quantization.args import QuantArgs
 from ..awq.search import MeanAbs, search
 from ..calibration import Calibration
 from ..host import CalibrationHost, ModuleInfo, inside, outermost
+from ..matching import matches
 from ..smoothquant.solve import ChannelRange, divide_rows, scale_columns, smoothing_scales
 from .mapping_match import (
     UnresolvedMapping,
     common_ancestor,
-    match,
     match_sets,
     unresolved_mappings,
 )
@@ -96,8 +96,8 @@ def _flat(groups: Sequence[Sequence[str]]) -> tuple[str, ...]:
 def _grid_of(name: str, classes: Sequence[str], plan: SmoothingPlan) -> tuple[bool, QuantArgs | None]:
     """Whether a later quantization modifier targets module ``name``, and its weight grid."""
     for scheme in plan.schemes:
-        if any(match(name, classes, t) for t in scheme.targets) and not any(
-                match(name, classes, t) for t in scheme.ignore):
+        if any(matches(t, name, classes) for t in scheme.targets) and not any(
+                matches(t, name, classes) for t in scheme.ignore):
             return True, scheme.weights
     return False, None
 
@@ -111,7 +111,7 @@ def resolve_mappings(modules: Sequence[ModuleInfo], plan: SmoothingPlan, what: s
         "awq" if awq else "smoothquant", architecture)
     named = [(i.name, i.classes) for i in modules]
     info = {i.name: i for i in modules}
-    ignored = {n for n, c in named if any(match(n, c, t) for t in plan.ignore)}
+    ignored = {n for n, c in named if any(matches(t, n, c) for t in plan.ignore)}
     if awq and plan.release.ignore_in_mappings:  # llm-compressor 0.9: match_modules_set(..., ignore)
         named = [(n, c) for n, c in named if n not in ignored]
     out: list[Resolved] = []

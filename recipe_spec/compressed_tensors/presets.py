@@ -1,0 +1,88 @@
+"""compressed-tensors' preset schemes, once: each name with the compressed-tensors releases
+that have it (read at the tags v0.4.0, 0.5.0 ... 0.19.0) and, for the presets on an int or FP8
+grid with tensor, channel or group weight scales, its contents as 0.19's constructor gives them
+(``None``: a grid recipe-spec does not run, block, FP4 and MX scales, or one that quantizes
+nothing). Names are matched case-insensitively.
+
+>>> PRESETS["W4A16"].scheme["weights"]["group_size"], PRESETS["NVFP4"].runs, PRESETS["MXFP4"].ct
+(128, False, '>=0.13')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Preset", "PRESETS", "PRESET_RANGES", "PRESET_SCHEMES", "UNSUPPORTED_PRESETS"]
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One preset: ``ct``, the compressed-tensors releases that have it (a range, ``""``: every
+    one); ``scheme``, its ``QuantizationScheme`` fields without ``targets`` (None where
+    recipe-spec does not run its grid)."""
+
+    ct: str
+    scheme: Mapping[str, Any] | None = None
+
+    @property
+    def runs(self) -> bool:
+        """Whether recipe-spec quantizes on its grid."""
+        return self.scheme is not None
+
+
+def _int_wnam(weight_bits: int, act_bits: int = 16) -> dict[str, Any]:
+    scheme: dict[str, Any] = {"weights": {"num_bits": weight_bits, "type": "int", "strategy": "group",
+                                          "group_size": 128, "symmetric": True, "dynamic": False}}
+    if act_bits < 16:
+        scheme["input_activations"] = {"num_bits": act_bits, "type": "int", "strategy": "token",
+                                       "symmetric": True, "dynamic": True}
+    return scheme
+
+
+_W8A8 = {"weights": {"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": True, "dynamic": False},
+         "input_activations": {"num_bits": 8, "type": "int", "strategy": "token", "symmetric": True,
+                               "dynamic": True}}
+_W2_W7 = ("W2A4", "W2A8", "W2A16", "W3A4", "W3A8", "W3A16", "W4A4", "W5A8", "W5A16", "W6A8",
+          "W6A16", "W7A8", "W7A16")
+
+#: Every preset name of any compressed-tensors release.
+PRESETS: dict[str, Preset] = {
+    "W8A8": Preset("", _W8A8),
+    "W4A16": Preset("", _int_wnam(4)),
+    "W8A16": Preset(">=0.5", _int_wnam(8)),
+    "W4A8": Preset(">=0.5", _int_wnam(4, 8)),
+    "FP8": Preset(">=0.5", {
+        "weights": {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": True, "dynamic": False},
+        "input_activations": {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": True,
+                              "dynamic": False, "observer": "static_minmax"}}),
+    "FP8_DYNAMIC": Preset(">=0.5", {
+        "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True, "dynamic": False},
+        "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "symmetric": True,
+                              "dynamic": True}}),
+    "UNQUANTIZED": Preset(">=0.6"),
+    "INT8": Preset(">=0.7", _W8A8),
+    "W4A16_ASYM": Preset(">=0.10", {"weights": {"num_bits": 4, "type": "int", "strategy": "group",
+                                                "group_size": 128, "symmetric": False, "dynamic": False}}),
+    "NVFP4A16": Preset(">=0.10"),
+    "NVFP4": Preset(">=0.10"),
+    "FP8_BLOCK": Preset(">=0.11"),
+    "MXFP4A16": Preset(">=0.13"),
+    "MXFP4": Preset(">=0.13"),
+    "W4AFP8": Preset(">=0.14", {
+        "weights": _int_wnam(4)["weights"],
+        "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "symmetric": True,
+                              "dynamic": True, "observer": None}}),
+    "MXFP8A16": Preset(">=0.15"),
+    "MXFP8": Preset(">=0.15"),
+    **{name: Preset(">=0.18", _int_wnam(int(name[1]), int(name[3:]))) for name in _W2_W7},
+}
+
+#: Preset name -> the compressed-tensors releases that have it.
+PRESET_RANGES: dict[str, str] = {name: p.ct for name, p in PRESETS.items()}
+#: The presets recipe-spec quantizes on, with their contents.
+PRESET_SCHEMES: dict[str, Mapping[str, Any]] = {name: p.scheme for name, p in PRESETS.items()
+                                                if p.scheme is not None}
+#: The presets on grids recipe-spec does not have (block, FP4, MX scales) or that quantize nothing.
+UNSUPPORTED_PRESETS = frozenset(name for name, p in PRESETS.items() if p.scheme is None)
