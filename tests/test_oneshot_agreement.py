@@ -117,14 +117,17 @@ def _stop(*args: Any, **kwargs: Any) -> None:
 
 
 def _agree(backend: str, model: Any, weights: Any, samples: Any, monkeypatch: pytest.MonkeyPatch,
-           stop: str = "run_pipeline") -> list[str]:
+           stop: str = "pipeline.run_pipeline") -> list[str]:
     """The cases where ``validate --backend`` and ``oneshot`` disagree, and those where a
-    refusal changed a weight. The run stops at ``stop`` (a step of
-    :func:`recipe_spec.oneshot.api.apply_oneshot`): by default where the pipeline would start."""
-    import recipe_spec
-    from recipe_spec.oneshot import api
+    refusal changed a weight. The run stops at ``stop`` (``module.function`` of
+    :mod:`recipe_spec.oneshot`, a step of :func:`~recipe_spec.oneshot.api.apply_oneshot`): by
+    default where the pipeline would start."""
+    import importlib
 
-    monkeypatch.setattr(api, stop, _stop)
+    import recipe_spec
+
+    module, name = stop.rsplit(".", 1)
+    monkeypatch.setattr(importlib.import_module(f"recipe_spec.oneshot.{module}"), name, _stop)
     wrong = []
     for name, key, value in CASES:
         text = _recipe(name, key, value)
@@ -204,7 +207,7 @@ def test_validate_and_oneshot_agree_on_keras(monkeypatch: pytest.MonkeyPatch, tm
     # keras-hub's head is a ReversibleEmbedding, which no Keras quantized layer holds: a recipe
     # that quantizes it is refused on this model (the model's check, which ``lint`` and
     # ``oneshot`` make), not for its arguments; the run stops after the recipe's own checks
-    wrong = _agree("keras", model, weights, samples(name)[:2], monkeypatch, stop="check_mappings")
+    wrong = _agree("keras", model, weights, samples(name)[:2], monkeypatch, stop="preflight.check_mappings")
     assert not wrong, "\n".join(wrong[:20]) + f"\n({len(wrong)} in all)"
 
 

@@ -10,14 +10,28 @@ the top, so this package's face does not import them."""
 
 from __future__ import annotations
 
-from .calibration import Calibration, prepare
-from .compress import LayerReport
-from .host import CalibrationHost, ModuleInfo
-from .modifiers import OneShotModifier, resolve, select_modules
-from .pipeline import PIPELINES, OneShotReport, last_report, run_pipeline
+import importlib
+from typing import Any
+
+from .reports import last_report
 
 __all__ = [
     "last_report", "Calibration", "prepare", "LayerReport",
     "CalibrationHost", "ModuleInfo", "OneShotModifier", "resolve", "select_modules", "PIPELINES",
     "OneShotReport", "run_pipeline",
 ]
+
+#: Where each name of this face is defined, imported when first used (``import recipe_spec``
+#: stays light).
+_WHERE = {
+    "Calibration": ".calibration", "prepare": ".calibration", "LayerReport": ".algorithm",
+    "CalibrationHost": ".host", "ModuleInfo": ".host", "OneShotModifier": ".algorithm",
+    "resolve": ".modifiers", "select_modules": ".modifiers", "PIPELINES": ".pipeline",
+    "OneShotReport": ".pipeline", "run_pipeline": ".pipeline",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

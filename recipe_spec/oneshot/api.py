@@ -23,35 +23,14 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..atomic import check_output_dir, writing
 from ..diagnostics.base import RecipeError
-from ..loader import load
 from ..recipe.model import Recipe
-from ..registry import backend_for
-from ..runtime.preflight import refuse_invalid
-from .algorithms import BY_MODIFIER, algorithm_of
-from .calibration import bounded, prepare
-from .dropin import load_model, log_to, refuse_experts, resolve_processor
-from .inputs import TextOptions, calibration_input, is_text
-from .journal import Journal, journalled
-from .keywords import check_options, recipe_arguments
-from .modifiers import resolve
-from .named_data import is_named, named_input
-from .objects import is_object_recipe, object_recipe
-from .pipeline import PIPELINES, OneShotReport, Progress, keep_report, last_report, run_pipeline
-from .preflight import (
-    check_arguments,
-    check_chain,
-    check_mappings,
-    check_model,
-    refuse_patterns,
-    refuse_recipe_patterns,
-)
-from .progress import default_progress
-from .settings import release_of
-from .shared.quant_plan import check_quant_shapes
+from .reports import keep_report, last_report
+
+if TYPE_CHECKING:
+    from .pipeline import OneShotReport, Progress
 
 __all__ = ["oneshot", "apply_oneshot", "last_report"]
 
@@ -61,6 +40,8 @@ _OTHER_TOOL = frozenset({"C005", "C006", "C007"})
 
 def _role(modifier: str) -> str:
     """The role of the algorithm that runs ``modifier`` (``""``: none runs it)."""
+    from .algorithms import BY_MODIFIER
+
     algorithm = BY_MODIFIER.get(modifier)
     return algorithm.role if algorithm is not None else ""
 
@@ -71,6 +52,8 @@ def _recipe(recipe: Any, recipe_args: Any) -> Recipe:
             raise ValueError("recipe_args apply when loading a recipe; pass the path or text instead of a Recipe")
         return recipe
     if isinstance(recipe, (str, os.PathLike)):
+        from ..loader import load
+
         return load(recipe, dict(recipe_args) if recipe_args else None)
     hint = (" (write the mapping as YAML text: yaml.safe_dump(recipe))" if isinstance(recipe, Mapping)
             else " (decode it: recipe.decode())" if isinstance(recipe, bytes) else "")
@@ -212,6 +195,18 @@ def oneshot(
         ''', num_calibration_samples=16, shuffle_calibration_samples=False)
         print(recipe_spec.oneshot.last_report().sparsity())
     """
+    from ..atomic import check_output_dir
+    from ..runtime.preflight import refuse_invalid
+    from .calibration import bounded
+    from .dropin import load_model, log_to, refuse_experts, resolve_processor
+    from .inputs import TextOptions, calibration_input, is_text
+    from .keywords import check_options, recipe_arguments
+    from .named_data import is_named, named_input
+    from .objects import is_object_recipe, object_recipe
+    from .pipeline import PIPELINES
+    from .preflight import check_arguments
+    from .progress import default_progress
+
     if model is None or recipe is None:
         raise TypeError("oneshot() needs model= and recipe=")
     check_arguments(save_compressed=save_compressed, sequential_offload_device=sequential_offload_device, compat=compat,
@@ -285,6 +280,25 @@ def apply_oneshot(
     folder); an error after that (a Hessian that stays singular, Ctrl-C, a full disk) puts
     the model back as it was (:mod:`.journal`; ``restore_on_error=False``: not, and without
     the copy of each changed module that costs) and leaves no folder behind."""
+    from ..atomic import check_output_dir, writing
+    from ..registry import backend_for
+    from ..runtime.preflight import refuse_invalid
+    from .algorithms import algorithm_of
+    from .calibration import bounded, prepare
+    from .journal import Journal, journalled
+    from .modifiers import resolve
+    from .pipeline import run_pipeline
+    from .preflight import (
+        check_arguments,
+        check_chain,
+        check_mappings,
+        check_model,
+        refuse_patterns,
+        refuse_recipe_patterns,
+    )
+    from .settings import release_of
+    from .shared.quant_plan import check_quant_shapes
+
     # the semantics run here: llm-compressor's newest (or ``compat``'s); what that tool does
     # otherwise than written (C005-C007) is validate's concern, not this run's
     check_arguments(num_calibration_samples=num_calibration_samples, batch_size=batch_size, seed=seed,

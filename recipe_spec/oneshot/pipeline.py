@@ -36,7 +36,7 @@ from .modifiers import OneShotModifier, matches, select_modules
 from .owl.profile import layer_sparsities
 from .shared.smoothing import run_smoothing_pass
 
-__all__ = ["PIPELINES", "OneShotReport", "Progress", "run_pipeline", "last_report", "keep_report"]
+__all__ = ["PIPELINES", "OneShotReport", "Progress", "run_pipeline"]
 
 #: ``progress(what, done, total)``: a pass starts (``done == 0``, ``what`` names the pass) or
 #: one more of its ``total`` units is done (``what`` names the unit).
@@ -63,20 +63,6 @@ class OneShotReport:
     def sparsity(self) -> dict[str, float]:
         """Zero fraction per module after its last compression."""
         return {r.module: r.sparsity for r in self.layers}
-
-
-_LAST: list[OneShotReport] = []
-
-
-def last_report() -> OneShotReport | None:
-    """The report of the last :func:`recipe_spec.oneshot` run in this process (samples fed,
-    pipelines, per-module sparsity and loss), None before the first."""
-    return _LAST[-1] if _LAST else None
-
-
-def keep_report(report: OneShotReport) -> None:
-    """Keep ``report`` as the last run's (:func:`last_report`)."""
-    _LAST[:] = [report]
 
 
 def run_pipeline(host: CalibrationHost, mods: Sequence[OneShotModifier], calibration: Calibration | None,
