@@ -12,11 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ...compressed_tensors.config import resolve_config
 from ...diagnostics.base import Diagnostic
-from ...quantization.args import PRESET_WEIGHTS, QuantArgs
+from ...quantization.args import QuantArgs
 from ...recipe.model import Modifier, Recipe
+from ...text.frozen import thaw
 from ..awq.releases import CURRENT, AwqRelease
-from ..settings import b001, strings
+from ..settings import b001
 from .mapping_match import SmoothMapping, parse_mappings
 
 __all__ = ["QUANTIZERS", "WeightScheme", "SmoothingPlan", "read_mappings", "weight_schemes"]
@@ -55,28 +57,22 @@ class SmoothingPlan:
 
 
 def weight_schemes(mod: Modifier, args: Mapping[str, Any] | None = None) -> list[WeightScheme]:
-    """The weight grids one QuantizationMixin modifier attaches (llm-compressor's
-    ``resolve_quantization_config``): ``scheme`` (a preset name with ``targets``, or
-    ``{PRESET: targets}``) takes precedence over ``config_groups``. ``args``: the modifier's
-    quantization arguments when not its own (AWQ's combined form)."""
-    args = mod.args if args is None else args
-    ignore = strings(args.get("ignore"))
-    scheme, groups = args.get("scheme"), args.get("config_groups")
-    out = []
-    if scheme is not None:
-        named = {str(scheme).upper(): args.get("targets", ["Linear"])} if isinstance(scheme, str) else dict(scheme)
-        for name, targets in named.items():
-            if str(name).upper() not in PRESET_WEIGHTS:
-                raise ValueError(f"{mod.type}: scheme {name!r} is not a preset whose weight grid AWQ can search")
-            out.append(WeightScheme(strings(targets), ignore, PRESET_WEIGHTS[str(name).upper()]))
-        return out
-    for name, group in dict(groups or {}).items():
-        if not isinstance(group, Mapping):
-            raise ValueError(f"{mod.type}: config group {name!r} is not a mapping")
-        weights = group.get("weights")
-        out.append(WeightScheme(strings(group.get("targets")), ignore,
-                                None if weights is None else QuantArgs.from_config(weights)))
-    return out
+    """The weight grids one QuantizationMixin modifier attaches, read as its run reads them
+    (:func:`recipe_spec.compressed_tensors.config.resolve_config`: ``scheme``, a preset name
+    with ``targets`` or ``{PRESET: targets}``, or ``config_groups``; and ``ignore``); none when
+    it gives neither. ``args``: the modifier's quantization arguments when not its own (AWQ's
+    combined form). A ValueError says what its run would refuse."""
+    args = thaw(mod.args if args is None else args)
+    if args.get("scheme") is None and not args.get("config_groups"):
+        return []
+    try:
+        config = resolve_config(args)
+    except ValueError as exc:
+        raise ValueError(f"{mod.type}: {exc}") from None
+    ignore = tuple(config["ignore"])
+    return [WeightScheme(tuple(group["targets"]), ignore,
+                         None if group["weights"] is None else QuantArgs.from_config(group["weights"]))
+            for group in config["config_groups"].values()]
 
 
 def read_mappings(recipe: Recipe, m: Modifier, style: str, errors: list[Diagnostic]) -> tuple[bool, Any]:
