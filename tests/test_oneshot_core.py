@@ -40,6 +40,15 @@ def test_import_recipe_spec_and_its_oneshot_name_import_no_framework() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_the_old_package_name_still_imports_the_entry_points() -> None:
+    import recipe_spec
+    from recipe_spec.one_shot import apply_oneshot, last_report, oneshot
+    from recipe_spec.oneshot import api
+
+    assert oneshot is recipe_spec.oneshot and apply_oneshot is api.apply_oneshot
+    assert last_report is recipe_spec.oneshot.last_report
+
+
 def test_sparsegpt_arguments_and_defaults_resolve() -> None:
     r = _recipe("    SparseGPTModifier:\n      sparsity: 0.5\n      mask_structure: '2:4'\n"
                 "      block_size: 32\n      ignore: ['re:.*lm_head']\n")
