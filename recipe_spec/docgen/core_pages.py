@@ -199,9 +199,15 @@ def _arg_rows(s: CoreSpec) -> list[list[str]]:
         if s.versions() and not _arg_versions(s, a):
             continue  # an argument of the base class added after this variant was gone
         default = code(lit(a.default)) if "default" in a.schema else "—"
+        run = [_ONESHOT_USE[a.oneshot]] if s.oneshot_needs else []
         rows.append([code(a.name), type_of(a.schema), allowed(a.schema, link_defs=False) or "—",
-                     default, _required(s, a.name), _where(_arg_versions(s, a)), a.description])
+                     default, _required(s, a.name), _where(_arg_versions(s, a)), *run, a.description])
     return rows
+
+
+#: What a one-shot run does with an argument, in the words of the generated pages.
+_ONESHOT_USE = {"runs": "runs", "inert": "accepted, no effect on the result",
+                "default": "only at its default", "": "refused (B001)"}
 
 
 def _removed_in(s: CoreSpec, a: Arg) -> list[ToolVersion]:
@@ -262,7 +268,8 @@ def _variant_lines(s: CoreSpec, level: str) -> list[str]:
     lines += ["```yaml", example_text(s).rstrip("\n"), "```", "",
               f"{level} Arguments", "",
               *table(("Argument", "Type", "Allowed values", "Default", "Required in",
-                       "Exists in", "Description"), _arg_rows(s)),
+                       "Exists in", *(("In `recipe_spec.oneshot`",) if s.oneshot_needs else ()), "Description"),
+                     _arg_rows(s)),
               "", "Any other argument is an error (M002); an argument that only some releases "
               "take is reported for the others (C001)."]
     changes = _change_rows(s)
