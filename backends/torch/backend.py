@@ -19,7 +19,8 @@ CAPABILITIES = frozenset({
     "masks", "scores:magnitude", "scores:mfac", "scores:obs", "gradients", "lr", "weight_decay",
     "trainable", "layers", "quantization", "loss", "teacher", "acdc", "scores:movement",
     "oneshot", "scores:sparsegpt", "scores:wanda", "checkpoint:huggingface", "scores:gptq",
-    "oneshot:quantize", "transform:smoothquant", "transform:awq",
+    "oneshot:quantize", "transform:smoothquant", "transform:awq", "integration:transformers",
+    "integration:lightning",
 })
 
 
@@ -100,6 +101,14 @@ class PyTorchBackend:
         if path.lower().endswith(".safetensors") or not is_torchscript_archive(path):
             return None
         return load_model(path)
+
+    def integration(self, name: str) -> Any:
+        """The module of a trainer integration (``transformers``, ``lightning``; capability
+        ``integration:<name>``) holding ``RecipeCallback``: :mod:`.integrations`. It imports
+        its trainer, which raises ``MissingPackageError`` when that is not installed."""
+        import importlib
+
+        return importlib.import_module(f"{__package__}.integrations.{name}")
 
     def module_classes(self, config: dict[str, Any]) -> tuple[Any, str, dict[str, tuple[str, ...]]]:
         """Each module's class names of the architecture ``config`` describes, built on the meta

@@ -43,7 +43,11 @@ Capabilities (the words a backend declares; each is a promise about what it real
                      the scales of the layers it holds
 ``checkpoint:huggingface``
                      load a Hugging Face checkpoint folder as a model (``load_checkpoint``;
-                     ``recipe-spec oneshot --model DIR``)
+                     ``recipe-spec oneshot --model DIR``) and build an architecture on the meta
+                     device (``module_classes``, for ``lint``)
+``integration:transformers`` / ``integration:lightning``
+                     run a recipe inside that trainer's own loop (``integration(name)``: the
+                     module holding ``RecipeCallback``; :mod:`recipe_spec.integrations`)
 ===================  ============================================================================
 """
 
@@ -64,7 +68,8 @@ CAPABILITIES = frozenset({
     "masks", "scores:magnitude", "scores:mfac", "scores:obs", "scores:movement", "gradients",
     "lr", "weight_decay", "trainable", "layers", "quantization", "loss", "teacher", "acdc",
     "oneshot", "scores:sparsegpt", "scores:wanda", "checkpoint:huggingface", "scores:gptq",
-    "oneshot:quantize", "transform:smoothquant", "transform:awq",
+    "oneshot:quantize", "transform:smoothquant", "transform:awq", "integration:transformers",
+    "integration:lightning",
 })
 
 #: Every event target a schedule track may emit; a runtime handles target ``t`` in ``_on_t``.
