@@ -117,7 +117,7 @@ def run_once(impl: str, recipe: str, samples: int, profile: str | None = None) -
         import recipe_spec_torch.oneshot  # noqa: F401
 
         import recipe_spec
-        import recipe_spec.oneshot  # noqa: F401  imports before the clock, as llm-compressor's
+        from recipe_spec.oneshot import algorithms, pipeline  # noqa: F401  imports before the clock, as llm-compressor's
 
         if importlib.util.find_spec("compressed_tensors"):  # what quantizing on torch imports
             import compressed_tensors.quantization  # noqa: F401
