@@ -63,7 +63,7 @@ SPARSEGPT = declare(
         *_SPARSITY_ARGS,
         arg("block_size", "Columns per block.", oneshot="runs", type="integer", minimum=1, default=128),
         arg("dampening_frac", "Hessian dampening fraction.", oneshot="runs", type=["number", "null"],
-            default=0.01),
+            minimum=0, default=0.01),
         arg("quantize", "Also quantize (then QuantizationModifier arguments).",
             {"sparseml": "<1.8"}, type=["boolean", "object"]),
         arg("target_ids", "Layer outputs to cache.", {"sparseml": "1.6"},
