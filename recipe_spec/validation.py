@@ -15,7 +15,8 @@ from typing import Any
 from .checks.arguments import args_ok, plain_numbers_ok
 from .checks.rules import RULES, WithoutModifiers
 from .checks.support import CORE_DIALECT_MODIFIERS, backend_findings, known_names, modifier_findings
-from .core_dialect.validate import validate_core
+from .core_dialect.validate import refusals, validate_core
+from .diagnostics import codes
 from .diagnostics.base import Diagnostic
 from .loader import RecipeInput, check
 from .recipe.findings import Finding, positioned
@@ -49,7 +50,8 @@ def validate_recipe(recipe: Recipe, backend: str | None = None, compat: Any = No
         compat = run_reading(recipe, backend, compat)
         found = _with_oneshot_reading(recipe, validate_core(recipe, None, compat), backend, compat)
         # a modifier refused as a whole is said as modify() says it (the same place, one wording)
-        whole = {(d.line, d.column): d for d in validate_core(recipe, backend, compat) if d.code == "B001"}
+        whole = {(m.span.line, m.span.column): codes.B001(message, hint, m.span).in_file(recipe.path)
+                 for m, message, hint in refusals(recipe, backend, compat, training=False)}
         return once_per_file([whole.get((d.line, d.column), d) if d.code == "B001" else d for d in found])
     known = known_names()
     checked = {id(m) for m in recipe.modifiers if m.type in known and args_ok(m)}  # the usual case

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 from ..recipe.model import Modifier
 
-__all__ = ["Algorithm", "OneShotModifier", "LayerReport", "Solved", "register", "algorithm_named"]
+__all__ = ["Algorithm", "OneShotModifier", "LayerReport", "Solved", "register", "registered", "algorithm_named"]
 
 #: Every algorithm by name, filled by :func:`register` as each folder is imported (the
 #: folders import this module, never the other way round); :mod:`.algorithms` imports them all.
@@ -40,6 +40,11 @@ def register(algorithm: Algorithm) -> Algorithm:
         raise RuntimeError(f"one-shot algorithm {algorithm.name!r} is registered twice")
     _BY_NAME[algorithm.name] = algorithm
     return algorithm
+
+
+def registered() -> dict[str, Algorithm]:
+    """Every registered algorithm by name, in the order registered."""
+    return dict(_BY_NAME)
 
 
 def algorithm_named(name: str) -> Algorithm:

@@ -1,7 +1,7 @@
 """The registry of one-shot algorithms: every folder of :mod:`recipe_spec.oneshot` imported
 once, each algorithm by name (:data:`ALGORITHMS`) and by the modifier it runs
 (:data:`BY_MODIFIER`). A new algorithm is a folder with an :class:`~.algorithm.Algorithm`
-registered in its ``__init__`` and one line here.
+registered in its ``__init__`` and its name in the import here.
 
 >>> BY_MODIFIER["GPTQModifier"].name, ALGORITHMS["wanda"].modifiers
 ('gptq', ('WandaPruningModifier',))
@@ -9,20 +9,14 @@ registered in its ``__init__`` and one line here.
 
 from __future__ import annotations
 
-from .algorithm import Algorithm, OneShotModifier, algorithm_named
-from .awq import AWQ_ALGORITHM
-from .gptq import GPTQ_ALGORITHM
-from .magnitude import CONSTANT, MAGNITUDE
-from .rtn import ROUND_TO_NEAREST
-from .smoothquant import SMOOTHQUANT
-from .sparsegpt import SPARSEGPT
-from .wanda import WANDA
+# each folder registers its algorithms when imported: a new one is one more name here
+from . import awq, gptq, magnitude, rtn, smoothquant, sparsegpt, wanda  # noqa: F401
+from .algorithm import Algorithm, OneShotModifier, algorithm_named, registered
 
 __all__ = ["ALGORITHMS", "BY_MODIFIER", "algorithm_of"]
 
-#: Every algorithm by name (:attr:`OneShotModifier.kind`), in the order a person reads them.
-ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
-    SPARSEGPT, WANDA, MAGNITUDE, CONSTANT, GPTQ_ALGORITHM, ROUND_TO_NEAREST, SMOOTHQUANT, AWQ_ALGORITHM)}
+#: Every algorithm by name (:attr:`OneShotModifier.kind`).
+ALGORITHMS: dict[str, Algorithm] = registered()
 #: The algorithm that runs each modifier.
 BY_MODIFIER: dict[str, Algorithm] = {m: a for a in ALGORITHMS.values() for m in a.modifiers}
 

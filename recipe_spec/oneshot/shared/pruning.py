@@ -1,7 +1,8 @@
-"""What SparseGPT and Wanda read alike from a recipe entry: the sparsity (one value, one per
-target match, or the OWL profile: :func:`~recipe_spec.oneshot.owl.profile.read_sparsity`),
+"""What SparseGPT and Wanda share: the reading of a recipe entry (the sparsity: one value, one
+per target match, or the OWL profile, :func:`~recipe_spec.oneshot.owl.profile.read_sparsity`;
 the N:M ``mask_structure``, targets and ignore, SparseGPT's block size and dampening; each
-argument's default is the catalogue's (:mod:`recipe_spec.oneshot.settings`)."""
+argument's default is the catalogue's, :mod:`recipe_spec.oneshot.settings`), and a solve that
+prunes one module from its statistic and writes it back (:class:`PruningAlgorithm`)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ from typing import Any
 
 from ...diagnostics.base import Diagnostic
 from ...recipe.model import Modifier, Recipe
-from ..algorithm import OneShotModifier
+from ..algorithm import Algorithm, OneShotModifier, Solved
 from ..owl.profile import read_sparsity
 from ..settings import b001, refuse_unrun, strings, value
+from .obs import PruneResult, SolverError
 
-__all__ = ["read_pruning", "nm"]
+__all__ = ["read_pruning", "nm", "PruningAlgorithm"]
 
 _NM = re.compile(r"^([0-9]+):([0-9]+)$")
 
@@ -45,3 +47,29 @@ def read_pruning(kind: str, recipe: Recipe, m: Modifier, errors: list[Diagnostic
         m.type, kind, m, strings(value(m, "targets")), strings(value(m, "ignore")), sparsity, n, size,
         block_size=int(value(m, "block_size") or 0), dampening_frac=float(value(m, "dampening_frac") or 0.0),
         preserve_mask=bool(value(m, "preserve_sparsity_mask")), sparsities=listed, owl=owl)]
+
+
+class PruningAlgorithm(Algorithm):
+    """An algorithm that prunes each target from a statistic of its inputs (SparseGPT, Wanda):
+    it reads its entry with :func:`read_pruning`, calibrates on data, and its solve is
+    :meth:`prune` with the module's sparsity (a list's or OWL's value for it), the weight
+    written back."""
+
+    def read(self, recipe: Recipe, m: Modifier, errors: list[Diagnostic], version: Any) -> list[OneShotModifier]:
+        return read_pruning(self.name, recipe, m, errors)
+
+    def needs_data(self, mod: OneShotModifier) -> bool:
+        return True
+
+    def prune(self, ops: Any, weight: Any, stats: Any, mod: OneShotModifier, sparsity: float) -> PruneResult:
+        """The pruned weight of one module from its statistic ``stats``."""
+        raise NotImplementedError
+
+    def solve(self, host: Any, mod: OneShotModifier, name: str, stats: Any, group: Any) -> Solved:
+        try:
+            result = self.prune(host.ops, host.weight(name), stats, mod, mod.levels.get(name, mod.sparsity))
+        except (SolverError, ValueError) as exc:
+            raise type(exc)(f"{mod.type} ({mod.where}) on {name}: {exc}; no later layer was "
+                            "compressed") from None
+        host.set_weight(name, result.weight)
+        return Solved(result.weight, result.loss, result.report or "")

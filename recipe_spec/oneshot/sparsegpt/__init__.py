@@ -6,41 +6,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...diagnostics.base import Diagnostic
-from ...recipe.model import Modifier, Recipe
-from ..algorithm import Algorithm, OneShotModifier, Solved, register
+from ..algorithm import OneShotModifier, register
 from ..shared.hessian import HessianStats
-from ..shared.obs import SolverError, sparsegpt_prune
-from ..shared.pruning import read_pruning
+from ..shared.obs import PruneResult, sparsegpt_prune
+from ..shared.pruning import PruningAlgorithm
 
 __all__ = ["SparseGPT", "SPARSEGPT"]
 
 
-class SparseGPT(Algorithm):
+class SparseGPT(PruningAlgorithm):
     name = "sparsegpt"
     modifiers = ("SparseGPTModifier",)
     statistic = ("Hessian", "in_features^2 x 4 B")
 
-    def read(self, recipe: Recipe, m: Modifier, errors: list[Diagnostic], version: Any) -> list[OneShotModifier]:
-        return read_pruning(self.name, recipe, m, errors)
-
-    def needs_data(self, mod: OneShotModifier) -> bool:
-        return True
-
     def new_stats(self, ops: Any, mod: OneShotModifier, group: Any, columns: int, like: Any) -> Any:
         return HessianStats(ops, columns, like)
 
-    def solve(self, host: Any, mod: OneShotModifier, name: str, stats: Any, group: Any) -> Solved:
-        try:
-            result = sparsegpt_prune(
-                host.ops, host.weight(name), stats.hessian, sparsity=mod.levels.get(name, mod.sparsity),
-                prune_n=mod.prune_n, prune_m=mod.prune_m, block_size=mod.block_size,
-                dampening_frac=mod.dampening_frac, preserve_mask=True if mod.preserve_mask else None)
-        except (SolverError, ValueError) as exc:
-            raise type(exc)(f"{mod.type} ({mod.where}) on {name}: {exc}; no later layer was "
-                            "compressed") from None
-        host.set_weight(name, result.weight)
-        return Solved(result.weight, result.loss, result.report or "")
+    def prune(self, ops: Any, weight: Any, stats: Any, mod: OneShotModifier, sparsity: float) -> PruneResult:
+        return sparsegpt_prune(ops, weight, stats.hessian, sparsity=sparsity, prune_n=mod.prune_n,
+                               prune_m=mod.prune_m, block_size=mod.block_size, dampening_frac=mod.dampening_frac,
+                               preserve_mask=True if mod.preserve_mask else None)
 
     def stats_bytes(self, columns: int) -> int:
         return columns * columns * 4
