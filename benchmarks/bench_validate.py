@@ -35,10 +35,10 @@ def corpus_rows() -> list[dict[str, str]]:
 
 
 def corpus_files(dialect: str | None = None) -> list[Path]:
-    """The corpus files; ``dialect``: only the stage/group ones (``"core"``) or only the
+    """The corpus files; ``dialect``: only the stage/group ones (``"stage"``) or only the
     ``!Modifier`` ones (``"modifier"``)."""
     return [SHARED / r["stored_at"].split("/", 1)[1] for r in corpus_rows()
-            if dialect is None or r["format"].startswith("core") == (dialect == "core")]
+            if dialect is None or r["format"].startswith("core") == (dialect == "stage")]
 
 
 def front_matter_text(path: Path) -> str:
@@ -93,7 +93,7 @@ def main() -> None:
 
     # per dialect: each file of a dialect validated in turn, best of the repeats, per file
     per_file: dict[str, float] = {}
-    for dialect in ("modifier", "core"):
+    for dialect in ("modifier", "stage"):
         group = corpus_files(dialect)
         best = float("inf")
         for _ in range(args.repeats + 2):
@@ -103,8 +103,8 @@ def main() -> None:
             best = min(best, time.perf_counter() - t0)
         per_file[dialect] = best / len(group)
     say(f"- per file: `!Modifier` recipes {per_file['modifier'] * 1e6:,.0f} µs ({len(corpus_files('modifier'))} "
-        f"corpus files), stage/group recipes {per_file['core'] * 1e6:,.0f} µs ({len(corpus_files('core'))}); "
-        f"ratio {per_file['core'] / per_file['modifier']:.2f} (target <= 1)")
+        f"corpus files), stage/group recipes {per_file['stage'] * 1e6:,.0f} µs ({len(corpus_files('stage'))}); "
+        f"ratio {per_file['stage'] / per_file['modifier']:.2f} (target <= 1)")
 
     one = SHARED / "corpus" / "real" / (
         "sparseml__integrations__huggingface-transformers__recipes__90sparsity10epochs.yaml"

@@ -93,8 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sc.add_argument("modifier", nargs="?", metavar="MODIFIER")
     sc.add_argument("--dialect", choices=["modifier", "stage", "core"], default=None,
-                    help="modifier (!Modifier lists, default) or stage (stage/group; core is "
-                    "another name for it)")
+                    help="modifier (!Modifier lists, default) or stage (stage/group; core, its former "
+                    "name, is still read)")
     sc.set_defaults(run=schema_command)
     sd = sub.add_parser(
         "schedule",

@@ -174,7 +174,7 @@ def parse_compat(text: str | None) -> Any:
     """The ``--compat`` choice (None: every release), or a usage error listing the choices."""
     if text is None:
         return None
-    from .core_dialect import Compat
+    from .stage_dialect import Compat
 
     try:
         return Compat.parse(text)
@@ -246,7 +246,7 @@ def params_command(args: argparse.Namespace) -> int:
 def schema_command(args: argparse.Namespace) -> int:
     """``recipe-spec schema [MODIFIER|list] [--dialect modifier|stage]``."""
     from .checks.schemas import combined_schema, modifier_names, modifier_schema
-    from .core_dialect.schema import stage_modifier_schema, stage_names, stage_recipe_schema
+    from .stage_dialect.schema import stage_modifier_schema, stage_names, stage_recipe_schema
 
     dialect = {"core": "stage"}.get(args.dialect or "", args.dialect)
     if args.modifier is None:
@@ -334,19 +334,19 @@ def schedule_command(args: argparse.Namespace) -> int:
         )
         return 1
     recipe = load(path, variables or None)
-    if recipe.dialect == "core":
+    if recipe.dialect == "stage":
         # the steps a backend runs: a stage/group recipe runs as its ``!Modifier`` twins
-        from .core_dialect import core_spec
-        from .core_dialect.to_modifiers import refusals, training_twins
+        from .stage_dialect import stage_spec
+        from .stage_dialect.to_modifiers import refusals, training_twins
 
         refused = refusals(recipe, None)
         for m, message, hint in refused:
-            declared = core_spec(m.type)
+            declared = stage_spec(m.type)
             oneshot = declared is not None and not declared.training
             print(f"{path}:{m.span.line}:{m.span.column}: {'note' if oneshot else 'error'}: "
                   f"{message}" + (" (a one-shot modifier has no training schedule)" if oneshot
                                   else f"; {hint}"), file=sys.stderr)
-        if any(getattr(core_spec(m.type), "training", True) for m, _, _ in refused):
+        if any(getattr(stage_spec(m.type), "training", True) for m, _, _ in refused):
             return 1
         recipe = training_twins(recipe)
     try:

@@ -23,8 +23,6 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from .core_dialect.lint_model import lint_core_model
-from .core_dialect.versions import Compat
 from .diagnostics import codes
 from .diagnostics.base import Diagnostic, Severity
 from .lint_scheme import naming_scheme_findings
@@ -45,6 +43,8 @@ from .recipe.findings import Finding
 from .recipe.model import Modifier, Recipe
 from .registry import canonical_shape
 from .schedule.kinds import track_kind
+from .stage_dialect.lint_model import lint_stage_model
+from .stage_dialect.versions import Compat
 from .text.patterns import PatternError
 from .text.similar import CloseMatches
 from .validation import apply_noqa, validate_recipe
@@ -332,12 +332,12 @@ def lint_against_checkpoint(recipe: Any, names: ModelNames, compat: Compat | Non
     loaded, diagnostics = check(recipe, variables)
     if loaded is None:
         return diagnostics
-    if loaded.dialect != "core":
+    if loaded.dialect != "stage":
         return diagnostics + [codes.S005(
             "--model DIR (a Hugging Face checkpoint) lints stage/group recipes; this is a "
             "'!Modifier' recipe", "Pass the model as --model package.module:callable or a "
             ".pt/.safetensors state_dict, or a manifest with --params.", loaded.stages[0].span,
         ).in_file(loaded.path)]
-    result = diagnostics + validate_recipe(loaded, None, compat) + lint_core_model(loaded, names, compat)
+    result = diagnostics + validate_recipe(loaded, None, compat) + lint_stage_model(loaded, names, compat)
     result.sort(key=lambda d: (d.line, d.column, d.code))
     return apply_noqa(result, loaded.source.text) if loaded.source is not None else result

@@ -7,9 +7,9 @@ Layout (SPEC, "Structure"):
 - a top-level mapping that itself has ``*modifiers*`` keys is a stage; its other keys are
   stage variables;
 - ``version`` and ``__metadata__`` are metadata; every other top-level key is a variable;
-- SparseML's later "core" dialect (``ModifierName: {...}`` mappings in ``*_stage`` groups,
-  as llm-compressor reads them) is read by :mod:`recipe_spec.core_dialect.reader` into the
-  same object model (``recipe.dialect == "core"``).
+- SparseML's later stage/group dialect (``ModifierName: {...}`` mappings in ``*_stage`` groups,
+  as llm-compressor reads them) is read by :mod:`recipe_spec.stage_dialect.reader` into the
+  same object model (``recipe.dialect == "stage"``).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .core_dialect.reader import build_core, is_core
 from .diagnostics.base import Diagnostic, RecipeError, Severity
 from .recipe.build import METADATA_KEYS, Builder
 from .recipe.model import Recipe
+from .stage_dialect.reader import build_stage, is_stage
 from .text.reader import read_yaml
 from .text.source import Source, from_text, read_source
 
@@ -67,7 +67,7 @@ def check(
     root = builder.root()
     result = None
     if root is not None:
-        result = build_core(builder, root, variables) if is_core(root) else builder.build(root, variables)
+        result = build_stage(builder, root, variables) if is_stage(root) else builder.build(root, variables)
     diagnostics = [d.in_file(source.path) for d in builder.diagnostics]
     if any(d.severity is Severity.ERROR for d in diagnostics):
         return None, diagnostics

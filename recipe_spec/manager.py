@@ -99,10 +99,10 @@ class ScheduledModifierManager:
     @property
     def _scheduled(self) -> Recipe:
         """The recipe whose schedule runs: a stage/group recipe's ``!Modifier`` twins
-        (:mod:`recipe_spec.core_dialect.to_modifiers`) when it runs, else the recipe."""
+        (:mod:`recipe_spec.stage_dialect.to_modifiers`) when it runs, else the recipe."""
         if self.runtime is not None:
             return self.runtime.recipe
-        from .core_dialect.to_modifiers import runnable
+        from .stage_dialect.to_modifiers import runnable
 
         return runnable(self.recipe, None)
 
@@ -185,11 +185,11 @@ class ScheduledModifierManager:
 
     def _one_shot(self) -> bool:
         """Whether the recipe holds a one-shot modifier of the stage/group dialect."""
-        if self.recipe.dialect != "core":
+        if self.recipe.dialect != "stage":
             return False
-        from .core_dialect import core_spec
+        from .stage_dialect import stage_spec
 
-        return any((d := core_spec(m.type)) is not None and not d.training for m in self.recipe.modifiers)
+        return any((d := stage_spec(m.type)) is not None and not d.training for m in self.recipe.modifiers)
 
     def loss_update(self, loss: Any, student_outputs: Any = None, student_inputs: Any = None,
                     teacher_inputs: Any = None) -> Any:

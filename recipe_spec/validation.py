@@ -15,12 +15,12 @@ from typing import Any
 from .checks.arguments import args_ok, plain_numbers_ok
 from .checks.rules import RULES, WithoutModifiers
 from .checks.support import CORE_DIALECT_MODIFIERS, backend_findings, known_names, modifier_findings
-from .core_dialect.validate import refusals, validate_core
 from .diagnostics import codes
 from .diagnostics.base import Diagnostic
 from .loader import RecipeInput, check
 from .recipe.findings import Finding, positioned
 from .recipe.model import Recipe
+from .stage_dialect.validate import refusals, validate_stage
 from .text.locs import gc_paused
 
 __all__ = [
@@ -32,7 +32,7 @@ __all__ = [
 class Findings(list[Diagnostic]):
     """One file's diagnostics (a list), with ``checked_against``: the releases a stage/group
     recipe was checked against when ``--compat`` chose none and the recipe says which tool
-    it was written for (:func:`recipe_spec.core_dialect.written_for.written_for`); ``""``
+    it was written for (:func:`recipe_spec.stage_dialect.written_for.written_for`); ``""``
     when every release of both tools was."""
 
     checked_against: str = ""
@@ -41,14 +41,14 @@ class Findings(list[Diagnostic]):
 def validate_recipe(recipe: Recipe, backend: str | None = None, compat: Any = None) -> list[Diagnostic]:
     """Every finding about ``recipe`` (schemas and rules), positioned, in file order.
 
-    ``compat``: for a stage/group recipe (``recipe.dialect == "core"``), the tool release
-    whose rules apply (a :class:`recipe_spec.core_dialect.Compat` or its text, e.g.
+    ``compat``: for a stage/group recipe (``recipe.dialect == "stage"``), the tool release
+    whose rules apply (a :class:`recipe_spec.stage_dialect.Compat` or its text, e.g.
     ``"llmcompressor==0.8"``); None checks every release."""
-    if recipe.dialect == "core":
+    if recipe.dialect == "stage":
         if backend is None or not _one_shot(recipe):
-            return once_per_file(validate_core(recipe, backend, compat))
+            return once_per_file(validate_stage(recipe, backend, compat))
         compat = run_reading(recipe, backend, compat)
-        found = _with_oneshot_reading(recipe, validate_core(recipe, None, compat), backend, compat)
+        found = _with_oneshot_reading(recipe, validate_stage(recipe, None, compat), backend, compat)
         # a modifier refused as a whole is said as modify() says it (the same place, one wording)
         whole = {(m.span.line, m.span.column): codes.B001(message, hint, m.span).in_file(recipe.path)
                  for m, message, hint in refusals(recipe, backend, compat, training=False)}
@@ -84,9 +84,9 @@ def run_reading(recipe: Recipe, backend: str | None, compat: Any) -> Any:
 def _one_shot(recipe: Recipe) -> bool:
     """Whether a stage/group recipe holds a one-shot modifier (``oneshot()`` runs it, not
     ``modify()``)."""
-    from .core_dialect import core_spec
+    from .stage_dialect import stage_spec
 
-    return any((s := core_spec(m.type)) is not None and not s.training for m in recipe.modifiers)
+    return any((s := stage_spec(m.type)) is not None and not s.training for m in recipe.modifiers)
 
 
 def _with_oneshot_reading(recipe: Recipe, out: list[Diagnostic], backend: str, compat: Any) -> list[Diagnostic]:
@@ -179,8 +179,8 @@ def validate(
             diagnostics = diagnostics + validate_recipe(loaded, backend, compat)
         text = loaded.source.text if loaded is not None and loaded.source is not None else _text_of(recipe)
         found = Findings(apply_noqa(diagnostics, text) if text else diagnostics)
-        if loaded is not None and loaded.dialect == "core" and compat is None:
-            from .core_dialect.written_for import checked_against, written_for
+        if loaded is not None and loaded.dialect == "stage" and compat is None:
+            from .stage_dialect.written_for import checked_against, written_for
 
             tools = written_for(loaded)
             if run_reading(loaded, backend, None) is not None:

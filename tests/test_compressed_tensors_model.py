@@ -11,8 +11,8 @@ ct = pytest.importorskip("compressed_tensors")
 
 from recipe_spec.compressed_tensors import ARGS_FIELDS, PRESETS, SCHEME_FIELDS  # noqa: E402
 from recipe_spec.compressed_tensors.fields import ARG_DEFAULTS  # noqa: E402
-from recipe_spec.core_dialect.quant_args import fields_in, preset_names  # noqa: E402
-from recipe_spec.core_dialect.versions import Version  # noqa: E402
+from recipe_spec.stage_dialect.quant_args import fields_in, preset_names  # noqa: E402
+from recipe_spec.stage_dialect.versions import Version  # noqa: E402
 
 NEWEST = ("llmcompressor", Version.parse("0.14"))
 

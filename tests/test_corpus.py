@@ -5,7 +5,7 @@ card, a mis-indented list item, a duplicate anchor). One more, ``97sparsity10epo
 parses with PyYAML but gives ``mask_type`` twice in each of its 72 GMP modifiers (first
 ``unstructured``, then ``[1, 4]``; PyYAML silently kept the second). SPEC makes a duplicate key
 an error, so that file is rejected too, with one Y002 per duplicate at the second key.
-Core-dialect (stage/group) files load into the same object model, as the INDEX describes them.
+Stage/group (stage/group) files load into the same object model, as the INDEX describes them.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def test_core_dialect_files_load_as_the_index_describes_them() -> None:
         if recipe is None:  # only eval() of variables the file does not define (given by the caller)
             assert {d.code for d in diags if d.severity.value == "error"} == {"V001"}, (row["path"], diags)
             continue
-        assert recipe.dialect == "core"
+        assert recipe.dialect == "stage"
         assert [s.name for s in recipe.stages] == row["stage_names"].split(","), row["path"]
         groups = [f"{s.name}.{g.name}" for s in recipe.stages for g in s.groups]
         assert groups == row["modifier_groups"].split(","), row["path"]
@@ -120,5 +120,5 @@ def test_core_dialect_files_load_as_the_index_describes_them() -> None:
             if d.severity.value == "error":
                 errors[d.code] += 1
     assert set(errors) <= {"C001", "M001", "M002", "M003", "M004", "M006", "V001"}, errors
-    print(f"\ncorpus: {len(CORE)} core-dialect files; errors by code: {dict(errors)}")
+    print(f"\ncorpus: {len(CORE)} stage/group files; errors by code: {dict(errors)}")
 

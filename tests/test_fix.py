@@ -15,10 +15,10 @@ from conftest import REPO, corpus_rows
 from testdata import SEEDS
 
 from recipe_spec.cli import main
-from recipe_spec.core_dialect import Compat
 from recipe_spec.diagnostics.fixes import FIXES
 from recipe_spec.fix import fix_file, fix_text
 from recipe_spec.fix.engine import finding_key
+from recipe_spec.stage_dialect import Compat
 
 FILES = [Path(r["path"]) for r in corpus_rows()] + sorted(
     (REPO / "tests" / "fixtures" / "llmcompressor_recipes").glob("*.yaml"))

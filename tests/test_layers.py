@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("modifiers",),
     ("schedule", "params", "registry"),
     ("checks", "pruning"),
-    ("core_dialect",),
+    ("stage_dialect",),
     ("oneshot",),
     ("loader",),
     ("validation",),

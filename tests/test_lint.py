@@ -35,8 +35,8 @@ def test_every_p_code_has_a_fixture() -> None:
 
     covered = {c for p in FIXTURES.glob("*.yaml") for c, _, _ in _expected(p)}
     # P007 (an ignore that removes every target) is a stage/group recipe's finding against a
-    # checkpoint: tests/test_core_lint_model.py::test_ignore_everything. P008/P009 (regex
-    # pitfalls in stage/group targets) are validate's: tests/test_core_patterns.py and
+    # checkpoint: tests/test_stage_lint_model.py::test_ignore_everything. P008/P009 (regex
+    # pitfalls in stage/group targets) are validate's: tests/test_stage_patterns.py and
     # tests/fixtures/rules/P008_core_patterns.yaml. P010 (a removed layer that changes the
     # shape) needs the layers' sizes, which only the PyTorch runtime knows at modify():
     # tests/test_fuzz_training.py. P012 (a quantization group size against a checkpoint's

@@ -908,7 +908,7 @@ def test_thaw_gives_plain_mutable_values() -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# SparseML's "core" dialect: one diagnostic, not a cascade
+# SparseML's stage/group dialect: one diagnostic, not a cascade
 # --------------------------------------------------------------------------------------------
 
 CORE_DIALECT = {
@@ -962,14 +962,14 @@ test_stage:
 
 @pytest.mark.parametrize("name", list(CORE_DIALECT))
 def test_core_dialect_loads_into_the_object_model(tmp_path: Path, name: str) -> None:
-    """A stage/group recipe loads (``dialect == "core"``) with its modifiers where the text
+    """A stage/group recipe loads (``dialect == "stage"``) with its modifiers where the text
     writes their names."""
     case = CORE_DIALECT[name]
     text = case[0] if isinstance(case, tuple) else case
     path = tmp_path / "recipe.yaml"
     path.write_text(text)
     recipe, diagnostics = check(path)
-    assert recipe is not None and recipe.dialect == "core", diagnostics
+    assert recipe is not None and recipe.dialect == "stage", diagnostics
     assert [d for d in diagnostics if d.severity.value == "error"] == []
     lines = text.splitlines()
     for m in recipe.modifiers:

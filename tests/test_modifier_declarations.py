@@ -51,7 +51,7 @@ def test_a_changed_declaration_no_longer_matches_its_file() -> None:
 
 def test_docgen_writes_and_checks_the_schema_files(tmp_path: Path) -> None:
     files = docgen.generate()
-    from recipe_spec.core_dialect.schema import stage_names
+    from recipe_spec.stage_dialect.schema import stage_names
 
     stage = {f"schemas/stage/{n}.schema.json" for n in stage_names()}
     assert "GPTQModifier" in stage_names() and "vLLMQuantizationModifier" not in stage_names()  # a rename only

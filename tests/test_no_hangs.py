@@ -152,7 +152,7 @@ def test_stage_group_timing_beyond_the_event_limit_is_m005(end: str, update: str
 
 @pytest.mark.parametrize("text", [CORE.format(end="1e308", update="1e-9"), _gmp("1e-9", end="1e308")])
 def test_the_runtime_refuses_an_end_beyond_a_float_with_a_plan_error(text: str) -> None:
-    from recipe_spec.core_dialect.to_modifiers import runnable
+    from recipe_spec.stage_dialect.to_modifiers import runnable
 
     recipe = runnable(recipe_spec.loads(text), None)
     started = cpu_time()

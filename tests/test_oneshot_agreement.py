@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from recipe_spec.core_dialect.catalogue import core_variants
-from recipe_spec.core_dialect.spec import BASE_ARGS
 from recipe_spec.diagnostics.base import Severity
 from recipe_spec.modifiers.spec import Arg
 from recipe_spec.oneshot.algorithms import BY_MODIFIER
 from recipe_spec.oneshot.settings import declared
+from recipe_spec.stage_dialect.catalogue import stage_variants
+from recipe_spec.stage_dialect.spec import BASE_ARGS
 from recipe_spec.validation import validate
 
 #: A recipe entry each modifier runs with as written (the case changes one argument of it);
@@ -84,7 +84,7 @@ def every_argument(name: str) -> dict[str, Arg]:
     """Every argument of modifier ``name`` in any release of either tool (those the run reads,
     and those it refuses), and the base class's."""
     out = {a.name: a for a in BASE_ARGS}
-    for variant in core_variants(name):
+    for variant in stage_variants(name):
         out.update({a.name: a for a in variant.spec.args})
     return out
 

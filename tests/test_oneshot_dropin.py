@@ -329,12 +329,12 @@ def test_an_object_the_run_cannot_do_is_refused_located() -> None:
 
 
 def _not_run_in_one_shot() -> list[str]:
-    from recipe_spec.core_dialect import core_names
+    from recipe_spec.stage_dialect import all_stage_names
 
     ran = {"AWQModifier", "ConstantPruningModifier", "GPTQModifier", "LogarithmicEqualizationModifier",
            "MagnitudePruningModifier", "QuantizationModifier", "SmoothQuantModifier", "SparseGPTModifier",
            "WandaPruningModifier"}  # schemas/backends.json, torch's oneshot_modifiers
-    return [n for n in core_names() if n not in ran]
+    return [n for n in all_stage_names() if n not in ran]
 
 
 @pytest.mark.parametrize("name", _not_run_in_one_shot())

@@ -17,10 +17,10 @@ import pytest
 from testdata import LLMCOMPRESSOR
 
 import recipe_spec
-from recipe_spec.core_dialect.versions import Compat
 from recipe_spec.diagnostics.base import RecipeError
 from recipe_spec.masks.numpy_ops import NUMPY_OPS
 from recipe_spec.oneshot.owl.profile import outlier_ratio, owl_sparsities
+from recipe_spec.stage_dialect.versions import Compat
 from recipe_spec.validation import validate_recipe
 
 FIXTURE = pathlib.Path(__file__).resolve().parent / "fixtures" / "owl"

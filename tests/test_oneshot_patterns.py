@@ -158,8 +158,8 @@ def test_no_one_shot_code_compiles_a_recipe_pattern_with_re() -> None:
     """Every ``re:`` string of a recipe meets names through :mod:`recipe_spec.text.targets`:
     no module of the one-shot surfaces calls ``re`` on a pattern that is not a literal."""
     files = [*sorted((ROOT / "recipe_spec" / "oneshot").rglob("*.py")),
-             ROOT / "recipe_spec" / "core_dialect" / "matching.py",
-             ROOT / "recipe_spec" / "core_dialect" / "lint_model.py",
+             ROOT / "recipe_spec" / "stage_dialect" / "matching.py",
+             ROOT / "recipe_spec" / "stage_dialect" / "lint_model.py",
              ROOT / "recipe_spec" / "commands_oneshot.py",
              *sorted((ROOT / "backends" / "torch").glob("*.py")), *sorted((ROOT / "backends" / "keras").glob("*.py"))]
     dynamic = re.compile(r"(?<![`\w.])re\.(match|search|fullmatch|compile|finditer|findall|sub)\((?!r?[\"'])")

@@ -87,8 +87,8 @@ def test_home_page(site: Path) -> None:
     assert "<title>recipe-spec</title>" in home
     assert "Where to start" in home and "GMPruningModifier" in home
     # the navigation reaches every part: the guides, both dialects and the generated reference
-    for href in ("getting-started/", "cli/", "core-dialect/", "recipe-format/", "backends/",
-                 "oneshot/", "modifiers/", "modifiers/core/", "rules/", "rules/Y002/"):
+    for href in ("getting-started/", "cli/", "stage-dialect/", "recipe-format/", "backends/",
+                 "oneshot/", "modifiers/", "modifiers/stage/", "rules/", "rules/Y002/"):
         assert f'href="{href}"' in home, href
     assert (site / "search" / "search_index.json").is_file(), "search is part of the site"
 
@@ -98,7 +98,7 @@ def test_a_generated_modifier_page(site: Path) -> None:
     assert '<h1 id="gmpruningmodifier">GMPruningModifier<' in page
     for field in ("init_sparsity", "final_sparsity", "inter_func", "update_frequency"):
         assert field in page, field
-    core = _page(site, "modifiers/core/SparseGPTModifier.md")
+    core = _page(site, "modifiers/stage/SparseGPTModifier.md")
     assert '<h1 id="sparsegptmodifier">SparseGPTModifier<' in core and "sparsity" in core
 
 

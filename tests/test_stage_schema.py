@@ -16,8 +16,8 @@ from conftest import REPO, corpus_rows
 from jsonschema import Draft202012Validator
 
 from recipe_spec.cli import main
-from recipe_spec.core_dialect.schema import stage_modifier_schema, stage_names, stage_recipe_schema
 from recipe_spec.diagnostics.base import Severity
+from recipe_spec.stage_dialect.schema import stage_modifier_schema, stage_names, stage_recipe_schema
 from recipe_spec.text.frozen import thaw
 from recipe_spec.text.reader import read_yaml
 from recipe_spec.validation import validate

@@ -1,5 +1,5 @@
 """`validate` over the whole corpus: valid tagged recipes have zero errors, broken ones get
-precise errors, core-dialect (stage/group) files read and checked with their own catalogue.
+precise errors, stage/group (stage/group) files read and checked with their own catalogue.
 
 Beyond the six files that cannot load (see test_corpus.py), validation finds real mistakes in
 seven branch-only files, checked by eye:
@@ -8,7 +8,7 @@ seven branch-only files, checked by eye:
 - two obcq examples tag SparseOPTModifier / SparseLlamaModifier, one-shot modifiers of the
   LLM dialect (S007, once per file).
 
-In 37 core-dialect files a `re:` target has an unescaped `.` between two name parts
+In 37 stage/group files a `re:` target has an unescaped `.` between two name parts
 (`re:model.layers.\\d+$`, `re:.*self_attn.q_proj`, `re:.*q_proj.weight`): P009, an info, since
 the dot is meant literally but the looser pattern catches no other name of a Llama/OPT model.
 """
@@ -56,7 +56,7 @@ def test_whole_corpus() -> None:
     print(
         f"\nvalidate corpus: {len(ROWS)} files; {legacy} tagged: {clean} without errors, "
         f"{len(with_errors)} with errors ({LOAD_BROKEN} unloadable, {len(RULE_BROKEN)} rule "
-        f"findings); {len(ROWS) - legacy} core-dialect (errors by code {dict(core)}); warnings {dict(warnings)}"
+        f"findings); {len(ROWS) - legacy} stage/group (errors by code {dict(core)}); warnings {dict(warnings)}"
     )
     rule_found = {n: {d.code for d in ds} for n, ds in with_errors.items() if n in RULE_BROKEN}
     assert rule_found == {n: {c} for n, c in RULE_BROKEN.items()}

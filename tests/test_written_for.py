@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from recipe_spec import loads
-from recipe_spec.core_dialect.versions import scope, summarize, versions_where
-from recipe_spec.core_dialect.written_for import checked_against, written_for
+from recipe_spec.stage_dialect.versions import scope, summarize, versions_where
+from recipe_spec.stage_dialect.written_for import checked_against, written_for
 from recipe_spec.validation import validate
 
 LLMC = sorted((Path(__file__).parent / "fixtures" / "llmcompressor_recipes").glob("*.yaml"))

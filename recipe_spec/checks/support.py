@@ -24,7 +24,7 @@ from .schemas import modifier_names
 
 __all__ = ["CORE_DIALECT_MODIFIERS", "backend_findings", "modifier_findings", "known_names"]
 
-#: One-shot modifiers of SparseML's LLM ("core") dialect.
+#: One-shot modifiers of SparseML's stage/group (LLM) dialect.
 CORE_DIALECT_MODIFIERS = frozenset(
     {
         "SparseGPTModifier", "SparseOPTModifier", "SparseLlamaModifier", "GPTQModifier",
@@ -79,10 +79,10 @@ def modifier_findings(
                 dialect_reported = True
                 yield Finding(
                     codes.S007,
-                    f"{m.type} is a one-shot modifier of SparseML's 'core' (LLM) dialect, "
+                    f"{m.type} is a one-shot modifier of SparseML's stage/group (LLM) dialect, "
                     "not a training-time modifier",
                     "recipe-spec reads the training-time '!Modifier' dialect; run this file "
-                    "with a core-dialect tool, or remove the one-shot modifiers.",
+                    "with a tool of the stage/group dialect (recipe_spec.oneshot, llm-compressor), or remove the one-shot modifiers.",
                     m,
                 )
             continue

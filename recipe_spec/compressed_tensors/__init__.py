@@ -3,7 +3,7 @@ by release (:mod:`.fields`), its preset schemes with the releases that have them
 contents (:mod:`.presets`), and a recipe's ``scheme`` / ``config_groups`` resolved into the
 quantization config llm-compressor builds (:mod:`.config`). Target matching (``re:`` patterns,
 names, class names) is :func:`recipe_spec.text.targets.target_matches`. The validator
-(:mod:`recipe_spec.core_dialect.quant_args`), the grid (:mod:`recipe_spec.quantization`) and the
+(:mod:`recipe_spec.stage_dialect.quant_args`), the grid (:mod:`recipe_spec.quantization`) and the
 one-shot runs read these; the tests compare them with compressed-tensors itself."""
 
 from __future__ import annotations

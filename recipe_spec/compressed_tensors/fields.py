@@ -2,7 +2,7 @@
 (:data:`ARGS_FIELDS`) and ``QuantizationScheme`` (:data:`SCHEME_FIELDS`), each field with the
 compressed-tensors releases that have it, its schema per release and the default
 compressed-tensors gives it. The validator checks recipes against them
-(:mod:`recipe_spec.core_dialect.quant_args`); the config resolution completes arguments with
+(:mod:`recipe_spec.stage_dialect.quant_args`); the config resolution completes arguments with
 their defaults (:mod:`.config`); the tests compare them with compressed-tensors itself."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ class QuantField:
 
     ``ct``: compressed-tensors versions where it exists; ``schemas``: (ct range, schema)
     pairs, the first whose range matches applies (schemas use ``type``/``enum``/``items``,
-    see :mod:`recipe_spec.core_dialect.arg_check`); ``nested``: ``"args"`` when the value is
+    see :mod:`recipe_spec.stage_dialect.arg_check`); ``nested``: ``"args"`` when the value is
     itself a QuantizationArgs mapping.
     """
 

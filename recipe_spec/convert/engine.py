@@ -21,12 +21,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..core_dialect import Compat, core_spec
-from ..core_dialect.to_modifiers import refusals
 from ..diagnostics.base import Diagnostic, RecipeError, Severity
 from ..loader import check
 from ..modifiers import spec as modifier_spec
 from ..recipe.model import Recipe
+from ..stage_dialect import Compat, stage_spec
+from ..stage_dialect.to_modifiers import refusals
 from ..text.frozen import freeze
 from ..text.source import from_text
 from ..validation import validate, validate_recipe
@@ -48,7 +48,7 @@ def convert_text(text: str, path: str, target: Target, *, source: Compat | None 
     dialect = recipe.dialect if recipe is not None else "unknown"
     result = Conversion(path, dialect, target)
     errors = [d for d in found if d.severity is Severity.ERROR]
-    across = recipe is not None and recipe.dialect == "core" and target.dialect == "stage"
+    across = recipe is not None and recipe.dialect == "stage" and target.dialect == "stage"
     if recipe is not None and not errors and not across:  # a release move fixes what it can
         errors = [d.in_file(path) for d in validate_recipe(recipe, compat=source)
                   if d.severity is Severity.ERROR]
@@ -150,7 +150,7 @@ def _checked(out: str, path: str, plan: StagePlan | ModifierPlan, compat: Compat
     if refused:
         return refused
     for m, tw in zip(converted.modifiers, plan.twins, strict=True):
-        declared = core_spec(m.type, compat)
+        declared = stage_spec(m.type, compat)
         assert declared is not None and declared.translate is not None
         forward = declared.translate(m.args, compat)
         twin_spec = modifier_spec(forward.twin)

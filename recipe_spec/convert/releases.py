@@ -21,14 +21,14 @@ refused, located at the source, with the validator's words.
 
 from __future__ import annotations
 
-from ..core_dialect import Compat
-from ..core_dialect.catalogue import variant_in
 from ..diagnostics.base import Severity
 from ..fix.edits import Edit, FixNotPossible, entry_lines
 from ..fix.engine import finding_key, fix_text
 from ..fix.stage import DROP_UNSAFE, siblings
 from ..loader import check
 from ..recipe.model import Modifier, Recipe
+from ..stage_dialect import Compat
+from ..stage_dialect.catalogue import variant_in
 from ..text.frozen import thaw
 from ..text.source import Source, from_text
 from ..validation import validate

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..core_dialect import Compat
 from ..diagnostics.base import Diagnostic
+from ..stage_dialect import Compat
 
 __all__ = ["Target", "Refusal", "Note", "Conversion", "DIALECTS"]
 

@@ -1,6 +1,6 @@
 """A stage/group recipe's training stage written as a ``!Modifier`` recipe.
 
-What the backends run (:func:`recipe_spec.core_dialect.to_modifiers.refusals` and the
+What the backends run (:func:`recipe_spec.stage_dialect.to_modifiers.refusals` and the
 catalogue's translations): every training-time modifier with an exact ``!Modifier`` twin,
 in one training stage. Anything else is refused where the backends refuse it, with their
 reason (a one-shot modifier, an argument without an exact twin, a modifier that never
@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..core_dialect import Compat, Translation, core_spec
-from ..core_dialect.to_modifiers import refusals
 from ..modifiers import spec as modifier_spec
 from ..recipe.model import Modifier, Recipe
+from ..stage_dialect import Compat, Translation, stage_spec
+from ..stage_dialect.to_modifiers import refusals
 from ..text.frozen import freeze, thaw
 from .result import Refusal
 from .text import (
@@ -59,7 +59,7 @@ def plan_modifiers(recipe: Recipe, compat: Compat | None) -> ModifierPlan | list
         return refused
     pairs = []
     for m in recipe.modifiers:
-        declared = core_spec(m.type, compat)
+        declared = stage_spec(m.type, compat)
         assert declared is not None and declared.translate is not None
         pairs.append((m, declared.translate(m.args, compat)))
     return ModifierPlan(pairs)

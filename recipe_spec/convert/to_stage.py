@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..core_dialect import Compat, core_variants
 from ..recipe.model import Recipe
+from ..stage_dialect import Compat, stage_variants
 from ..text.frozen import thaw
 from .result import Note, Refusal
 from .text import (
@@ -52,7 +52,7 @@ class StagePlan:
     @property
     def expected(self) -> list[tuple[str, dict[str, Any]]]:
         """(stage/group type, arguments evaluated) of every modifier the output must hold."""
-        return [(tw.core_type, dict(tw.args)) for tw in self.twins]
+        return [(tw.stage_type, dict(tw.args)) for tw in self.twins]
 
 
 def _refuse(found: NoTwin) -> Refusal:
@@ -101,8 +101,8 @@ def plan_stage(recipe: Recipe, compat: Compat | None,
     return StagePlan(twins, _groups(twins), notes)
 
 
-def _category(core_type: str) -> str:
-    variants = core_variants(core_type)
+def _category(stage_type: str) -> str:
+    variants = stage_variants(stage_type)
     return variants[0].spec.category if variants else "training"
 
 
@@ -115,8 +115,8 @@ def _groups(twins: list[StageTwin]) -> list[str]:
     names: set[str] = set()
     for tw in twins:
         source = tw.source.group
-        want = source[:-len("_modifiers")] if source.endswith("_modifiers") else _category(tw.core_type)
-        if want != stem or tw.core_type in names:
+        want = source[:-len("_modifiers")] if source.endswith("_modifiers") else _category(tw.stage_type)
+        if want != stem or tw.stage_type in names:
             stem, names = want, set()
             current = f"{stem}_modifiers"
             n = 1
@@ -124,7 +124,7 @@ def _groups(twins: list[StageTwin]) -> list[str]:
                 n += 1
                 current = f"{stem}_{n}_modifiers"
             used.add(current)
-        names.add(tw.core_type)
+        names.add(tw.stage_type)
         out.append(current)
     return out
 
@@ -152,12 +152,12 @@ def write_stage(recipe: Recipe, t: Text, plan: StagePlan, mode: str) -> Lines:
             out.add(f"  {name}:")
         at = (m.span.line, m.span.column)
         out.extend(comments_above(t, m.span.line, 4, header_end), at)
-        out.add(f"    {tw.core_type}:" + trailing_comment(t, m.span.line, m.span.column + len(m.type) + 1), at)
-        for key, core_key in tw.renames.items():
+        out.add(f"    {tw.stage_type}:" + trailing_comment(t, m.span.line, m.span.column + len(m.type) + 1), at)
+        for key, stage_key in tw.renames.items():
             span = m.key_span(key)
-            out.extend(argument_lines(t, m.document, (*m.args_path, key), core_key, 6,
+            out.extend(argument_lines(t, m.document, (*m.args_path, key), stage_key, 6,
                                       raw=m.raw_args[key], value=m.args[key], mode=mode),
                        (span.line, span.column))
-        for core_key, value in tw.added.items():
-            out.extend(value_lines(core_key, thaw(value), 6), at)
+        for stage_key, value in tw.added.items():
+            out.extend(value_lines(stage_key, thaw(value), 6), at)
     return out

@@ -2,10 +2,10 @@
 
 The project knows twins in one direction: the catalogue of the stage/group dialect declares,
 for each training-time modifier, its ``!Modifier`` twin and a translation of its arguments
-(:mod:`recipe_spec.core_dialect.catalogue_train`; the backends run stage/group recipes that
-way, :mod:`recipe_spec.core_dialect.to_modifiers`). Going back is that translation inverted
+(:mod:`recipe_spec.stage_dialect.catalogue_train`; the backends run stage/group recipes that
+way, :mod:`recipe_spec.stage_dialect.to_modifiers`). Going back is that translation inverted
 and then *checked*: the ``!Modifier`` arguments are renamed to the stage/group names the
-translation reads (:data:`~recipe_spec.core_dialect.to_modifiers.TWIN_KEYS`), translated
+translation reads (:data:`~recipe_spec.stage_dialect.to_modifiers.TWIN_KEYS`), translated
 forward again, and accepted only where the forward translation gives back every argument
 of the original, defaults included. Anything else is refused with the translation's own
 reason.
@@ -23,7 +23,7 @@ Two facts of the ``!Modifier`` dialect itself come first:
 ...           " final_sparsity: 0.8, start_epoch: 0, end_epoch: 4, update_frequency: 1,"
 ...           " log_types: __ALL__}\\n").modifiers[0]
 >>> found = stage_twin(m, None)
->>> found.core_type, found.renames, dict(found.added)
+>>> found.stage_type, found.renames, dict(found.added)
 ('MagnitudePruningModifier', {'params': 'targets', 'init_sparsity': 'init_sparsity', 'final_sparsity': 'final_sparsity', 'start_epoch': 'start', 'end_epoch': 'end', 'update_frequency': 'update'}, {})
 """
 
@@ -33,13 +33,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core_dialect import Compat, CoreSpec, core_specs
-from ..core_dialect.to_modifiers import TWIN_KEYS
-from ..core_dialect.versions import all_versions
 from ..fix.tagged import has_no_effect
 from ..modifiers import spec as modifier_spec
 from ..modifiers.spec import ModifierSpec
 from ..recipe.model import Modifier
+from ..stage_dialect import Compat, StageSpec, stage_specs
+from ..stage_dialect.to_modifiers import TWIN_KEYS
+from ..stage_dialect.versions import all_versions
 from ..text.frozen import freeze
 
 __all__ = ["StageTwin", "NoTwin", "stage_twin", "differing_args", "SAME_AS", "twin_names",
@@ -66,7 +66,7 @@ class StageTwin:
     """
 
     source: Modifier
-    core_type: str
+    stage_type: str
     renames: dict[str, str]
     dropped: tuple[str, ...]
     added: Mapping[str, Any]
@@ -84,11 +84,11 @@ class NoTwin:
     key: str | None = None
 
 
-def twin_names(compat: Compat | None) -> dict[str, list[CoreSpec]]:
+def twin_names(compat: Compat | None) -> dict[str, list[StageSpec]]:
     """``!Modifier`` name -> the stage/group declarations translating to it (in ``compat``'s
     release, or in any), newest first."""
-    out: dict[str, list[CoreSpec]] = {}
-    for s in core_specs():
+    out: dict[str, list[StageSpec]] = {}
+    for s in stage_specs():
         if s.twin is None or s.translate is None:
             continue
         if compat is not None and not s.exists_in(compat.pair):
@@ -197,7 +197,7 @@ def _names(kept: Mapping[str, Any]) -> str:
     return ", ".join(renamed) if renamed else "arguments have the same names"
 
 
-def _inverse(m: Modifier, core: CoreSpec, kept: dict[str, Any], dropped: list[str],
+def _inverse(m: Modifier, core: StageSpec, kept: dict[str, Any], dropped: list[str],
              target: ModifierSpec, compat: Compat | None) -> StageTwin | str:
     """``m`` as ``core``, checked by translating it forward again; else the reason."""
     assert core.translate is not None

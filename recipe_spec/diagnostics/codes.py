@@ -85,7 +85,7 @@ S003 = _code(
     "recipe of SparseML 1.6+ and llm-compressor (`ModifierName: {...}` mappings under "
     "`*_modifiers:` keys); no tool reads a mix, so part of the file would be lost.",
     "sparsity_stage:\n  sparsity_modifiers:\n    - !GMPruningModifier {...}",
-    "Write the whole file in one dialect (docs/core-dialect.md shows the stage/group form).",
+    "Write the whole file in one dialect (docs/stage-dialect.md shows the stage/group form).",
 )
 S004 = _code(
     "S004", "error", "not a modifier",
@@ -144,12 +144,12 @@ V006 = _code(
     "Rename one of the two variables.",
 )
 S007 = _code(
-    "S007", "error", "one-shot modifier of SparseML's core dialect",
+    "S007", "error", "one-shot modifier of SparseML's stage/group dialect",
     "LLM one-shot modifiers (SparseGPTModifier, SparseOPTModifier, GPTQModifier, ...) belong "
-    "to SparseML's later 'core' dialect and run outside a training loop; a training-time "
+    "to SparseML's later stage/group dialect and run outside a training loop; a training-time "
     "recipe cannot run them.",
     "modifiers:\n  - !SparseOPTModifier {sparsity: 0.5}",
-    "Run the file with a core-dialect tool, or remove the one-shot modifier.",
+    "Run the file with a tool of the stage/group dialect (recipe_spec.oneshot, llm-compressor), or remove the one-shot modifier.",
 )
 
 # --- M: modifier arguments -----------------------------------------------------------------

@@ -6,8 +6,8 @@ of them as ``{path relative to the repository root: text}``:
 
 - ``docs/modifiers/<Name>.md``, one page per modifier, and ``docs/modifiers/index.md``
   (:mod:`.pages`);
-- ``docs/modifiers/core/<Name>.md``, one page per modifier name of the stage/group dialect,
-  with ``index.md`` and ``quantization-arguments.md`` (:mod:`.core_pages`);
+- ``docs/modifiers/stage/<Name>.md``, one page per modifier name of the stage/group dialect,
+  with ``index.md`` and ``quantization-arguments.md`` (:mod:`.stage_pages`);
 - ``docs/rules/<CODE>.md``, one page per diagnostic code, and ``docs/rules/index.md``;
 - ``docs/editors.md``, the editor set-up with the list of modifier tags, and ``docs/create.md``,
   automatic recipes, with the ``RecipeVariables`` table (:mod:`.guide_pages`);
@@ -22,7 +22,7 @@ checked::
     python -m recipe_spec.docgen --check  # exit 1 if a file is stale, missing or extra
 
 The repository root is the parent of the ``recipe_spec`` package (a source checkout).
-``docs/modifiers/``, ``docs/modifiers/core/`` and ``docs/rules/`` hold generated pages only, and
+``docs/modifiers/``, ``docs/modifiers/stage/`` and ``docs/rules/`` hold generated pages only, and
 ``schemas/modifiers/`` generated schemas only: a ``.md`` (or ``.schema.json``) file there that is
 not generated counts as extra (``--check``) and is removed when writing.
 """

@@ -41,8 +41,8 @@ def editors_page() -> str:
         "|---|---|---|",
         "| SparseML's `!Modifier` lists | `recipe-spec schema` (`--dialect modifier`) | "
         "`recipe-spec schema GMPruningModifier` |",
-        "| stage/group (SparseML 1.6+, llm-compressor; [the dialect](core-dialect.md)) | "
-        "`recipe-spec schema --dialect stage` (`core` is another name for it) | "
+        "| stage/group (SparseML 1.6+, llm-compressor; [the dialect](stage-dialect.md)) | "
+        "`recipe-spec schema --dialect stage` (`core`, its former name, is still read) | "
         "`recipe-spec schema GPTQModifier` |",
         "",
         "The same files are in the repository under `schemas/` (`recipe-modifier.schema.json`, "
@@ -114,10 +114,10 @@ def editors_page() -> str:
 
 def _stage_section() -> list[str]:
     """The stage/group part of ``docs/editors.md``."""
-    from ..core_dialect import core_variants
-    from .core_pages import example_text
+    from ..stage_dialect import stage_variants
+    from .stage_pages import example_text
 
-    example = example_text(core_variants("GPTQModifier")[-1]).rstrip("\n")
+    example = example_text(stage_variants("GPTQModifier")[-1]).rstrip("\n")
     settings = {"yaml.schemas": {
         "./recipe.schema.json": ["recipes/training/**/*.yaml"],
         "./stage-recipe.schema.json": ["recipes/llm/**/*.yaml"],
@@ -149,7 +149,7 @@ def _stage_section() -> list[str]:
         "(`percdamp`) and a value of the wrong type are underlined; an `eval(...)` string is "
         "accepted wherever a value goes. What one release alone rejects is "
         "`recipe-spec validate --compat llmcompressor==0.8`'s job (see "
-        "[the dialect](core-dialect.md)).",
+        "[the dialect](stage-dialect.md)).",
     ]
 
 

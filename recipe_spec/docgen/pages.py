@@ -191,8 +191,8 @@ def modifier_index() -> str:
         "run ([B001](../rules/B001.md)), as `modify()` refuses it.",
         "",
         "The modifiers of the stage/group dialect (SparseML 1.6-1.9 and llm-compressor, see "
-        "[the dialect](../core-dialect.md)) have their own pages: "
-        "[stage/group modifiers](core/index.md).",
+        "[the dialect](../stage-dialect.md)) have their own pages: "
+        "[stage/group modifiers](stage/index.md).",
     ]
     return page(lines)
 

@@ -93,13 +93,13 @@ def _fixes(text: str, path: str, compat: Any) -> list[Fix]:
     if recipe is None:
         return []
     t = Text(text)
-    return stage_fixes(t, recipe, compat) if recipe.dialect == "core" else tagged_fixes(t, recipe)
+    return stage_fixes(t, recipe, compat) if recipe.dialect == "stage" else tagged_fixes(t, recipe)
 
 
 def fix_text(text: str, path: str = "<string>", compat: Any = None,
              unsafe: bool | Callable[[Fix], bool] = False) -> FileFix:
     """Fix ``text`` (the contents of ``path``, ``\\n`` line ends). ``compat``: the
-    :class:`~recipe_spec.core_dialect.Compat` whose rules apply (stage/group recipes; None:
+    :class:`~recipe_spec.stage_dialect.Compat` whose rules apply (stage/group recipes; None:
     every release); ``unsafe``: also make the unsafe fixes (all of them, or those for which
     it answers True).
 

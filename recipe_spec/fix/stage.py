@@ -1,5 +1,5 @@
 """Fixes of stage/group recipes (SparseML 1.6+, llm-compressor), from the catalogue's own
-verdicts (:func:`recipe_spec.core_dialect.check_modifier`).
+verdicts (:func:`recipe_spec.stage_dialect.check_modifier`).
 
 A finding is fixed where the release chosen with ``--compat`` rejects it, or, without
 ``--compat``, where every release does (the errors of ``recipe-spec validate``); a warning
@@ -27,11 +27,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..core_dialect import Compat, check_modifier, core_variants
-from ..core_dialect.arg_check import Problem
-from ..core_dialect.catalogue import core_names
-from ..core_dialect.versions import all_versions
 from ..recipe.model import Modifier, Recipe
+from ..stage_dialect import Compat, check_modifier, stage_variants
+from ..stage_dialect.arg_check import Problem
+from ..stage_dialect.catalogue import all_stage_names
+from ..stage_dialect.versions import all_versions
 from .edits import Edit, Fix, FixNotPossible, Text, delete_entry, rename_key, replace_value
 from .names import choose
 
@@ -72,7 +72,7 @@ def _arg_names(name: str, compat: Compat | None) -> list[str]:
     """The arguments ``name`` takes in the chosen release, or in any release."""
     pairs = [compat.pair] if compat is not None else all_versions()
     found: set[str] = set()
-    for s in core_variants(name):
+    for s in stage_variants(name):
         for pair in pairs:
             if s.exists_in(pair):
                 found.update(s.args_in(pair))
@@ -92,11 +92,11 @@ def _modifier_fixes(t: Text, m: Modifier, p: Problem) -> Iterator[Fix]:
     safe = True
     if p.kind == "dotted_name":
         bare = m.type.rsplit(".", 1)[-1]
-        new = bare if core_variants(bare) else None
-    elif p.kind == "not_in_version" and core_variants(m.type) and core_variants(m.type)[0].renamed_to:
-        new = core_variants(m.type)[0].renamed_to
+        new = bare if stage_variants(bare) else None
+    elif p.kind == "not_in_version" and stage_variants(m.type) and stage_variants(m.type)[0].renamed_to:
+        new = stage_variants(m.type)[0].renamed_to
     elif p.kind == "unknown_modifier":
-        new, safe = choose([m.type], core_names()).get(m.type, (None, False))
+        new, safe = choose([m.type], all_stage_names()).get(m.type, (None, False))
     if new is not None and new not in siblings(m):
         yield _fix(m, p, f"rename {m.type} to {new}", safe, rename_key(t, doc, m.path, new))
 
@@ -121,7 +121,7 @@ def _arg_fixes(t: Text, m: Modifier, p: Problem, compat: Compat | None) -> Itera
     path = (*m.args_path, key)
     args = m.raw_args
     if p.kind == "renamed_arg":
-        renamed = next((r for s in core_variants(m.type) for r in s.renamed
+        renamed = next((r for s in stage_variants(m.type) for r in s.renamed
                         if r.old == key and p.hint == f"write {r.new}"), None)
         if renamed is None or renamed.new in args:
             return

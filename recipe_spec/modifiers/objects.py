@@ -85,7 +85,7 @@ def _declare(name: str, doc: str) -> type[ModifierObject]:
     return type(name, (ModifierObject,), {"type": name, "__doc__": doc, "__module__": __name__})
 
 
-_ONE = "llm-compressor's {0} as plain data; run by recipe_spec.oneshot (docs/modifiers/core.md, {0})."
+_ONE = "llm-compressor's {0} as plain data; run by recipe_spec.oneshot (docs/modifiers/stage/index.md, {0})."
 QuantizationModifier = _declare("QuantizationModifier", _ONE.format("QuantizationModifier"))
 GPTQModifier = _declare("GPTQModifier", _ONE.format("GPTQModifier"))
 SmoothQuantModifier = _declare("SmoothQuantModifier", _ONE.format("SmoothQuantModifier"))

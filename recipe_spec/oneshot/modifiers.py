@@ -27,10 +27,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..core_dialect import core_spec
 from ..diagnostics import codes
 from ..diagnostics.base import Diagnostic, RecipeError
 from ..recipe.model import Recipe
+from ..stage_dialect import stage_spec
 from .algorithm import OneShotModifier
 from .algorithms import BY_MODIFIER, algorithm_of
 from .host import ModuleInfo
@@ -50,7 +50,7 @@ def resolve(recipe: Recipe, capabilities: frozenset[str], backend: str,
     the llm-compressor release whose reading the run follows (None: the newest); under 0.9 and
     0.10 an AWQModifier in the combined form becomes AWQ and a QuantizationModifier
     (:mod:`.awq`). Each modifier is read by its algorithm (:data:`.algorithms.BY_MODIFIER`)."""
-    if recipe.dialect != "core":
+    if recipe.dialect != "stage":
         first = recipe.modifiers[0] if recipe.modifiers else None
         span = first.span if first is not None else recipe.stages[0].span
         raise RecipeError([codes.B001(
@@ -60,7 +60,7 @@ def resolve(recipe: Recipe, capabilities: frozenset[str], backend: str,
     errors: list[Diagnostic] = []
     out: list[OneShotModifier] = []
     for m in recipe.modifiers:
-        declared = core_spec(m.type)
+        declared = stage_spec(m.type)
         algorithm = BY_MODIFIER.get(m.type)
         needs = declared.oneshot_needs if declared is not None else frozenset()
         if algorithm is None or not needs:
@@ -84,7 +84,7 @@ def runnable(recipe: Recipe) -> list[OneShotModifier]:
     cannot read, is left out; an argument it would refuse is not held against the rest (the
     recipe's own checks report both)."""
     out: list[OneShotModifier] = []
-    if recipe.dialect != "core":
+    if recipe.dialect != "stage":
         return out
     for m in recipe.modifiers:
         algorithm = BY_MODIFIER.get(m.type)

@@ -29,10 +29,10 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..core_dialect.catalogue import core_variants
 from ..loader import load
 from ..modifiers.objects import AWQMapping, ModifierObject
 from ..recipe.model import Recipe
+from ..stage_dialect.catalogue import stage_variants
 from ..text.source import from_text
 
 __all__ = ["SOURCE_NAME", "is_object_recipe", "flatten", "recipe_text", "object_recipe"]
@@ -111,7 +111,7 @@ def object_recipe(recipe: Any, recipe_args: Any = None) -> Recipe:
                 f"recipe[{i}] is a {type(m).__name__}: a recipe list holds modifier objects only "
                 "(recipe_spec.modifiers...), as llm-compressor's Recipe.from_modifiers; put YAML stages in one "
                 "file or string instead")
-        if not core_variants(m.type):
+        if not stage_variants(m.type):
             raise TypeError(f"recipe[{i}]: {m.type} is not a modifier of llm-compressor's stage/group dialect")
     if recipe_args:
         raise TypeError("recipe_args set the variables of a YAML recipe; a recipe made of modifier objects has none: "

@@ -197,8 +197,8 @@ def refuse_recipe_patterns(recipe: Recipe) -> None:
     """P005 for a module pattern the run's matcher refuses, even where a ``# noqa: P005``
     kept it from ``validate``'s verdict: the run could not match it, so it stops here,
     before the model is touched, not when a later modifier meets it."""
-    from ..core_dialect.pattern_checks import arg_items
     from ..diagnostics import codes
+    from ..stage_dialect.pattern_checks import arg_items
 
     found = []
     for m in recipe.modifiers:

@@ -167,7 +167,7 @@ def _indivisible(recipe: Recipe, m: Modifier, modules: Sequence[ModuleInfo]) -> 
 def quant_findings(recipe: Recipe, modules: Sequence[ModuleInfo]) -> list[Diagnostic]:
     """P012 for each quantization modifier of ``recipe`` against the model's ``modules``."""
     out: list[Diagnostic] = []
-    if recipe.dialect != "core":
+    if recipe.dialect != "stage":
         return out
     for m in recipe.modifiers:
         if m.type in QUANTIZERS:
@@ -214,7 +214,7 @@ def gptq_modifiers(recipe: Recipe, already: Sequence[OneShotModifier] = ()) -> l
     groups' targets, for the cost estimate; those in ``already`` (by recipe entry) left out."""
     seen = {id(mod.entry) for mod in already}
     out: list[OneShotModifier] = []
-    if recipe.dialect != "core":
+    if recipe.dialect != "stage":
         return out
     for m in recipe.modifiers:
         if m.type in GPTQ_ALGORITHM.modifiers and id(m) not in seen:

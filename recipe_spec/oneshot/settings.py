@@ -1,5 +1,5 @@
 """A recipe entry's arguments as :func:`recipe_spec.oneshot` reads them, from the one
-declaration of each argument: the stage/group catalogue (:mod:`recipe_spec.core_dialect`).
+declaration of each argument: the stage/group catalogue (:mod:`recipe_spec.stage_dialect`).
 
 The catalogue says, per argument, its type, range, releases, its ``default`` (in its schema)
 and what a one-shot run does with it (:attr:`~recipe_spec.modifiers.spec.Arg.oneshot`:
@@ -20,13 +20,13 @@ import functools
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from ..core_dialect.catalogue import variant_in
-from ..core_dialect.spec import BASE_ARGS
-from ..core_dialect.versions import newest
 from ..diagnostics import codes
 from ..diagnostics.base import Diagnostic
 from ..modifiers.spec import Arg
 from ..recipe.model import Modifier, Recipe
+from ..stage_dialect.catalogue import variant_in
+from ..stage_dialect.spec import BASE_ARGS
+from ..stage_dialect.versions import newest
 
 __all__ = ["declared", "value", "refuse_unrun", "defaults_only", "strings", "b001", "release_of"]
 
@@ -100,7 +100,7 @@ def release_of(compat: Any) -> tuple[int, ...] | None:
     reading a run follows (None: the newest); a ValueError for a choice a run cannot follow."""
     if compat is None:
         return None
-    from ..core_dialect import Compat
+    from ..stage_dialect import Compat
 
     parsed = compat if isinstance(compat, Compat) else Compat.parse(str(compat))
     if parsed.tool != "llmcompressor" or tuple(parsed.version) < (0, 5):

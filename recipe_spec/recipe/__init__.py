@@ -8,6 +8,6 @@ it holds; the findings rules yield about them; writing a recipe back as YAML.
 - :mod:`.serialize`: back to YAML.
 """
 
-from .model import Group, Modifier, Recipe, Stage
+from .model import DialectName, Group, Modifier, Recipe, Stage
 
-__all__ = ["Modifier", "Group", "Stage", "Recipe"]
+__all__ = ["Modifier", "Group", "Stage", "Recipe", "DialectName"]

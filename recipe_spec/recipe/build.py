@@ -67,7 +67,7 @@ def _contains_tagged(value: Any) -> Tagged | None:
 
 class Builder:
     """Builds a :class:`Recipe` of the ``!Modifier`` dialect from a read document, gathering every
-    diagnostic (the stage/group dialect's reader, :mod:`recipe_spec.core_dialect.reader`, uses
+    diagnostic (the stage/group dialect's reader, :mod:`recipe_spec.stage_dialect.reader`, uses
     its spans, scopes and diagnostics too)."""
 
     def __init__(self, source: Source, document: Document):

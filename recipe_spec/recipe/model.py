@@ -10,6 +10,7 @@ types, arguments as written, variables and metadata, wherever they came from.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -22,9 +23,47 @@ if TYPE_CHECKING:
     from ..text.nodes import Document
     from ..text.source import Source
 
-__all__ = ["Modifier", "Group", "Stage", "Recipe"]
+__all__ = ["Modifier", "Group", "Stage", "Recipe", "DialectName"]
 
 Path = tuple[Any, ...]
+
+#: Former names of a dialect, still equal to it (with a DeprecationWarning).
+_FORMER_NAMES = {"stage": "core"}
+
+
+class DialectName(str):
+    """The name of a recipe's dialect: ``"modifier"`` or ``"stage"``.
+
+    A plain string, except that the stage/group dialect's former name ``"core"`` still compares
+    equal to ``"stage"``, with a :class:`DeprecationWarning`, so that code written against
+    earlier releases keeps working while it moves to the one name.
+
+    >>> import warnings
+    >>> name = DialectName("stage")
+    >>> name == "stage", name == "modifier", str(name)
+    (True, False, 'stage')
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore", DeprecationWarning)
+    ...     name == "core"
+    True
+    """
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str) and _FORMER_NAMES.get(str(self)) == str(other):
+            warnings.warn(f"the dialect {str(other)!r} is now called {str(self)!r}; compare with {str(self)!r}",
+                          DeprecationWarning, stacklevel=2)
+            return True
+        return str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
+
+
+_FORMER_NAMES_TO_NOW = {former: now for now, former in _FORMER_NAMES.items()}
 
 
 @dataclass(frozen=True, eq=False)
@@ -140,8 +179,10 @@ class Recipe:
     - ``version`` and ``metadata`` (the ``version`` and ``__metadata__`` keys);
     - ``warnings``: diagnostics of warning or info severity found while loading;
     - ``dialect``: ``"modifier"`` for SparseML's training-time ``!Modifier`` lists,
-      ``"core"`` for the stage/group recipes of SparseML 1.6+ and llm-compressor
-      (``ModifierName: {args}`` mappings; see docs/core-dialect.md).
+      ``"stage"`` for the stage/group recipes of SparseML 1.6+ and llm-compressor
+      (``ModifierName: {args}`` mappings; see docs/stage-dialect.md). A
+      :class:`DialectName`: the former name ``"core"`` still compares equal to ``"stage"``,
+      with a :class:`DeprecationWarning`.
     """
 
     stages: tuple[Stage, ...]
@@ -155,6 +196,10 @@ class Recipe:
     document: Document | None = field(default=None, repr=False)
     warnings: tuple[Diagnostic, ...] = ()
     dialect: str = "modifier"
+
+    def __post_init__(self) -> None:
+        name = _FORMER_NAMES_TO_NOW.get(str(self.dialect), str(self.dialect))
+        object.__setattr__(self, "dialect", DialectName(name))
 
     @cached_property
     def modifiers(self) -> tuple[Modifier, ...]:

@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..checks.support import backend_findings, modifier_findings
-from ..core_dialect.to_modifiers import runnable, twin_recipe
-from ..core_dialect.validate import refuse_to_run
 from ..diagnostics.base import Diagnostic, RecipeError, Severity
 from ..lint import lint_recipe
 from ..modifiers import emits_of
@@ -22,6 +20,8 @@ from ..params.records import ParamRecord
 from ..recipe.findings import positioned
 from ..recipe.model import Recipe
 from ..registry import get_backend, installed_backends
+from ..stage_dialect.to_modifiers import runnable, twin_recipe
+from ..stage_dialect.validate import refuse_to_run
 from ..validation import apply_noqa, validate_recipe
 
 __all__ = [
@@ -55,7 +55,7 @@ def refuse_invalid(recipe: Recipe, compat: str | None = None, quiet: frozenset[s
     do otherwise than this run does)."""
     if compat in _VALID.get(recipe, ()):
         return
-    found = list(recipe.warnings) + validate_recipe(recipe, compat=compat if recipe.dialect == "core" else None)
+    found = list(recipe.warnings) + validate_recipe(recipe, compat=compat if recipe.dialect == "stage" else None)
     text = recipe.source.text if recipe.source is not None else ""
     diagnostics = apply_noqa(found, text) if text else found
     errors = [d for d in diagnostics if d.severity is Severity.ERROR]
@@ -91,13 +91,13 @@ def check_recipe_fits(recipe: Recipe, records: Sequence[ParamRecord], framework:
 
 def check_backend_runs(recipe: Recipe, backend: str, capabilities: frozenset[str], runtime: Any) -> None:
     """Refuse, before training, a recipe the backend cannot run as written: an unknown modifier
-    (M001) or a one-shot one of the core dialect (S007), a modifier (or an argument) that
+    (M001) or a one-shot one of the stage/group dialect (S007), a modifier (or an argument) that
     needs a capability the backend lacks (B001), each a located error; a stage/group recipe
     that reaches here could not be written as its ``!Modifier`` twins (B001 per modifier
-    refused, :mod:`recipe_spec.core_dialect.to_modifiers`); an event
+    refused, :mod:`recipe_spec.stage_dialect.to_modifiers`); an event
     target with no handler on ``runtime`` (``_on_<target>``) is a backend defect, never
     dropped silently."""
-    if recipe.dialect == "core":  # RecipeRuntime runs a runnable one as its twins already
+    if recipe.dialect == "stage":  # RecipeRuntime runs a runnable one as its twins already
         refused = refuse_to_run(recipe, backend)
         if refused:
             raise RecipeError(refused)
@@ -118,7 +118,7 @@ def check_backend_runs(recipe: Recipe, backend: str, capabilities: frozenset[str
 
 def runnable_recipe(recipe: Recipe, framework: str) -> Recipe:
     """The recipe a runtime runs: a stage/group recipe's ``!Modifier`` twins where it has them
-    (:func:`recipe_spec.core_dialect.to_modifiers.runnable`), else ``recipe`` itself."""
+    (:func:`recipe_spec.stage_dialect.to_modifiers.runnable`), else ``recipe`` itself."""
     return runnable(recipe, framework)
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...core_dialect.catalogue_quant import smallest_grid
 from ...diagnostics.base import Diagnostic
 from ...recipe.model import Modifier, Recipe
+from ...stage_dialect.catalogue_quant import smallest_grid
 from ..algorithm import Algorithm, OneShotModifier, register
 from ..rtn import ROUND_TO_NEAREST, read_quantizer
 from ..settings import b001, refuse_unrun, strings, value
