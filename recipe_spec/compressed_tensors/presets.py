@@ -6,6 +6,8 @@ nothing). Names are matched case-insensitively.
 
 >>> PRESETS["W4A16"].scheme["weights"]["group_size"], PRESETS["NVFP4"].runs, PRESETS["MXFP4"].ct
 (128, False, '>=0.13')
+>>> PRESETS["W4A16"].group_size, PRESETS["W8A8"].group_size, PRESETS["NVFP4"].group_size
+(128, None, 16)
 """
 
 from __future__ import annotations
@@ -21,15 +23,27 @@ __all__ = ["Preset", "PRESETS", "PRESET_RANGES", "PRESET_SCHEMES", "UNSUPPORTED_
 class Preset:
     """One preset: ``ct``, the compressed-tensors releases that have it (a range, ``""``: every
     one); ``scheme``, its ``QuantizationScheme`` fields without ``targets`` (None where
-    recipe-spec does not run its grid)."""
+    recipe-spec does not run its grid); ``weight_group``, for such a preset, the number of
+    weight columns that share a scale (compressed-tensors 0.19 ``quant_scheme.py``: NVFP4's
+    ``tensor_group`` of 16, the MX presets' ``group`` of 32), which lint checks against
+    ``in_features``."""
 
     ct: str
     scheme: Mapping[str, Any] | None = None
+    weight_group: int | None = None
 
     @property
     def runs(self) -> bool:
         """Whether recipe-spec quantizes on its grid."""
         return self.scheme is not None
+
+    @property
+    def group_size(self) -> int | None:
+        """The weights' group size (None: no groups)."""
+        if self.scheme is not None:
+            weights = self.scheme.get("weights") or {}
+            return weights.get("group_size") if weights.get("strategy") == "group" else None
+        return self.weight_group
 
 
 def _int_wnam(weight_bits: int, act_bits: int = 16) -> dict[str, Any]:
@@ -65,17 +79,17 @@ PRESETS: dict[str, Preset] = {
     "INT8": Preset(">=0.7", _W8A8),
     "W4A16_ASYM": Preset(">=0.10", {"weights": {"num_bits": 4, "type": "int", "strategy": "group",
                                                 "group_size": 128, "symmetric": False, "dynamic": False}}),
-    "NVFP4A16": Preset(">=0.10"),
-    "NVFP4": Preset(">=0.10"),
+    "NVFP4A16": Preset(">=0.10", weight_group=16),
+    "NVFP4": Preset(">=0.10", weight_group=16),
     "FP8_BLOCK": Preset(">=0.11"),
-    "MXFP4A16": Preset(">=0.13"),
-    "MXFP4": Preset(">=0.13"),
+    "MXFP4A16": Preset(">=0.13", weight_group=32),
+    "MXFP4": Preset(">=0.13", weight_group=32),
     "W4AFP8": Preset(">=0.14", {
         "weights": _int_wnam(4)["weights"],
         "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "symmetric": True,
                               "dynamic": True, "observer": None}}),
-    "MXFP8A16": Preset(">=0.15"),
-    "MXFP8": Preset(">=0.15"),
+    "MXFP8A16": Preset(">=0.15", weight_group=32),
+    "MXFP8": Preset(">=0.15", weight_group=32),
     **{name: Preset(">=0.18", _int_wnam(int(name[1]), int(name[3:]))) for name in _W2_W7},
 }
 

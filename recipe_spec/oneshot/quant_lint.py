@@ -5,8 +5,8 @@ RECIPE --model DIR``): no weight is read, no quantization runs.
   ``resolve_quantization_config`` does: ``scheme: W4A16`` (a preset, on the modifier's
   ``targets``, default ``[Linear]``), ``scheme: {W4A16: [targets]}``, or ``config_groups``
   (each group's ``targets`` and ``weights``); ``ignore`` is the modifier's. Group sizes come
-  from :mod:`recipe_spec.quantization.args` (``QuantArgs.from_config``, ``preset_weights``),
-  and for the FP4/MX presets from :data:`TENSOR_GROUP_PRESETS`.
+  from the preset table (:attr:`recipe_spec.compressed_tensors.presets.Preset.group_size`,
+  FP4/MX presets included) and, for ``config_groups``, ``QuantArgs.from_config``.
 - :func:`quant_findings`: **P012** for every group whose ``group_size`` does not divide a
   target's ``in_features``. llm-compressor 0.14 refuses such a layer after loading the model
   when ``in_features`` is larger (``group_size_validation.py``: a ValueError naming it), and
@@ -30,22 +30,20 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..compressed_tensors.presets import PRESETS
 from ..diagnostics import codes
 from ..diagnostics.base import Diagnostic
-from ..quantization.args import PRESET_WEIGHTS, QuantArgs
+from ..quantization.args import QuantArgs
 from ..recipe.model import Modifier, Recipe
 from ..text.frozen import thaw
 from .gptq import GPTQ_ALGORITHM
 from .host import ModuleInfo
 from .modifiers import OneShotModifier, select_modules
 
-__all__ = ["WeightGroup", "TENSOR_GROUP_PRESETS", "weight_groups", "quant_findings", "mapping_findings",
+__all__ = ["WeightGroup", "weight_groups", "quant_findings", "mapping_findings",
            "gptq_modifiers"]
 
 QUANTIZERS = ("GPTQModifier", "QuantizationModifier")
-#: Presets whose weights are quantized per group outside :data:`PRESET_WEIGHTS`
-#: (compressed-tensors 0.19 ``quant_scheme.py``: NVFP4 ``tensor_group`` of 16, MX ``group`` of 32).
-TENSOR_GROUP_PRESETS = {"NVFP4A16": 16, "NVFP4": 16, "MXFP4A16": 32, "MXFP4": 32, "MXFP8A16": 32, "MXFP8": 32}
 
 
 @dataclass(frozen=True)
@@ -67,10 +65,8 @@ def _strings(value: Any, default: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _preset_group(name: str) -> int | None:
-    upper = name.upper()
-    if upper in PRESET_WEIGHTS:
-        return PRESET_WEIGHTS[upper].group_size
-    return TENSOR_GROUP_PRESETS.get(upper)
+    preset = PRESETS.get(name.upper())
+    return preset.group_size if preset is not None else None
 
 
 def _config_group(weights: Any) -> int | None:
