@@ -156,15 +156,24 @@ def finish(model: torch.nn.Module) -> None:
 
 
 def save(model: torch.nn.Module, output_dir: str, save: Any = None, quantization_format: str | None = None,
-         compress: bool = True) -> bool:
+         compress: bool = True, max_shard_size: int | str | None = None) -> bool:
     """Save a quantized Hugging Face model compressed (see the module docstring); False (and
     nothing written) when no module is quantized. ``save``: the function that writes the
     model into ``output_dir`` (default ``model.save_pretrained``); ``quantization_format``:
     compressed-tensors' format instead of the one it infers; ``compress=False``: the weights
     are written as they are, in the ``dense`` format (llm-compressor's
-    ``save_compressed=False``)."""
+    ``save_compressed=False``). ``max_shard_size``: the shards of a streamed model
+    (:mod:`.shards`; ``save`` writes any other)."""
     if not quantized(model):
         return False
+    from .streaming import store_of
+
+    store = store_of(model)
+    if store is not None:  # one block at a time (:mod:`.shards`)
+        from .shards import save_streamed
+
+        save_streamed(model, store, output_dir, True, quantization_format, compress, max_shard_size)
+        return True
     from compressed_tensors import ModelCompressor
 
     finish(model)

@@ -93,6 +93,7 @@ class LinearExperts(torch.nn.ModuleList):
                           for _ in range(experts)])
         self.act_fn = act
         self.num_experts = experts
+        self.is_transposed = transposed  # the fused layout, for a checkpoint read later (.streaming)
         self.calibrate_all = calibrate_all
         with torch.no_grad():
             for index in range(experts):  # act_fn is a child too: not an expert

@@ -28,9 +28,10 @@ from recipe_spec.atomic import replacing, write_text
 from recipe_spec.oneshot.host import CallRecorder, ModuleInfo, Observer, StopForward, feed_until
 from recipe_spec.oneshot.matching import matches
 
-from .experts import linearize, restore
+from .experts import LinearExperts, linearize, restore
 from .masks import TORCH_OPS
 from .oneshot_state import ModelState, refuse_meta
+from .streaming import store_of
 
 __all__ = ["TorchCalibrationHost"]
 
@@ -60,7 +61,9 @@ class TorchCalibrationHost(ModelState):
     calibrate_all_experts = True
 
     def __init__(self, model: torch.nn.Module):
-        refuse_meta(model)
+        self._store = store_of(model)
+        if self._store is None:
+            refuse_meta(model)
         self.model = model
         self._fused: list[tuple[str, torch.nn.Module]] = []
         self._named = dict(model.named_modules())
@@ -69,7 +72,7 @@ class TorchCalibrationHost(ModelState):
         self._quantizing = False
         self._attention: Any = None
         self._wrap: tuple[str, Any] | None = None
-        self.device = next((p.device for p in model.parameters()), torch.device("cpu"))
+        self.device = next((p.device for p in model.parameters() if not p.is_meta), torch.device("cpu"))
         try:
             params = inspect.signature(model.forward).parameters
             self._use_cache = "use_cache" in params or any(
@@ -93,6 +96,9 @@ class TorchCalibrationHost(ModelState):
         self._no_grad.__enter__()
         # fused experts become one Linear per expert and projection, as llm-compressor runs them
         # (a failed run puts the fused modules back in __exit__; a finished one keeps the Linears)
+        for module in self.model.modules():  # a streamed checkpoint's experts, split when it was read
+            if isinstance(module, LinearExperts):
+                module.calibrate_all = self.calibrate_all_experts
         try:
             self._fused = linearize(self.model, self.calibrate_all_experts)
         except BaseException:
@@ -298,6 +304,7 @@ class TorchCalibrationHost(ModelState):
                 h.remove()
 
     def run_module(self, name: str, calls: Sequence[Any]) -> list[torch.Tensor]:
+        self._ensure(name)
         module = self._named[name]
         out = []
         for args, kwargs in calls:
@@ -314,21 +321,34 @@ class TorchCalibrationHost(ModelState):
         self._wrap = (recipe_text, processor)
 
     # -- weights and saving --------------------------------------------------------------------
+    @property
+    def streamed(self) -> bool:
+        """Whether the model's blocks come one at a time from its checkpoint (:mod:`.streaming`)."""
+        return self._store is not None
+
+    def _ensure(self, name: str, dirty: bool = False) -> None:
+        if self._store is not None:
+            self._store.ensure(name, dirty)
+
     def weight(self, name: str) -> torch.Tensor:
+        self._ensure(name)
         w = self._named[name].weight.detach()
         with self.ops.serial(w):  # a copy: the same bits on one thread, and no wait on a busy core
             return w.float().clone()
 
     def set_weight(self, name: str, value: torch.Tensor) -> None:
+        self._ensure(name, dirty=True)
         self.own_weight(self._named[name])
         w = self._named[name].weight
         w.data.copy_(value.reshape(w.shape).to(w.dtype))
 
     def bias(self, name: str) -> torch.Tensor | None:
+        self._ensure(name)
         b = getattr(self._named[name], "bias", None)
         return b.detach().float().clone() if isinstance(b, torch.Tensor) else None
 
     def set_bias(self, name: str, value: torch.Tensor) -> None:
+        self._ensure(name, dirty=True)
         b = self._named[name].bias
         b.data.copy_(value.reshape(b.shape).to(b.dtype))
 
@@ -343,6 +363,7 @@ class TorchCalibrationHost(ModelState):
     def set_quantized(self, name: str, weight: torch.Tensor | None, qparams: Mapping[str, Any]) -> None:
         from .compressed import record
 
+        self._ensure(name, dirty=True)
         record(self._named[name], name, weight, qparams)  # untied when its scheme was attached
 
     def save_problem(self, quantized: bool) -> str | None:

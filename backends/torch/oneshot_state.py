@@ -73,6 +73,9 @@ class ModelState:
     _named: dict[str, torch.nn.Module]
     _tied_ids: set[int] | None = None
 
+    def _ensure(self, name: str, dirty: bool = False) -> None:
+        """Make module ``name`` resident (a streamed model's block); nothing otherwise."""
+
     # -- before --------------------------------------------------------------------------------
     def describe(self, value: Any) -> ArrayFacts | None:
         if value is None or isinstance(value, (str, bytes, dict)):
@@ -105,6 +108,11 @@ class ModelState:
         return vocab, int(positions) if isinstance(positions, int) and positions > 0 else None
 
     def non_finite(self) -> list[str]:
+        from .streaming import store_of
+
+        store = store_of(self.model)
+        if store is not None:  # the blocks read from the checkpoint, one tensor at a time
+            return store.non_finite()
         return [n for n, p in self.model.named_parameters()
                 if p.is_floating_point() and not bool(torch.isfinite(p.detach()).all())]
 
@@ -145,10 +153,12 @@ class ModelState:
 
     # -- undo ----------------------------------------------------------------------------------
     def keep(self, name: str) -> dict[str, torch.Tensor]:
+        self._ensure(name)
         module = self._named[name]
         return {k: p.detach().to("cpu", copy=True) for k, p in module._parameters.items() if p is not None}
 
     def put_back(self, name: str, kept: dict[str, torch.Tensor]) -> None:
+        self._ensure(name, dirty=True)
         module = self._named[name]
         for key, value in kept.items():
             param = module._parameters.get(key)

@@ -4,7 +4,9 @@ llm-compressor 0.14's ``initialize_model_from_path`` / ``initialize_processor_fr
 ``AutoModelForCausalLM.from_pretrained(folder, config=..., dtype=parse_dtype(precision))``
 (``"auto"``: the checkpoint's own dtype), and ``AutoProcessor.from_pretrained`` for the
 tokenizer. Nothing is downloaded (``local_files_only``): a hub id loads only when it is in the
-local cache. A compressed-tensors checkpoint is decompressed, as there.
+local cache. A compressed-tensors checkpoint is decompressed, as there. A local folder of
+safetensors shards is streamed block by block (:mod:`.streaming`), so the run holds one block's
+weights at a time.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ def _one_line(exc: BaseException) -> str:
 
 
 def load_model(path: str, precision: str = "auto", config_name: str | None = None,
-               trust_remote_code: bool = False) -> Any:
+               trust_remote_code: bool = False, stream: bool = True) -> Any:
     """The causal-LM model of ``path`` (see the module docstring). ValueError, one line, when
-    transformers cannot load it."""
+    transformers cannot load it. ``stream``: a local folder of safetensors shards is built
+    without its blocks' weights, which come one block at a time as the run needs them
+    (:mod:`.streaming`); False, or a folder that cannot be streamed: loaded whole."""
     import transformers
 
     import torch
@@ -42,6 +46,12 @@ def load_model(path: str, precision: str = "auto", config_name: str | None = Non
                                                          local_files_only=True)
         kwargs: dict[str, Any] = {"config": config, "dtype": dtype, "trust_remote_code": trust_remote_code,
                                   "local_files_only": True}
+        if stream and os.path.isdir(path):
+            from .streaming import streamed_model
+
+            streamed = streamed_model(path, config, dtype, trust_remote_code)
+            if streamed is not None:
+                return streamed
         if isinstance(getattr(config, "quantization_config", None), dict) and \
                 config.quantization_config.get("quant_method") == "compressed-tensors":
             kwargs["quantization_config"] = transformers.utils.quantization_config.CompressedTensorsConfig(

@@ -50,7 +50,7 @@ def install(model: torch.nn.Module, recipe_text: str, processor: Any = None) -> 
         if quantized(target):
             os.makedirs(folder, exist_ok=True)
             save(target, folder, save=lambda out: original(out, **kwargs), quantization_format=quantization_format,
-                 compress=save_compressed)
+                 compress=save_compressed, max_shard_size=kwargs["max_shard_size"])
         elif quantization_format is not None:
             raise ValueError(f"quantization_format={quantization_format!r}: this model is not quantized (nothing to "
                              "save in a quantization format); leave quantization_format out")

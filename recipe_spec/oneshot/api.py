@@ -352,7 +352,8 @@ def apply_oneshot(
         if calibration is not None and calibration.batches and pipeline != "datafree":
             check_chain(host, sequential_targets, calibration.batches[0])
         # what can only fail while the model changes is undone (:mod:`.journal`)
-        work = journalled(host, restore_on_error)
+        # (a model streamed from its checkpoint has nothing of the caller's to put back)
+        work = journalled(host, restore_on_error and not getattr(host, "streamed", False))
         try:
             if quantizers:
                 _attach(recipe, work, quantizers, backend.name, output_dir)
