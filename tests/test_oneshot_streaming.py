@@ -17,12 +17,12 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("compressed_tensors")
 pytest.importorskip("accelerate")
+from recipe_spec_torch.pretrained import load_model  # noqa: E402
+from recipe_spec_torch.streaming import store_of  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 import recipe_spec  # noqa: E402
-from recipe_spec_torch.pretrained import load_model  # noqa: E402
-from recipe_spec_torch.streaming import store_of  # noqa: E402
 
 IGNORE = "      targets: [Linear]\n      ignore: [lm_head, 're:.*mlp.gate$']\n"
 RECIPES = {

@@ -181,12 +181,27 @@ def save(model: torch.nn.Module, output_dir: str, save: Any = None, quantization
         quantization_format = "dense"
     compressor = ModelCompressor.from_pretrained_model(model, quantization_format=quantization_format)
     if compress:
-        compressor.compress_model(model, skip_compressed=True)
+        with _this_process_only():
+            compressor.compress_model(model, skip_compressed=True)
     if save is None:
         save = original_save(model)
     save(output_dir)
     compressor.update_config(output_dir)
     return True
+
+
+@contextlib.contextmanager
+def _this_process_only() -> Iterator[None]:
+    """compressed-tensors compresses in this process alone, even under ``torch.distributed``
+    (where it would share the modules out with processes that are not saving)."""
+    from compressed_tensors.compressors.model_compressors import model_compressor
+
+    real = model_compressor.is_distributed
+    model_compressor.is_distributed = lambda: False
+    try:
+        yield
+    finally:
+        model_compressor.is_distributed = real
 
 
 def installed(model: torch.nn.Module) -> bool:

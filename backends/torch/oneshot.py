@@ -320,6 +320,18 @@ class TorchCalibrationHost(ModelState):
         beside it), as llm-compressor's wrapped ``save_pretrained`` (:mod:`.saving`)."""
         self._wrap = (recipe_text, processor)
 
+    # -- several processes (:mod:`.distributed`) ---------------------------------------------
+    def collective(self) -> Any:
+        from .distributed import collective
+
+        return collective()
+
+    def share(self, name: str, src: int) -> None:
+        from .distributed import share_module
+
+        self._ensure(name, dirty=True)
+        share_module(self._named[name], src)
+
     # -- weights and saving --------------------------------------------------------------------
     @property
     def streamed(self) -> bool:

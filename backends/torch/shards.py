@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from .streaming import BlockStore, own_tensors
+from .streaming import BlockStore, own_tensors, trim_memory
 
 __all__ = ["save_streamed", "join"]
 
@@ -56,6 +56,7 @@ def save_streamed(model: torch.nn.Module, store: BlockStore, output_dir: str, qu
             save_file({f"{block}.{k}": v.contiguous() for k, v in state.items()}, files[-1],
                       metadata={"format": "pt"})
             del state
+            trim_memory()
         store.release()
         for old in os.listdir(output_dir):  # a previous save's shards
             if old.startswith("model") and (old.endswith(".safetensors") or old.endswith(".safetensors.index.json")):

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["BlockStore", "Checkpoint", "streamed_model", "store_of", "own_tensors", "STORE"]
+__all__ = ["BlockStore", "Checkpoint", "streamed_model", "store_of", "own_tensors", "trim_memory", "STORE"]
 
 #: The model attribute holding its :class:`BlockStore`.
 STORE = "_recipe_spec_blocks"
@@ -154,6 +154,7 @@ class BlockStore:
         for _, owner, key, t in list(own_tensors(module, block)):
             _put(owner, key, torch.empty_like(t, device="meta"))
         self.resident, self.dirty = None, False
+        trim_memory()
 
     def _file(self, block: str) -> str:
         return os.path.join(self._scratch, block.replace("/", "_") + ".safetensors")
@@ -191,11 +192,12 @@ class BlockStore:
         bad = [n.lstrip(".") for n, _, _, t in own_tensors(self.model, "")
                if self.block_of(n.lstrip(".")) is None and not t.is_meta and t.is_floating_point()
                and not bool(torch.isfinite(t.detach()).all())]
-        by_file: dict[str, list[str]] = {}
+        by_block: dict[tuple[str, str], list[str]] = {}
         for name, file in self.checkpoint.files.items():
-            if self.block_of(name) is not None:
-                by_file.setdefault(file, []).append(name)
-        for file, names in by_file.items():
+            block = self.block_of(name)
+            if block is not None:
+                by_block.setdefault((block, file), []).append(name)
+        for (_, file), names in by_block.items():  # a file opened per block: its pages read stay mapped while open
             with safe_open(file, framework="pt") as f:
                 for name in names:
                     t = f.get_tensor(name)
@@ -208,6 +210,39 @@ class BlockStore:
         for h in self._hooks:
             h.remove()
         self._finalizer()
+
+
+def _libc() -> Any:
+    """glibc through ctypes, False elsewhere."""
+    global _LIBC
+    if _LIBC is None:
+        import ctypes
+        import ctypes.util
+
+        try:
+            _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _LIBC.malloc_trim  # noqa: B018 (glibc only)
+        except (OSError, AttributeError):
+            _LIBC = False
+    return _LIBC
+
+
+def trim_memory() -> None:
+    """Give the memory freed by a block back to the system (glibc keeps freed heap pages
+    otherwise, and the resident set grows block after block); nothing elsewhere."""
+    if _libc():
+        _libc().malloc_trim(0)
+
+
+def _bounded_heap() -> None:
+    """glibc's threshold above which an allocation gets pages of its own, fixed at 64 KiB
+    (``M_MMAP_THRESHOLD``): a block's tensors then go back to the system when freed, instead
+    of the threshold rising with each freed tensor and the heap growing in pieces."""
+    if _libc():
+        _libc().mallopt(-3, 65536)
+
+
+_LIBC: Any = None
 
 
 def _sliced(linear: Any, name: str, checkpoint: Checkpoint) -> dict[str, torch.Tensor]:
@@ -301,6 +336,7 @@ def streamed_model(path: str, config: Any, dtype: Any, trust_remote_code: bool =
     if missing:
         return None
     model.eval()
+    _bounded_heap()
     store = BlockStore(model, checkpoint, blocks, dtype)
     setattr(model, STORE, store)
     ref = weakref.ref(model)

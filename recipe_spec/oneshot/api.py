@@ -360,11 +360,14 @@ def apply_oneshot(
             report = run_pipeline(work, mods, calibration, pipeline=pipeline,
                                   sequential_targets=sequential_targets, offload=offload,
                                   progress=progress)
-            if output_dir is not None:
+            collective = getattr(host, "collective", lambda: None)()
+            if output_dir is not None and (collective is None or collective.rank == 0):  # one writer
                 text = recipe.source.yaml_text if recipe.source is not None else recipe.to_yaml()
                 with writing(output_dir, overwrite_output_dir) as folder:
                     work.save(folder, text)
                     _save_processor(processor, folder)
+            if collective is not None:
+                collective.barrier()
             # ``model.save_pretrained`` writes the same folder from now on (a host that has it)
             getattr(host, "wrap_save", lambda *_: None)(
                 recipe.source.yaml_text if recipe.source else recipe.to_yaml(), processor)

@@ -61,6 +61,10 @@ class Journal:
         self._keep(name)
         self._host.set_quantized(name, weight, qparams)
 
+    def share(self, name: str, src: int) -> None:
+        self._keep(name)
+        self._host.share(name, src)
+
     def save(self, output_dir: str, recipe_text: str) -> Any:
         # saving may change every quantized module (compressed-tensors packs them)
         for name in getattr(self._host, "quantized_now", lambda: [])():

@@ -31,6 +31,7 @@ from typing import Any
 
 from .calibration import Calibration
 from .compress import LayerReport, compress_module, new_statistics
+from .distributed import Collective, assign, combine, refuse_unshared, share_out
 from .host import CalibrationHost, ModuleInfo, inside, outermost
 from .modifiers import OneShotModifier, matches, select_modules
 from .owl.profile import layer_sparsities
@@ -74,6 +75,9 @@ def run_pipeline(host: CalibrationHost, mods: Sequence[OneShotModifier], calibra
         raise ValueError(f"pipeline {pipeline!r} is not one of {', '.join(PIPELINES)}")
     report = OneShotReport(order=calibration.order if calibration is not None else None)
     modules = list(host.modules())
+    collective = _collective(host)
+    if collective is not None:
+        refuse_unshared(mods, _sample_stats(host, modules, mods))
     mods = _with_levels(host, modules, mods, calibration, sequential_targets)
     if pipeline == "independent":
         for mod in mods:
@@ -84,6 +88,26 @@ def run_pipeline(host: CalibrationHost, mods: Sequence[OneShotModifier], calibra
         _run(host, modules, list(mods), calibration, pipeline, sequential_targets, offload, report,
              progress)
     return report
+
+
+def _collective(host: CalibrationHost) -> Collective | None:
+    """The processes of a run over several (:mod:`.distributed`), None for one."""
+    get = getattr(host, "collective", None)
+    return get() if callable(get) else None
+
+
+def _sample_stats(host: CalibrationHost, modules: list[ModuleInfo], mods: Sequence[OneShotModifier]
+                  ) -> dict[int, Any]:
+    """One statistic per modifier that gathers one (on its first target), to tell its kind."""
+    infos = {i.name: i for i in modules}
+    out: dict[int, Any] = {}
+    for i, mod in enumerate(mods):
+        names = select_modules(modules, mod) if mod.needs_data else []
+        if names:
+            first = infos[names[0]]
+            out[i] = new_statistics(host.ops, mod, int(first.weight_shape[-1]), host.weight(names[0]),
+                                    first.classes, first.name)
+    return out
 
 
 def _with_levels(host: CalibrationHost, modules: list[ModuleInfo], mods: Sequence[OneShotModifier],
@@ -139,19 +163,24 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
         return
     if calibration is None or not calibration.batches:
         raise ValueError(f"{data[0].type} ({data[0].where}) needs calibration data: pass dataset=")
+    collective = _collective(host)
+    batches = calibration.batches if collective is None else share_out(calibration.batches, collective.rank,
+                                                                        collective.world)
     blocks = outermost(host.repeated_blocks(sequential_targets))
     outside = [n for names in targets for n in names if not any(inside(n, b) for b in blocks)]
     total = len(blocks) + (1 if outside else 0)
     _tell(progress, label, 0, total)
     done: set[str] = set()
     if blocks:
-        inputs = host.capture(blocks[0], calibration.batches, offload)
+        inputs = host.capture(blocks[0], batches, offload)
         for k, block in enumerate(blocks):
             part = [[n for n in names if inside(n, block)] for names in targets]
             stats = _observe(host, mods, part, infos)
             if stats:
                 host.run_block(block, inputs, _observers(stats), propagate=False)
-            _compress(host, mods, part, stats, report, infos)
+                if collective is not None:
+                    combine(stats, collective)
+            _compress(host, mods, part, stats, report, infos, collective)
             done.update(n for names in part for n in names)
             del stats
             if k + 1 < len(blocks):
@@ -162,8 +191,10 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
     if any(rest):
         stats = _observe(host, mods, rest, infos)
         if stats:
-            host.run_model(calibration.batches, _observers(stats))
-        _compress(host, mods, rest, stats, report, infos)
+            host.run_model(batches, _observers(stats))
+            if collective is not None:
+                combine(stats, collective)
+        _compress(host, mods, rest, stats, report, infos, collective)
         _tell(progress, ", ".join(dict.fromkeys(n for names in rest for n in names)), total, total)
 
 
@@ -199,10 +230,25 @@ def _observers(stats: dict[tuple[int, str], Any]) -> dict[str, Any]:
 
 
 def _compress(host: CalibrationHost, mods: list[OneShotModifier], part: list[list[str]],
-              stats: dict[tuple[int, str], Any], report: OneShotReport, infos: dict[str, ModuleInfo]) -> None:
+              stats: dict[tuple[int, str], Any], report: OneShotReport, infos: dict[str, ModuleInfo],
+              collective: Collective | None = None) -> None:
     """Each modifier in recipe order compresses its modules of ``part`` in module order,
-    freeing each statistic once used."""
+    freeing each statistic once used. Over several processes, each module on the one
+    :func:`~.distributed.assign` gives it, its results then shared with the others (the
+    host's ``share``) before the next modifier reads them."""
     for i, (mod, names) in enumerate(zip(mods, part, strict=True)):
+        if collective is None or not names:
+            for name in names:
+                report.layers.append(compress_module(host, mod, name, stats.pop((i, name), None),
+                                                     infos[name].classes))
+            continue
+        owner = assign(names, [int(infos[n].weight_shape[-1]) for n in names], collective.world)
+        mine: dict[str, LayerReport] = {}
         for name in names:
-            report.layers.append(compress_module(host, mod, name, stats.pop((i, name), None),
-                                                 infos[name].classes))
+            accumulated = stats.pop((i, name), None)
+            if owner[name] == collective.rank:
+                mine[name] = compress_module(host, mod, name, accumulated, infos[name].classes)
+        for name in names:
+            host.share(name, owner[name])  # type: ignore[attr-defined]
+        everyone = collective.gather(mine)
+        report.layers += [everyone[owner[name]][name] for name in names]

@@ -26,6 +26,7 @@ A convolution's caller passes its unfolded patches, ``[b, patches, in_channels·
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from ...masks.ops import Array
 from ...pruning.second_order.ops import SolverOps
@@ -60,6 +61,20 @@ class _RunningStats:
         flat = ops.permute_view(ops.reshape(x, (-1, self.columns)), (1, 0))
         return ops.cast(flat, self._value), added
 
+    #: Whether the value is a mean over the sequences so far (else their sum).
+    _mean = True
+
+    def combine(self, sum_all: Any, sum_int: Any) -> None:
+        """Make this the statistic of every process's inputs (:mod:`..distributed`):
+        ``sum_all`` sums an array over the processes, ``sum_int`` an int. A mean is weighted
+        by each process's sequence count."""
+        total = int(sum_int(self.samples))
+        if total == 0:
+            return
+        value = self._value * (self.samples / total) if self._mean else self._value
+        self._value = sum_all(value)
+        self.samples = total
+
     def _decay(self, added: int) -> float:
         """The factor the mean so far is scaled by, after which ``samples`` counts ``added``."""
         factor = self.samples / (self.samples + added)
@@ -93,6 +108,8 @@ class GPTQHessianStats(_RunningStats):
     """GPTQ's Hessian ``H = (2/n)·Σ XᵀX`` of one layer's inputs, as llm-compressor's
     ``GPTQModifier`` accumulates it: a float32 sum of ``(sqrt(2)·Xᵀ)(sqrt(2)·Xᵀ)ᵀ``, divided by
     the sequence count when read (``prepare_batch``)."""
+
+    _mean = False
 
     def __init__(self, ops: SolverOps, columns: int, like: Array) -> None:
         super().__init__(ops, columns, (int(columns), int(columns)), like)

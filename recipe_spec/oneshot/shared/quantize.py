@@ -82,6 +82,20 @@ class QuantStats:
         self.samples += int(sequences or 1)
 
     @property
+    def combinable(self) -> bool:
+        """Whether :meth:`combine` can join several processes' statistics (not yet with a
+        static input observer, whose running ranges are not combined)."""
+        return self.inputs is None
+
+    def combine(self, sum_all: Any, sum_int: Any) -> None:
+        """The statistic of every process's inputs (:mod:`..distributed`)."""
+        if not self.combinable:
+            raise ValueError("static input ranges are not combined over processes")
+        if self.hessian_stats is not None:
+            self.hessian_stats.combine(sum_all, sum_int)
+        self.samples = int(sum_int(self.samples))
+
+    @property
     def hessian(self) -> Any:
         """GPTQ's ``H / n``."""
         assert self.hessian_stats is not None

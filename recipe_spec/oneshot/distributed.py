@@ -1,0 +1,98 @@
+"""One one-shot run over several processes (``torchrun --nproc-per-node N script.py``, each
+process calling the same ``oneshot(...)``), as llm-compressor 0.14 runs it:
+
+- the calibration batches are shared out (:func:`share_out`): process ``r`` of ``n`` feeds
+  batches ``floor(B·r/n)`` to ``floor(B·(r+1)/n)`` of the ``B`` the one-process run would feed
+  (llm-compressor's ``_get_partition_start_end``), so each runs about ``1/n`` of the forward
+  calls and together they feed the same batches;
+- at each block's end the statistics are summed over the processes (:func:`combine`: the
+  Hessians, Wanda's row scalars; each statistic's ``combine``), so every process holds the
+  statistic of every batch;
+- each module's solve runs on one process (:func:`assign`: compressed-tensors'
+  ``greedy_bin_packing``, weighted by the module's input columns, heaviest first, each to the
+  least-loaded process) and its results (weight, bias, quantization parameters) are sent to
+  the others (the host's ``share``), before the block runs again for the next one's inputs;
+- process 0 writes the output folder.
+
+The result is the one-process run's up to the order of floating-point sums. A run whose
+statistics cannot be combined (a smoothing pass, OWL's profile, static activation observers)
+is refused before any weight changes (:func:`refuse_unshared`).
+
+The backend supplies a :class:`Collective` (the host's ``collective()``; None for one process).
+
+>>> share_out(list(range(10)), 0, 3), share_out(list(range(10)), 2, 3)
+([0, 1, 2], [6, 7, 8, 9])
+>>> assign(["a", "b", "c", "d"], [4096, 1024, 1024, 1024], 2)
+{'a': 0, 'b': 1, 'c': 1, 'd': 1}
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Protocol, TypeVar
+
+__all__ = ["Collective", "share_out", "assign", "combine", "refuse_unshared"]
+
+T = TypeVar("T")
+
+
+class Collective(Protocol):
+    """The processes of a run, as a backend supplies them."""
+
+    rank: int
+    world: int
+
+    def sum(self, array: Any) -> Any:
+        """``array`` summed over the processes (every process gets the sum)."""
+
+    def sum_int(self, value: int) -> int:
+        """``value`` summed over the processes."""
+
+    def gather(self, value: Any) -> list[Any]:
+        """Every process's ``value`` (picklable), in rank order."""
+
+    def barrier(self) -> None:
+        """Wait until every process is here."""
+
+
+def share_out(items: Sequence[T], rank: int, world: int) -> list[T]:
+    """Process ``rank``'s share of ``items`` (see the module docstring)."""
+    n = len(items)
+    return list(items[math.floor(n * rank / world):math.floor(n * (rank + 1) / world)])
+
+
+def assign(names: Sequence[str], weights: Sequence[int], world: int) -> dict[str, int]:
+    """Which process solves each module: the heaviest first, each to the process with the
+    least weight so far (the lowest rank on a tie)."""
+    load = [0] * world
+    out: dict[str, int] = {}
+    for name, weight in sorted(zip(names, weights, strict=True), key=lambda nw: -nw[1]):
+        rank = min(range(world), key=lambda r: load[r])
+        out[name] = rank
+        load[rank] += weight
+    return out
+
+
+def combine(stats: dict[Any, Any], collective: Collective) -> None:
+    """Every statistic of ``stats`` made the one of all processes' batches (in place)."""
+    for key in sorted(stats, key=repr):  # the same order on every process
+        stats[key].combine(collective.sum, collective.sum_int)
+
+
+def refuse_unshared(mods: Sequence[Any], sample: dict[Any, Any]) -> None:
+    """A ValueError naming the first modifier that cannot run over several processes: one with
+    a smoothing transform or an OWL profile, or whose statistic (``sample``: one per modifier
+    index, as the pipeline makes them) has no ``combine``."""
+    for i, mod in enumerate(mods):
+        why = None
+        if getattr(mod, "transform", None) is not None:
+            why = "its smoothing pass gathers activation statistics that are not combined over processes yet"
+        elif getattr(mod, "owl", None) is not None:
+            why = "OWL's outlier profile is not combined over processes yet"
+        elif i in sample and sample[i] is not None and not (
+                callable(getattr(sample[i], "combine", None)) and getattr(sample[i], "combinable", True)):
+            why = "its calibration statistic (static activation ranges) is not combined over processes yet"
+        if why is not None:
+            raise ValueError(f"{mod.type} ({mod.where}) cannot run over several processes: {why}; run it in "
+                             "one process (without torchrun)")

@@ -1,0 +1,53 @@
+"""One process of a one-shot run under ``torchrun`` (or alone): a seeded tiny Llama, 16
+calibration samples, the recipe named on the command line; writes the model's final tensors
+and this process's count of decoder-layer forward calls to ``OUT/rank<r>.pt``.
+
+    python -m torch.distributed.run --nproc-per-node 2 distributed_oneshot_worker.py RECIPE OUT
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+import transformers
+
+import recipe_spec
+
+RECIPES = {
+    "sparsegpt": "s_stage:\n  s_modifiers:\n    SparseGPTModifier:\n      sparsity: 0.5\n      targets: [Linear]\n"
+                 "      ignore: [lm_head]\n",
+    "gptq": "q_stage:\n  q_modifiers:\n    GPTQModifier:\n      scheme: W4A16\n      targets: [Linear]\n"
+            "      ignore: [lm_head]\n",
+}
+
+
+def main() -> None:
+    recipe, out = sys.argv[1], sys.argv[2]
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=128, hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False))
+    g = torch.Generator().manual_seed(1)
+    data = [{"input_ids": torch.randint(4, 128, (24 + i % 5,), generator=g).tolist()} for i in range(16)]
+    for d in data:
+        d["attention_mask"] = [1] * len(d["input_ids"])
+    calls = [0]
+
+    def count(*_: object) -> None:
+        calls[0] += 1
+
+    for layer in model.model.layers:
+        layer.register_forward_pre_hook(count)
+    recipe_spec.oneshot(model=model, recipe=RECIPES[recipe], dataset=data, num_calibration_samples=16,
+                        shuffle_calibration_samples=False, progress=False,
+                        output_dir=os.path.join(out, "saved") if recipe == "gptq" else None)
+    rank = int(os.environ.get("RANK", "0"))
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    torch.save({"calls": calls[0], "state": state}, os.path.join(out, f"rank{rank}.pt"))
+
+
+if __name__ == "__main__":
+    main()
