@@ -143,6 +143,11 @@ def test_estimate_is_printed_with_the_numbers(tmp_path: Path, capsys: pytest.Cap
     assert "one block at a time: 160.0 KiB" in out
     assert "activation cache (samples x seq_len x hidden x 4 B): 128.0 KiB" in out  # 16 x 32 x 64 x 4
     assert "14 target layers, sequential pipeline" in out and "16 samples x 32 tokens" in out
+    # float32: a block (4 x 64x64 + 3 x 64x128 + 2 norms of 64 = 41,088) x 4 B = 164,352 B; outside: embedding
+    # and head 128 x 64, the final norm 64, x 4 B = 65,792 B; the whole: 2 blocks + outside = 394,496 B
+    assert ("weights in host memory: 224.8 KiB (the largest block, 160.5 KiB, and the layers outside the "
+            "blocks, 64.2 KiB), streamed one block at a time from this folder; 385.2 KiB for the model loaded "
+            "whole") in " ".join(out.split())
 
 
 def test_estimate_counts_the_solve_and_statistics(tmp_path: Path) -> None:

@@ -162,18 +162,9 @@ def save(model: torch.nn.Module, output_dir: str, save: Any = None, quantization
     model into ``output_dir`` (default ``model.save_pretrained``); ``quantization_format``:
     compressed-tensors' format instead of the one it infers; ``compress=False``: the weights
     are written as they are, in the ``dense`` format (llm-compressor's
-    ``save_compressed=False``). ``max_shard_size``: the shards of a streamed model
-    (:mod:`.shards`; ``save`` writes any other)."""
+    ``save_compressed=False``). A streamed model is written by :mod:`.shards` instead."""
     if not quantized(model):
         return False
-    from .streaming import store_of
-
-    store = store_of(model)
-    if store is not None:  # one block at a time (:mod:`.shards`)
-        from .shards import save_streamed
-
-        save_streamed(model, store, output_dir, True, quantization_format, compress, max_shard_size)
-        return True
     from compressed_tensors import ModelCompressor
 
     finish(model)

@@ -414,7 +414,13 @@ class TorchCalibrationHost(ModelState):
         from .compressed import original_save
 
         save = original_save(self.model)
-        if callable(save):
+        if self._store is not None:  # one block at a time
+            from .shards import save_streamed
+
+            with self._saved_config():
+                save_streamed(self.model, self._store, output_dir, self._quantizing)
+            written += sorted(os.path.join(output_dir, f) for f in os.listdir(output_dir))
+        elif callable(save):
             from .compressed import save as save_compressed
 
             with self._saved_config():

@@ -51,6 +51,9 @@ def load_model(path: str, precision: str = "auto", config_name: str | None = Non
 
             streamed = streamed_model(path, config, dtype, trust_remote_code)
             if streamed is not None:
+                from .shards import install_save
+
+                install_save(streamed)
                 return streamed
         if isinstance(getattr(config, "quantization_config", None), dict) and \
                 config.quantization_config.get("quant_method") == "compressed-tensors":

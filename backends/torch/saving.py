@@ -23,6 +23,8 @@ import torch
 from recipe_spec.atomic import write_text
 
 from .compressed import MARK, installed, original_save, quantized, save
+from .shards import save_streamed
+from .streaming import store_of
 
 __all__ = ["install", "installed", "original_save"]
 
@@ -49,8 +51,13 @@ def install(model: torch.nn.Module, recipe_text: str, processor: Any = None) -> 
         kwargs.setdefault("max_shard_size", "20GB")  # as llm-compressor's wrapper
         if quantized(target):
             os.makedirs(folder, exist_ok=True)
-            save(target, folder, save=lambda out: original(out, **kwargs), quantization_format=quantization_format,
-                 compress=save_compressed, max_shard_size=kwargs["max_shard_size"])
+            store = store_of(target)
+            if store is not None:  # one block at a time
+                save_streamed(target, store, folder, True, quantization_format, save_compressed,
+                              kwargs["max_shard_size"])
+            else:
+                save(target, folder, save=lambda out: original(out, **kwargs),
+                     quantization_format=quantization_format, compress=save_compressed)
         elif quantization_format is not None:
             raise ValueError(f"quantization_format={quantization_format!r}: this model is not quantized (nothing to "
                              "save in a quantization format); leave quantization_format out")

@@ -20,14 +20,15 @@ import os
 import shutil
 import struct
 import tempfile
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from .streaming import BlockStore, own_tensors, trim_memory
+from .streaming import STORE, BlockStore, own_tensors, trim_memory
 
-__all__ = ["save_streamed", "join"]
+__all__ = ["save_streamed", "join", "install_save"]
 
 _COPY = 1 << 24
 
@@ -189,3 +190,22 @@ def join(parts: Sequence[str], output_dir: str, limit: int) -> list[str]:
         with open(os.path.join(output_dir, "model.safetensors.index.json"), "w", encoding="utf-8") as f:
             json.dump({"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}, f, indent=2)
     return [os.path.join(output_dir, n) for n in names]
+
+
+def install_save(model: torch.nn.Module) -> None:
+    """Give a streamed ``model`` a ``save_pretrained`` that writes it block by block."""
+    store = getattr(model, STORE)
+    ref = weakref.ref(model)
+
+    def save_pretrained(save_directory: str | os.PathLike[str], max_shard_size: Any = None,
+                        safe_serialization: bool = True) -> None:
+        """Write the model into ``save_directory`` one block at a time, in shards of at most
+        ``max_shard_size`` (transformers' size strings; default 50GB, as transformers)."""
+        if not safe_serialization:
+            raise ValueError("a streamed model is written as safetensors shards only: leave safe_serialization at True")
+        target = ref()
+        assert target is not None  # the bound function keeps the model alive
+        os.makedirs(save_directory, exist_ok=True)
+        save_streamed(target, store, os.fspath(save_directory), quantized=False, max_shard_size=max_shard_size)
+
+    model.save_pretrained = save_pretrained  # type: ignore[method-assign]

@@ -339,22 +339,6 @@ def streamed_model(path: str, config: Any, dtype: Any, trust_remote_code: bool =
     _bounded_heap()
     store = BlockStore(model, checkpoint, blocks, dtype)
     setattr(model, STORE, store)
-    ref = weakref.ref(model)
-
-    def save_pretrained(save_directory: str | os.PathLike[str], max_shard_size: Any = None,
-                        safe_serialization: bool = True) -> None:
-        """Write the model into ``save_directory`` one block at a time, in shards of at most
-        ``max_shard_size`` (transformers' size strings; default 50GB, as transformers)."""
-        if not safe_serialization:
-            raise ValueError("a streamed model is written as safetensors shards only: leave safe_serialization at True")
-        target = ref()
-        assert target is not None  # the bound function keeps the model alive
-        os.makedirs(save_directory, exist_ok=True)
-        from .shards import save_streamed
-
-        save_streamed(target, store, os.fspath(save_directory), quantized=False, max_shard_size=max_shard_size)
-
-    model.save_pretrained = save_pretrained  # type: ignore[method-assign]
     return model
 
 

@@ -65,6 +65,9 @@ class CheckpointModel:
     decoder_class: str | None
     hidden: int | None
     classes: frozenset[str] = frozenset()
+    #: Bytes of the checkpoint's tensors: in all, and in each block (in ``blocks``' order).
+    weight_bytes: int = 0
+    block_bytes: tuple[int, ...] = ()
 
     @property
     def architecture(self) -> str:
@@ -81,6 +84,16 @@ def _shapes(names: ModelNames) -> dict[str, tuple[int, ...]]:
         if tied is not None:
             shapes[derived] = shapes[tied]
     return shapes
+
+
+def _sizes(names: ModelNames) -> dict[str, int]:
+    """Bytes of each tensor of the checkpoint (its safetensors headers)."""
+    out: dict[str, int] = {}
+    for f in names.files:
+        for name, info in read_safetensors_header(f, check_data=False).items():
+            begin, end = info.get("data_offsets", (0, 0))
+            out[name] = int(end) - int(begin)
+    return out
 
 
 def _blocks(shapes: dict[str, tuple[int, ...]]) -> list[tuple[str, int]]:
@@ -132,8 +145,11 @@ def read_model(path: str | os.PathLike[str], names: ModelNames | None = None) ->
         infos.append(ModuleInfo(module, classes, prunable, tuple(weight) if prunable and weight else ()))
     if decoder is not None:
         known.add(decoder)
+    sizes = _sizes(names)
+    per_block = tuple(sum(n for k, n in sizes.items() if k.startswith(b + ".")) for b, _ in blocks)
     return CheckpointModel(os.fspath(path), config, tuple(infos), tuple(b for b, _ in blocks),
-                           tuple(n for _, n in blocks), decoder, hidden_size(config), frozenset(known))
+                           tuple(n for _, n in blocks), decoder, hidden_size(config), frozenset(known),
+                           sum(sizes.values()), per_block)
 
 
 # --------------------------------------------------------------------------- checks
@@ -252,6 +268,13 @@ class Estimate:
         blocks = f"{len(m.blocks)} x {m.decoder_class or 'block'}" if m.blocks else "no repeated block"
         out = [f"one-shot estimate for {m.path} ({m.architecture}, {blocks}, hidden {m.hidden or '?'}), "
                f"{self.samples} samples x {self.seq_len} tokens:"]
+        if m.weight_bytes:
+            largest = max(m.block_bytes, default=0)
+            outside = m.weight_bytes - sum(m.block_bytes)
+            out.append(f"  weights in host memory: {_bytes(largest + outside)} (the largest block, "
+                       f"{_bytes(largest)}, and the layers outside the blocks, {_bytes(outside)}), streamed one "
+                       f"block at a time from this folder; {_bytes(m.weight_bytes)} for the model loaded whole. "
+                       "Over N processes (torchrun) each holds these weights and 1/N of the activation cache")
         for c in self.costs:
             mod = c.modifier
             if c.mappings is not None:
