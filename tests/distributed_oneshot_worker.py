@@ -1,6 +1,8 @@
 """One process of a one-shot run under ``torchrun`` (or alone): a seeded tiny Llama, 16
 calibration samples, the recipe named on the command line; writes the model's final tensors
-and this process's count of decoder-layer forward calls to ``OUT/rank<r>.pt``.
+and this process's count of decoder-layer forward calls to ``OUT/rank<r>.pt``. ``gptq-streamed``:
+GPTQ on the model saved as a bfloat16 checkpoint folder and passed as ``model="folder"`` (streamed
+block by block), its output folder only.
 
     python -m torch.distributed.run --nproc-per-node 2 distributed_oneshot_worker.py RECIPE OUT
 """
@@ -20,6 +22,8 @@ RECIPES = {
                  "      ignore: [lm_head]\n",
     "gptq": "q_stage:\n  q_modifiers:\n    GPTQModifier:\n      scheme: W4A16\n      targets: [Linear]\n"
             "      ignore: [lm_head]\n",
+    "wanda": "s_stage:\n  s_modifiers:\n    WandaPruningModifier:\n      sparsity: 0.5\n      targets: [Linear]\n"
+             "      ignore: [lm_head]\n",
 }
 
 
@@ -34,6 +38,14 @@ def main() -> None:
     data = [{"input_ids": torch.randint(4, 128, (24 + i % 5,), generator=g).tolist()} for i in range(16)]
     for d in data:
         d["attention_mask"] = [1] * len(d["input_ids"])
+    rank = int(os.environ.get("RANK", "0"))
+    if recipe == "gptq-streamed":
+        folder = os.path.join(out, f"checkpoint{rank}")
+        model.to(torch.bfloat16).save_pretrained(folder)
+        recipe_spec.oneshot(model=folder, recipe=RECIPES["gptq"], dataset=data, num_calibration_samples=16,
+                            shuffle_calibration_samples=False, progress=False, output_dir=os.path.join(out, "saved"))
+        torch.save({"calls": -1, "state": {}}, os.path.join(out, f"rank{rank}.pt"))
+        return
     calls = [0]
 
     def count(*_: object) -> None:
@@ -44,7 +56,6 @@ def main() -> None:
     recipe_spec.oneshot(model=model, recipe=RECIPES[recipe], dataset=data, num_calibration_samples=16,
                         shuffle_calibration_samples=False, progress=False,
                         output_dir=os.path.join(out, "saved") if recipe == "gptq" else None)
-    rank = int(os.environ.get("RANK", "0"))
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     torch.save({"calls": calls[0], "state": state}, os.path.join(out, f"rank{rank}.pt"))
 

@@ -43,9 +43,10 @@ def _run(recipe: str, out: pathlib.Path, processes: int) -> list[dict[str, Any]]
     return [torch.load(out / f"rank{r}.pt") for r in range(processes)]
 
 
-def test_sparsegpt_over_two_processes_is_the_one_process_run(tmp_path: pathlib.Path) -> None:
-    one, = _run("sparsegpt", tmp_path / "one", 1)
-    two = _run("sparsegpt", tmp_path / "two", 2)
+@pytest.mark.parametrize("recipe", ["sparsegpt", "wanda"])
+def test_pruning_over_two_processes_is_the_one_process_run(tmp_path: pathlib.Path, recipe: str) -> None:
+    one, = _run(recipe, tmp_path / "one", 1)
+    two = _run(recipe, tmp_path / "two", 2)
     assert all(r["calls"] <= 0.6 * one["calls"] for r in two)
     weights = [k for k in one["state"] if k.endswith("proj.weight")]
     assert len(weights) == 21
@@ -60,13 +61,17 @@ def test_sparsegpt_over_two_processes_is_the_one_process_run(tmp_path: pathlib.P
     assert same / total >= 0.99
 
 
-def test_gptq_over_two_processes_saves_the_one_process_folder(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("how", ["gptq", "gptq-streamed"])
+def test_gptq_over_two_processes_saves_the_one_process_folder(tmp_path: pathlib.Path, how: str) -> None:
+    """The model passed as an object, or as a bfloat16 checkpoint folder streamed block by
+    block in each process (its one-process run from the same folder)."""
     from compressed_tensors.compressors.pack_quantized import unpack_from_int32
     from safetensors.torch import load_file
 
-    one, = _run("gptq", tmp_path / "one", 1)
-    two = _run("gptq", tmp_path / "two", 2)
-    assert all(r["calls"] <= 0.6 * one["calls"] for r in two)
+    one, = _run(how, tmp_path / "one", 1)
+    two = _run(how, tmp_path / "two", 2)
+    if how == "gptq":
+        assert all(r["calls"] <= 0.6 * one["calls"] for r in two)
     a = load_file(str(tmp_path / "one" / "saved" / "model.safetensors"))
     b = load_file(str(tmp_path / "two" / "saved" / "model.safetensors"))
     assert set(a) == set(b)

@@ -277,3 +277,55 @@ def test_weights_are_not_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     second = run([*argv, str(cut)], capsys)
     assert first[0] == second[0] == 1
     assert first[1].replace(str(full), "M") == second[1].replace(str(cut), "M") and "P004" in first[1]
+
+
+def test_fused_experts_are_counted_as_the_run_splits_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A Qwen3-MoE checkpoint with transformers 5's fused experts (``gate_up_proj`` ``[E, 2I, H]``,
+    ``down_proj`` ``[E, H, I]``): the lint and the estimate see one Linear per expert and
+    projection (``mlp.experts.<e>.gate_proj`` ...), the layers the run compresses; an N:M
+    structure that an expert's columns do not divide is found on the experts."""
+    folder = tmp_path / "moe"
+    folder.mkdir()
+    hidden, inter, experts = 64, 30, 4
+    config = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": hidden,
+              "moe_intermediate_size": inter, "intermediate_size": 128, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 16, "num_experts": experts,
+              "num_experts_per_tok": 2, "vocab_size": 128, "max_position_embeddings": 256, "tie_word_embeddings": False}
+    (folder / "config.json").write_text(json.dumps(config))
+    shapes: dict[str, list[int]] = {"model.embed_tokens.weight": [128, hidden], "model.norm.weight": [hidden],
+                                    "lm_head.weight": [128, hidden]}
+    for layer in range(2):
+        p = f"model.layers.{layer}."
+        shapes |= {p + f"self_attn.{x}_proj.weight": [hidden, hidden] for x in "qkvo"}
+        shapes |= {p + "input_layernorm.weight": [hidden], p + "post_attention_layernorm.weight": [hidden],
+                   p + "mlp.gate.weight": [experts, hidden],
+                   p + "mlp.experts.gate_up_proj": [experts, 2 * inter, hidden],
+                   p + "mlp.experts.down_proj": [experts, hidden, inter]}
+    header, offset = {}, 0
+    for name, shape in shapes.items():
+        size = 4
+        for d in shape:
+            size *= d
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    with open(folder / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw + b"\0" * offset)
+    model = read_model(folder)
+    prunable = {i.name: i.weight_shape for i in model.modules if i.prunable}
+    assert prunable["model.layers.1.mlp.experts.3.gate_proj"] == (inter, hidden)
+    assert prunable["model.layers.1.mlp.experts.3.up_proj"] == (inter, hidden)
+    assert prunable["model.layers.0.mlp.experts.0.down_proj"] == (hidden, inter)
+    assert len([n for n in prunable if ".experts." in n]) == 2 * experts * 3
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(SGPT.replace('ignore: ["re:.*lm_head"]', "ignore: [\"re:.*lm_head\", \"re:.*mlp.gate$\"]"))
+    code, out, _ = run(["lint", str(recipe), "--model", str(folder), "--compat", "llmcompressor", "--format", "json"],
+                       capsys)
+    found = [d for d in json.loads(out)["files"][0]["diagnostics"] if d["code"] == "P004"]
+    assert code == 1 and len(found) == 1  # down_proj of each expert: 30 columns, not a multiple of 4
+    assert "model.layers.0.mlp.experts.0.down_proj (in 30)" in found[0]["message"]
+    from recipe_spec import load
+
+    (cost,) = estimate(runnable(load(SGPT.replace('ignore: ["re:.*lm_head"]', 'ignore: ["re:.*lm_head", "re:.*mlp.gate$"]'))),
+                       model, 16, 32).costs
+    assert cost.targets == 2 * (4 + experts * 3)

@@ -86,6 +86,31 @@ def _shapes(names: ModelNames) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def _expert_linears(shapes: dict[str, tuple[int, ...]], hidden: int | None) -> dict[str, tuple[int, int]]:
+    """The Linear weights the run makes of transformers' fused experts (``<experts>.gate_up_proj``
+    ``[E, 2I, H]`` or transposed ``[E, H, 2I]``, ``<experts>.down_proj`` ``[E, H, I]`` or
+    ``[E, I, H]``; ``up_proj`` without a gate): ``<experts>.<e>.gate_proj`` ``(I, H)``, ``up_proj``
+    ``(I, H)``, ``down_proj`` ``(H, I)`` for each expert ``e``, as the run names them."""
+    out: dict[str, tuple[int, int]] = {}
+    if not hidden:
+        return out
+    for name, shape in shapes.items():
+        if not name.endswith(".down_proj") or len(shape) != 3:
+            continue
+        prefix = name[: -len(".down_proj")]
+        first = shapes.get(f"{prefix}.gate_up_proj") or shapes.get(f"{prefix}.up_proj")
+        if first is None or len(first) != 3:
+            continue
+        gated = f"{prefix}.gate_up_proj" in shapes
+        experts, transposed = shape[0], first[1] == hidden and first[2] != hidden
+        intermediate = (first[2] if transposed else first[1]) // (2 if gated else 1)
+        for e in range(experts):
+            for proj in (("gate_proj", "up_proj") if gated else ("up_proj",)):
+                out[f"{prefix}.{e}.{proj}"] = (intermediate, hidden)
+            out[f"{prefix}.{e}.down_proj"] = (hidden, intermediate)
+    return out
+
+
 def _sizes(names: ModelNames) -> dict[str, int]:
     """Bytes of each tensor of the checkpoint (its safetensors headers)."""
     out: dict[str, int] = {}
@@ -143,6 +168,10 @@ def read_model(path: str | os.PathLike[str], names: ModelNames | None = None) ->
             classes = ("Linear", "Module") if prunable else (
                 (decoder, "Module") if module in block_names and decoder else ("Module",))
         infos.append(ModuleInfo(module, classes, prunable, tuple(weight) if prunable and weight else ()))
+    known_modules = set(names.modules)
+    for module, shape in _expert_linears(shapes, hidden_size(config)).items():  # split as the run splits them
+        if module not in known_modules:
+            infos.append(ModuleInfo(module, ("Linear", "Module"), True, shape))
     if decoder is not None:
         known.add(decoder)
     sizes = _sizes(names)
