@@ -1,7 +1,7 @@
 """One process of a one-shot run under ``torchrun`` (or alone): a seeded tiny Llama, 16
 calibration samples, the recipe named on the command line; writes the model's final tensors
 and this process's count of decoder-layer forward calls to ``OUT/rank<r>.pt``. ``gptq-streamed``:
-GPTQ on the model saved as a bfloat16 checkpoint folder and passed as ``model="folder"`` (streamed
+GPTQ on the model saved as a checkpoint folder and passed as ``model="folder"`` (streamed
 block by block), its output folder only.
 
     python -m torch.distributed.run --nproc-per-node 2 distributed_oneshot_worker.py RECIPE OUT
@@ -41,7 +41,7 @@ def main() -> None:
     rank = int(os.environ.get("RANK", "0"))
     if recipe == "gptq-streamed":
         folder = os.path.join(out, f"checkpoint{rank}")
-        model.to(torch.bfloat16).save_pretrained(folder)
+        model.save_pretrained(folder)
         recipe_spec.oneshot(model=folder, recipe=RECIPES["gptq"], dataset=data, num_calibration_samples=16,
                             shuffle_calibration_samples=False, progress=False, output_dir=os.path.join(out, "saved"))
         torch.save({"calls": -1, "state": {}}, os.path.join(out, f"rank{rank}.pt"))

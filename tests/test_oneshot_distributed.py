@@ -63,7 +63,7 @@ def test_pruning_over_two_processes_is_the_one_process_run(tmp_path: pathlib.Pat
 
 @pytest.mark.parametrize("how", ["gptq", "gptq-streamed"])
 def test_gptq_over_two_processes_saves_the_one_process_folder(tmp_path: pathlib.Path, how: str) -> None:
-    """The model passed as an object, or as a bfloat16 checkpoint folder streamed block by
+    """The model passed as an object, or as a checkpoint folder streamed block by
     block in each process (its one-process run from the same folder)."""
     from compressed_tensors.compressors.pack_quantized import unpack_from_int32
     from safetensors.torch import load_file
