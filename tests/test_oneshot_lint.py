@@ -64,8 +64,14 @@ def header_checkpoint(folder: Path, **config: int) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     cfg = llama_config(**config)
     (folder / "config.json").write_text(json.dumps(cfg))
+    write_header(folder, llama_shapes(cfg))
+    return folder
+
+
+def write_header(folder: Path, shapes: dict[str, list[int]]) -> None:
+    """A model.safetensors of float32 zeros with ``shapes`` in ``folder``."""
     header, offset = {}, 0
-    for name, shape in llama_shapes(cfg).items():
+    for name, shape in shapes.items():
         size = 4
         for d in shape:
             size *= d
@@ -74,7 +80,6 @@ def header_checkpoint(folder: Path, **config: int) -> Path:
     raw = json.dumps(header).encode()
     with open(folder / "model.safetensors", "wb") as f:
         f.write(struct.pack("<Q", len(raw)) + raw + b"\0" * offset)
-    return folder
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -301,16 +306,7 @@ def test_fused_experts_are_counted_as_the_run_splits_them(tmp_path: Path, capsys
                    p + "mlp.gate.weight": [experts, hidden],
                    p + "mlp.experts.gate_up_proj": [experts, 2 * inter, hidden],
                    p + "mlp.experts.down_proj": [experts, hidden, inter]}
-    header, offset = {}, 0
-    for name, shape in shapes.items():
-        size = 4
-        for d in shape:
-            size *= d
-        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + size]}
-        offset += size
-    raw = json.dumps(header).encode()
-    with open(folder / "model.safetensors", "wb") as f:
-        f.write(struct.pack("<Q", len(raw)) + raw + b"\0" * offset)
+    write_header(folder, shapes)
     model = read_model(folder)
     prunable = {i.name: i.weight_shape for i in model.modules if i.prunable}
     assert prunable["model.layers.1.mlp.experts.3.gate_proj"] == (inter, hidden)

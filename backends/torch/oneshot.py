@@ -31,7 +31,7 @@ from recipe_spec.oneshot.matching import matches
 from .experts import LinearExperts, linearize, restore
 from .masks import TORCH_OPS
 from .oneshot_state import ModelState, refuse_meta
-from .streaming import store_of
+from .streaming import module_list_blocks, store_of
 
 __all__ = ["TorchCalibrationHost"]
 
@@ -144,18 +144,9 @@ class TorchCalibrationHost(ModelState):
         if sequential_targets:
             return [n for n, m in self._named.items()
                     if n and any(matches(t, n, (type(m).__name__,)) for t in sequential_targets)]
-        best: tuple[int, list[str]] = (-1, [])
-        for name, module in self._named.items():
-            if not isinstance(module, torch.nn.ModuleList) or len(module) < 2:
-                continue
-            if len({type(child) for child in module}) != 1:
-                continue
-            size = sum(p.numel() for p in module.parameters())
-            if size > best[0]:
-                prefix = f"{name}." if name else ""
-                best = (size, [f"{prefix}{i}" for i in range(len(module))])
-        if best[1]:
-            return best[1]
+        blocks = module_list_blocks(self._named.items())
+        if blocks:
+            return blocks
         classes = set(getattr(self.model, "_no_split_modules", None) or ())
         return [n for n, m in self._named.items() if n and type(m).__name__ in classes]
 

@@ -23,19 +23,19 @@ head) whatever the depth.
 from __future__ import annotations
 
 import copy
-import json
 import os
 import re
 import shutil
 import tempfile
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from types import SimpleNamespace
 from typing import Any
 
 import torch
 
-__all__ = ["BlockStore", "Checkpoint", "streamed_model", "store_of", "own_tensors", "trim_memory", "STORE"]
+__all__ = ["BlockStore", "Checkpoint", "streamed_model", "store_of", "own_tensors", "trim_memory", "module_list_blocks",
+           "STORE"]
 
 #: The model attribute holding its :class:`BlockStore`.
 STORE = "_recipe_spec_blocks"
@@ -49,22 +49,15 @@ def store_of(model: Any) -> BlockStore | None:
 
 
 class Checkpoint:
-    """The safetensors shards of a folder: which file holds each tensor."""
+    """The safetensors shards of a folder: which file holds each tensor (the files as the
+    core's checkpoint reader finds and checks them: the index's shards inside the folder)."""
 
     def __init__(self, folder: str) -> None:
-        index = os.path.join(folder, "model.safetensors.index.json")
-        single = os.path.join(folder, "model.safetensors")
-        if os.path.isfile(index):
-            with open(index, encoding="utf-8") as f:
-                weight_map = json.load(f)["weight_map"]
-            self.files = {name: os.path.join(folder, file) for name, file in weight_map.items()}
-        elif os.path.isfile(single):
-            from safetensors import safe_open
+        from recipe_spec.params.checkpoint import read_checkpoint
+        from recipe_spec.params.headers import read_safetensors_header
 
-            with safe_open(single, framework="pt") as f:
-                self.files = {name: single for name in f.keys()}  # noqa: SIM118 (a safe_open handle)
-        else:
-            raise FileNotFoundError(f"{folder} has no model.safetensors or model.safetensors.index.json")
+        files = read_checkpoint(folder, classes=False).files
+        self.files = {name: os.fspath(f) for f in files for name in read_safetensors_header(f, check_data=False)}
 
     def read(self, names: Sequence[str]) -> dict[str, torch.Tensor]:
         """The tensors ``names``, each file opened once."""
@@ -102,12 +95,10 @@ def _put(owner: torch.nn.Module, key: str, value: torch.Tensor) -> None:
 class BlockStore:
     """The weights of a streamed model's blocks (see the module docstring)."""
 
-    def __init__(self, model: torch.nn.Module, checkpoint: Checkpoint, blocks: Sequence[str],
-                 dtype: torch.dtype) -> None:
+    def __init__(self, model: torch.nn.Module, checkpoint: Checkpoint, blocks: Sequence[str]) -> None:
         self.model = model
         self.checkpoint = checkpoint
         self.blocks = list(blocks)
-        self.dtype = dtype
         self.resident: str | None = None
         self.dirty = False
         self.loads = 0
@@ -268,13 +259,16 @@ def _sliced(linear: Any, name: str, checkpoint: Checkpoint) -> dict[str, torch.T
     return out
 
 
-def _blocks(model: torch.nn.Module) -> list[str]:
+def module_list_blocks(named: Iterable[tuple[str, torch.nn.Module]]) -> list[str]:
+    """The children of the ModuleList of identical modules holding the most parameters (a
+    decoder's layers), by name; [] without one."""
     best: tuple[int, list[str]] = (-1, [])
-    for name, module in model.named_modules():
+    for name, module in named:
         if isinstance(module, torch.nn.ModuleList) and len(module) >= 2 and len({type(c) for c in module}) == 1:
             size = sum(p.numel() for p in module.parameters())
             if size > best[0]:
-                best = (size, [f"{name}.{i}" for i in range(len(module))])
+                prefix = f"{name}." if name else ""
+                best = (size, [f"{prefix}{i}" for i in range(len(module))])
     return best[1]
 
 
@@ -304,9 +298,14 @@ def streamed_model(path: str, config: Any, dtype: Any, trust_remote_code: bool =
 
     if getattr(config, "quantization_config", None) is not None:
         return None  # a compressed checkpoint is decompressed by transformers on load
+    from recipe_spec.params.checkpoint import CheckpointError
+    from recipe_spec.params.headers import ModelSpecError
+
     try:
         checkpoint = Checkpoint(path)
-    except (FileNotFoundError, OSError, KeyError, ValueError):
+    except (CheckpointError, ModelSpecError, OSError, ValueError):
+        return None  # transformers says what is wrong with it, loading it whole
+    if not checkpoint.files:
         return None
     if dtype == "auto":
         dtype = _checkpoint_dtype(config, checkpoint)
@@ -319,7 +318,7 @@ def streamed_model(path: str, config: Any, dtype: Any, trust_remote_code: bool =
     except ValueError:
         return None  # a layout the run refuses, with its message, once the model is loaded whole
     model.tie_weights()
-    blocks = _blocks(model)
+    blocks = module_list_blocks(model.named_modules())
     if not blocks or _expected(model, checkpoint) is not None:
         return None
     outside = [(n.lstrip("."), owner, key, t) for n, owner, key, t in own_tensors(model, "")
@@ -337,7 +336,7 @@ def streamed_model(path: str, config: Any, dtype: Any, trust_remote_code: bool =
         return None
     model.eval()
     _bounded_heap()
-    store = BlockStore(model, checkpoint, blocks, dtype)
+    store = BlockStore(model, checkpoint, blocks)
     setattr(model, STORE, store)
     return model
 
