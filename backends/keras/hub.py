@@ -25,6 +25,7 @@ that folder is known (:func:`checkpoint_of`).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import logging
@@ -32,6 +33,7 @@ import os
 import pkgutil
 import sys
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["backbone_of", "hf_names", "converter_for", "load_causal_lm", "missing_config", "checkpoint_of",
@@ -76,16 +78,27 @@ def converter_for(backbone: Any) -> Any:
 
 class _Recorder:
     """A stand-in for keras-hub's ``SafetensorLoader`` that records which checkpoint tensor
-    each Keras variable would be loaded from."""
+    each Keras variable would be loaded from, and which tensors a converter reads itself
+    (``get_tensor``, keras-hub's expert banks: stacked in NumPy, then assigned)."""
 
     def __init__(self) -> None:
         self.names: dict[int, str] = {}
+        #: ``id(variable): [checkpoint tensor names read since the previous assignment]``
+        self.reads: dict[int, list[str]] = {}
+        self._since: list[str] = []
 
     def port_weight(self, keras_variable: Any, hf_weight_key: str, hook_fn: Any = None) -> None:
         self.names.setdefault(id(keras_variable), hf_weight_key)
 
     def get_tensor(self, hf_weight_key: str) -> Any:
-        raise LookupError(f"the converter reads {hf_weight_key!r} itself")
+        import numpy as np
+
+        self._since.append(hf_weight_key)
+        return np.zeros((1, 1), dtype=np.float32)  # a stand-in: its assignment is not carried out
+
+    def assigned(self, variable: Any) -> None:
+        self.reads.setdefault(id(variable), []).extend(self._since)
+        self._since = []
 
     def __enter__(self) -> _Recorder:
         return self
@@ -102,24 +115,54 @@ class _NoConfig(dict):  # type: ignore[type-arg]
         raise LookupError(f"the converter needs the checkpoint's config value {key!r}")
 
 
+@contextlib.contextmanager
+def _assignments_recorded(backbone: Any, recorder: _Recorder) -> Iterator[None]:
+    """While the converter runs on the recorder, an ``assign`` to a variable of ``backbone``
+    tells the recorder instead of writing the stand-in values."""
+    classes = {type(v) for v in backbone.weights}
+    saved = {cls: cls.__dict__.get("assign") for cls in classes}
+    for cls in classes:
+        cls.assign = lambda self, value, _rec=recorder: _rec.assigned(self)
+    try:
+        yield
+    finally:
+        for cls, original in saved.items():
+            if original is None:
+                del cls.assign
+            else:
+                cls.assign = original
+
+
+def _recorded(model: Any) -> _Recorder:
+    recorder = _Recorder()
+    backbone = backbone_of(model)
+    if backbone is None:
+        return recorder
+    module = converter_for(backbone)
+    if module is None or not hasattr(module, "convert_weights"):
+        return recorder
+    try:
+        with _assignments_recorded(backbone, recorder):
+            module.convert_weights(backbone, recorder, _NoConfig())
+    except (LookupError, KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
+        _LOG.info("keras-hub's %s names %d variables before it stops: %s", module.__name__,
+                  len(recorder.names), exc)
+    return recorder
+
+
 def hf_names(model: Any) -> dict[int, str]:
     """``{id(variable): checkpoint tensor name}`` for the variables of keras-hub ``model``
     (``model.layers.0.self_attn.q_proj.weight``), in the converter's order; ``{}`` for a model
     keras-hub did not build or has no converter for. A converter that stops part-way (it
-    needs the checkpoint's config or reads tensors itself) gives the names ported before."""
-    backbone = backbone_of(model)
-    if backbone is None:
-        return {}
-    module = converter_for(backbone)
-    if module is None or not hasattr(module, "convert_weights"):
-        return {}
-    recorder = _Recorder()
-    try:
-        module.convert_weights(backbone, recorder, _NoConfig())
-    except (LookupError, KeyError, TypeError, AttributeError, ValueError) as exc:
-        _LOG.info("keras-hub's %s names %d variables before it stops: %s", module.__name__,
-                  len(recorder.names), exc)
-    return recorder.names
+    needs the checkpoint's config) gives the names ported before."""
+    return _recorded(model).names
+
+
+def hf_reads(model: Any) -> dict[int, list[str]]:
+    """``{id(variable): checkpoint tensor names}`` for the variables keras-hub's converter
+    fills from tensors it reads itself (an expert bank: every expert's projections stacked
+    into one variable), each with the tensors read since the assignment before it."""
+    return _recorded(model).reads
 
 
 #: Hugging Face config keys read as a keras-hub backbone's ``layer_norm_epsilon``.
@@ -145,28 +188,75 @@ def missing_config(converter: Any, backbone_cls: type, config: dict[str, Any]) -
     return {}
 
 
+#: ``config.json`` keys that transformers 5 renamed: ``{the name keras-hub's converters read:
+#: transformers 5's}`` (Qwen3-MoE's expert count is ``num_local_experts`` in transformers 5).
+_RENAMED_CONFIG = {"num_experts": "num_local_experts"}
+
+
+def _preset_loader(path: str) -> Any:
+    """keras-hub's loader of checkpoint folder ``path``, its config read with the names keras-hub
+    0.32's converters expect also for a folder saved by transformers 5 (:data:`_RENAMED_CONFIG`)."""
+    from keras_hub.src.utils.preset_utils import get_preset_loader
+
+    loader = get_preset_loader(path)
+    config = getattr(loader, "config", None)
+    if isinstance(config, dict):
+        for old, new in _RENAMED_CONFIG.items():
+            if old not in config and new in config:
+                config[old] = config[new]
+    return loader
+
+
+def _task_for(converter: Any) -> Any:
+    """keras-hub's causal LM task whose backbone is ``converter``'s (``Qwen3MoeCausalLM`` for
+    ``convert_qwen3_moe``), None when keras-hub has none."""
+    import keras_hub
+
+    wanted = getattr(converter, "backbone_cls", None)
+    for name in sorted(dir(keras_hub.models)):
+        cls = getattr(keras_hub.models, name)
+        if (isinstance(cls, type) and issubclass(cls, keras_hub.models.CausalLM)
+                and getattr(cls, "backbone_cls", None) is wanted and wanted is not None):
+            return cls
+    return None
+
+
 def load_causal_lm(folder: str | os.PathLike[str], task: Any = None, dtype: str = "float32") -> Any:
-    """The Hugging Face checkpoint ``folder`` as a keras-hub causal LM (``task``, by default
-    ``keras_hub.models.LlamaCausalLM``) without a preprocessor, in ``dtype``: the backbone
-    comes from ``task.backbone_cls.from_preset(folder)`` with :func:`missing_config`'s
-    arguments for keras-hub's own converter of the folder, so it computes what the checkpoint
-    does. Without keras-hub: :class:`~recipe_spec.diagnostics.packages.MissingPackageError`
-    naming the command that installs it."""
+    """The Hugging Face checkpoint ``folder`` as a keras-hub causal LM without a preprocessor,
+    in ``dtype``. ``task``: the keras-hub task class; by default the one of the folder's model
+    type (``config.json`` ``model_type``: ``LlamaCausalLM`` for ``llama``,
+    ``Qwen3MoeCausalLM`` for ``qwen3_moe``, ``MixtralCausalLM`` for ``mixtral``). The backbone
+    is built by keras-hub's own converter of the folder, with :func:`missing_config`'s
+    arguments and the config keys transformers 5 renamed read under their former names, so it
+    computes what the checkpoint does. Without keras-hub:
+    :class:`~recipe_spec.diagnostics.packages.MissingPackageError` naming the command that
+    installs it; a folder keras-hub has no causal LM for: a ValueError naming its model type."""
     from recipe_spec.diagnostics.packages import require
 
     require("keras_hub", "loading a Hugging Face checkpoint folder as a keras-hub model")
-    import keras_hub
-    from keras_hub.src.utils.preset_utils import get_preset_loader
-
-    task = keras_hub.models.LlamaCausalLM if task is None else task
     path = os.fspath(folder)
-    loader = get_preset_loader(path)
+    loader = _preset_loader(path)
     converter = getattr(loader, "converter", None)
+    if task is None:
+        task = _task_for(converter)
+        if task is None:
+            kind = dict(getattr(loader, "config", {}) or {}).get("model_type")
+            raise ValueError(f"{path}: keras-hub {_version()} has no causal LM for model type {kind!r}; pass "
+                             "task= (a keras_hub.models CausalLM class), or run the recipe on PyTorch")
     extra = missing_config(converter, task.backbone_cls, dict(loader.config)) if converter is not None else {}
-    backbone = task.backbone_cls.from_preset(path, dtype=dtype, **extra)
+    if converter is not None and hasattr(loader, "load_backbone"):
+        backbone = loader.load_backbone(task.backbone_cls, True, dtype=dtype, **extra)
+    else:
+        backbone = task.backbone_cls.from_preset(path, dtype=dtype, **extra)
     model = task(backbone=backbone, preprocessor=None)
     remember_checkpoint(model, path)
     return model
+
+
+def _version() -> str:
+    import keras_hub
+
+    return str(getattr(keras_hub, "__version__", "?"))
 
 
 def remember_checkpoint(model: Any, folder: str | os.PathLike[str]) -> None:
@@ -204,10 +294,8 @@ def config_differences(model: Any, folder: str | os.PathLike[str]) -> list[tuple
     argument :func:`missing_config` reads from ``folder``'s ``config.json`` that keras-hub
     ``model``'s backbone holds with another value ([] when they agree or keras-hub's converter
     carries every one)."""
-    from keras_hub.src.utils.preset_utils import get_preset_loader
-
     backbone = backbone_of(model)
-    loader = get_preset_loader(os.fspath(folder))
+    loader = _preset_loader(os.fspath(folder))
     converter = getattr(loader, "converter", None)
     if backbone is None or converter is None:
         return []

@@ -58,7 +58,8 @@ from recipe_spec.oneshot.calibration_inputs import to_numpy
 from recipe_spec.oneshot.host import CallRecorder, ModuleInfo, Observer, StopForward, feed_until
 from recipe_spec.oneshot.matching import matches
 
-from .hub import hf_names, warn_config_differences
+from .experts import LAYOUTS, ExpertLinear, expert_linears, module_name, refuse_unsplit
+from .hub import hf_names, hf_reads, warn_config_differences
 from .inputs import feed, input_keys, preprocess
 from .layout import LinearAxes, linear_axes
 from .oneshot_calls import ModuleCalls, held, is_held, on_device, wrapped
@@ -169,6 +170,18 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
         self._grad: Any = None
         warn_config_differences(model)  # a keras-hub backbone unlike its checkpoint's config.json
 
+    @property
+    def calibrate_all_experts(self) -> bool:
+        """llm-compressor's ``moe_calibrate_all_experts``: every expert of a keras-hub expert
+        bank sees every token while calibrating (True, the default), or only those routed to it."""
+        return all(v.bank.calibrate_all for v in self._linear.values() if isinstance(v, ExpertLinear))
+
+    @calibrate_all_experts.setter
+    def calibrate_all_experts(self, value: bool) -> None:
+        for v in self._linear.values():
+            if isinstance(v, ExpertLinear):
+                v.bank.calibrate_all = bool(value)
+
     def __enter__(self) -> KerasCalibrationHost:
         self._grad = _no_grad()
         self._grad.__enter__()
@@ -181,7 +194,9 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
 
     # -- the model ---------------------------------------------------------------------------
     def _index(self, model: Any) -> None:
-        hf = hf_names(model)
+        hf = {i: module_name(k) + ".weight" if k.endswith(".weight") else k for i, k in hf_names(model).items()}
+        reads = hf_reads(model)
+        by_path = dict(layer_paths(model))
         rank = {key: i for i, key in enumerate(hf.values())}
         paths = layer_paths(model)
         children: dict[str, list[tuple[str, Any]]] = {}
@@ -207,12 +222,17 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
             for path, layer in sorted(children.get(parent_path, []), key=order):
                 lin = _linear_of(layer)
                 own = [k.removesuffix(".weight") if k.endswith(".weight") else k.rsplit(".", 1)[0]
-                       for k in keys(layer, True)]
+                       for k in keys(layer, True)] + [module_name(k) for v in layer.weights for k in reads.get(id(v), [])]
                 name = _common(own) if own else ""
                 if lin is not None and id(lin.variable) in hf:
                     name = hf[id(lin.variable)].removesuffix(".weight")
                 elif lin is None and name in exact:
                     name = ""
+                experts: dict[str, ExpertLinear] = {}
+                if type(layer).__name__ in LAYOUTS:
+                    experts = expert_linears(layer, by_path.get(parent_path), [
+                        k for v in layer.weights for k in reads.get(id(v), [])])
+                    name = _common(list(experts)) if experts else name
                 if not name or name in taken:
                     name = f"{parent_name}.{layer.name}" if parent_name else str(layer.name)
                 taken.add(name)
@@ -223,6 +243,9 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
                 self._infos.append(ModuleInfo(name, (*_classes(layer), "Linear") if linear else _classes(layer),
                                               lin is not None, (lin.rows, lin.columns) if lin is not None else ()))
                 self._groups.setdefault(parent_path, []).append(name)
+                for expert, view in experts.items():
+                    self._linear[expert] = view
+                    self._infos.append(ModuleInfo(expert, ("Linear",), True, (view.rows, view.columns)))
                 walk(path, name)
                 reverse = _reverse_of(layer)
                 if reverse is not None:
@@ -233,6 +256,7 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
                                                   (reverse.rows, reverse.columns)))
 
         walk("", "")
+        refuse_unsplit(model, paths, {id(v.layer) for v in self._linear.values() if isinstance(v, ExpertLinear)})
 
     def modules(self) -> list[ModuleInfo]:
         return list(self._infos)

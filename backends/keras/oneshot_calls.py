@@ -127,7 +127,9 @@ def _input_call(entries: list[tuple[Any, Observer]]) -> Callable[[Any], Any]:
                     a = _numpy(inputs)
                     observe(a.reshape(-1, a.shape[-1]), int(a.shape[0]) if a.ndim > 2 else 1)
                 elif lin.reverse == reverse:
-                    observe(*lin.rows_of(inputs))
+                    rows, sequences = lin.rows_of(inputs)
+                    if len(rows):  # an expert no token of this call is routed to is not observed
+                        observe(rows, sequences)
             return original(inputs, *args, **kwargs)
         return call
     return make

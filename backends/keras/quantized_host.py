@@ -91,6 +91,9 @@ class QuantizedWeights:
                     args = QuantArgs.from_config({k: v for k, v in weights.items() if v is not None})
                     acts = ActivationArgs.from_config(group.get("input_activations"))
                     self._refuse_reverse(info.name)
+                    refusal = getattr(self._linear[info.name], "quantization_refusal", None)
+                    if refusal:
+                        raise QuantizationRefused(f"{info.name}: {refusal}")
                     check_quantizable(self._linear[info.name].layer, args, acts, name=info.name,
                                       need_input_scale=False)
                     self._schemes[info.name] = (args, acts)

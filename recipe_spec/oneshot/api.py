@@ -198,7 +198,7 @@ def oneshot(
     from ..atomic import check_output_dir
     from ..runtime.preflight import refuse_invalid
     from .calibration import bounded
-    from .dropin import load_model, log_to, refuse_experts, resolve_processor
+    from .dropin import load_model, log_to, resolve_processor
     from .inputs import TextOptions, calibration_input, is_text
     from .keywords import check_options, recipe_arguments
     from .named_data import is_named, named_input
@@ -233,7 +233,6 @@ def oneshot(
         check_output_dir(output_dir, overwrite_output_dir, source=model)
     model, folder = load_model(model, config_name=config_name, precision=precision,
                                trust_remote_code=trust_remote_code_model)
-    refuse_experts(model)
     processor = resolve_processor(model, folder, tokenizer, processor, trust_remote_code_model,
                                   needed=is_text(dataset) or is_named(dataset))
     dataset, text = named_input(dataset, processor, text, {

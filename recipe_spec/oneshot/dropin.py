@@ -16,12 +16,9 @@ from typing import Any
 
 from ..registry import backend_with
 
-__all__ = ["load_model", "resolve_processor", "refuse_experts", "log_to", "EXPERT_KEYS"]
+__all__ = ["load_model", "resolve_processor", "log_to"]
 
 #: The config keys that count a model's experts (Mixtral, Qwen-MoE, DeepSeek...).
-EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
-
-
 def _loader() -> Any:
     return backend_with("checkpoint:huggingface")
 
@@ -84,21 +81,6 @@ def resolve_processor(model: Any, folder: str | None, tokenizer: Any, processor:
             raise ValueError(f"the dataset holds text and no tokenizer was given; the one of {source!r} cannot be "
                              f"loaded: {exc}. Pass tokenizer=") from None
         return None
-
-
-def refuse_experts(model: Any) -> None:
-    """A mixture-of-experts model whose backend cannot split its experts into one layer per
-    expert (a Keras model: keras-hub keeps each block's experts in fused kernels): a
-    ValueError, rather than compressing the fused kernel as one layer. PyTorch models pass: the
-    host splits transformers' fused experts (``recipe_spec_torch.experts``)."""
-    if hasattr(model, "named_modules"):
-        return
-    for owner in (model, getattr(model, "backbone", None), getattr(model, "config", None)):
-        for key in (*EXPERT_KEYS, "num_experts"):
-            value = getattr(owner, key, None)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 1:
-                raise ValueError(f"this model has experts ({key}={value}): recipe_spec.oneshot splits experts into "
-                                 "one layer each on PyTorch only; run the Hugging Face checkpoint with PyTorch")
 
 
 @contextlib.contextmanager
