@@ -135,22 +135,6 @@ def test_tokenizer_and_processor_together_are_refused() -> None:
         recipe_spec.oneshot(model=dc.llama(), recipe=_gptq(), dataset=dc.TEXTS, tokenizer=tok, processor=tok)
 
 
-def test_a_model_whose_experts_cannot_be_split_is_refused() -> None:
-    """A Keras-style model (no ``named_modules``) with experts is refused; a PyTorch model
-    passes (its host splits transformers' fused experts: test_oneshot_moe.py)."""
-    from recipe_spec.oneshot.dropin import refuse_experts
-
-    class Backbone:
-        num_experts = 8
-
-    class Moe:
-        backbone = Backbone()
-
-    with pytest.raises(ValueError, match=r"num_experts=8.*PyTorch only"):
-        refuse_experts(Moe())
-    refuse_experts(dc.llama())
-
-
 # -- the model as a checkpoint folder ------------------------------------------------------------------
 def test_a_checkpoint_folder_is_loaded_with_its_tokenizer(folder: pathlib.Path, tmp_path: pathlib.Path) -> None:
     model = recipe_spec.oneshot(model=str(folder), recipe=_gptq(), dataset=dc.TEXTS, max_seq_length=16,

@@ -40,7 +40,7 @@ import keras
 
 from .params import numpy_value
 
-__all__ = ["LAYOUTS", "Bank", "ExpertLinear", "expert_linears", "module_name", "expert_count", "refuse_unsplit"]
+__all__ = ["LAYOUTS", "Bank", "ExpertLinear", "expert_linears", "module_name", "expert_count", "refuse_unsplit", "routers_of"]
 
 #: The config and backbone attributes that count a model's experts.
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
@@ -86,6 +86,21 @@ def module_name(key: str) -> str:
     if found and found["proj"] in _PROJECTION_NAMES:
         name = f"{found['prefix']}.experts.{found['expert']}.{_PROJECTION_NAMES[found['proj']]}"
     return name
+
+
+def routers_of(paths: list[tuple[str, Any]]) -> set[int]:
+    """The ids of the routers (``_sparse_feedforward_gate_dense``) of the sparse blocks holding
+    an expert bank of :data:`LAYOUTS` among ``paths`` (``(path, layer)``): Dense layers that
+    transformers 5 makes routers (``Qwen3MoeTopKRouter``), not Linear modules, so that a
+    recipe's ``targets: [Linear]`` leaves them as it leaves them on PyTorch."""
+    by_path = dict(paths)
+    out = set()
+    for path, layer in paths:
+        if type(layer).__name__ in LAYOUTS:
+            router = getattr(by_path.get(path.rsplit("/", 1)[0] if "/" in path else ""), "_sparse_feedforward_gate_dense", None)
+            if router is not None:
+                out.add(id(router))
+    return out
 
 
 def _router(bank: Any, parent: Any) -> tuple[Any, int]:

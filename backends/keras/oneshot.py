@@ -58,7 +58,7 @@ from recipe_spec.oneshot.calibration_inputs import to_numpy
 from recipe_spec.oneshot.host import CallRecorder, ModuleInfo, Observer, StopForward, feed_until
 from recipe_spec.oneshot.matching import matches
 
-from .experts import LAYOUTS, ExpertLinear, expert_linears, module_name, refuse_unsplit
+from .experts import LAYOUTS, ExpertLinear, expert_linears, module_name, refuse_unsplit, routers_of
 from .hub import hf_names, hf_reads, warn_config_differences
 from .inputs import feed, input_keys, preprocess
 from .layout import LinearAxes, linear_axes
@@ -205,6 +205,10 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
             children.setdefault(parent, []).append((path, layer))
 
         reversed_ = {id(r.variable) for _, layer in paths if (r := _reverse_of(layer)) is not None}
+        routers = routers_of(paths)  # a Dense, but transformers 5's routers are no Linear: targets [Linear] skip them
+
+        def linear_of(layer: Any) -> _Linear | None:
+            return None if id(layer) in routers else _linear_of(layer)
 
         def keys(layer: Any, skip_reverse: bool) -> list[str]:
             return [hf[id(v)] for v in layer.weights if id(v) in hf and not (skip_reverse and id(v) in reversed_)]
@@ -214,13 +218,13 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
             return min(found) if found else len(rank)
 
         exact = {hf[id(lin.variable)].removesuffix(".weight") for _, layer in paths
-                 for lin in (_linear_of(layer), _reverse_of(layer)) if lin is not None and id(lin.variable) in hf}
+                 for lin in (linear_of(layer), _reverse_of(layer)) if lin is not None and id(lin.variable) in hf}
         self._infos.append(ModuleInfo("", _classes(model), False))
         taken: set[str] = {""}
 
         def walk(parent_path: str, parent_name: str) -> None:
             for path, layer in sorted(children.get(parent_path, []), key=order):
-                lin = _linear_of(layer)
+                lin = linear_of(layer)
                 own = [k.removesuffix(".weight") if k.endswith(".weight") else k.rsplit(".", 1)[0]
                        for k in keys(layer, True)] + [module_name(k) for v in layer.weights for k in reads.get(id(v), [])]
                 name = _common(own) if own else ""
