@@ -215,3 +215,21 @@ def test_a_bank_of_experts_the_backend_does_not_split_is_refused() -> None:
         _host(model)
     model.num_experts = 0  # a dense model: the same layers are no experts
     assert "head" in [i.name for i in _host(model).modules()]
+
+
+def test_smoothing_a_keras_hub_moe_uses_its_architectures_mappings(qwen3: pathlib.Path) -> None:
+    """llm-compressor maps Qwen3-MoE's SmoothQuant to the attention only (no smoothing of the
+    experts' input): the Keras model answers to ``Qwen3MoeForCausalLM`` and is smoothed as on PyTorch."""
+    recipe = ("quant_stage:\n  quant_modifiers:\n    SmoothQuantModifier: {smoothing_strength: 0.8}\n"
+              "    QuantizationModifier: {scheme: W8A8, targets: [Linear], "
+              "ignore: [lm_head, 're:.*mlp.gate$', 're:.*mlp.experts.*']}\n")
+    host, weights = _pair(qwen3, recipe)
+    assert host.modules()[0].classes[0] == "Qwen3MoeForCausalLM"
+    for layer in (0, 1):
+        norm = f"model.layers.{layer}.input_layernorm"
+        assert not np.allclose(weights[norm + ".weight"], 1.0)  # smoothed on PyTorch
+        np.testing.assert_allclose(host.weight(norm), weights[norm + ".weight"], rtol=1e-5)
+        assert np.array_equal(host.weight(f"model.layers.{layer}.post_attention_layernorm"),
+                              weights[f"model.layers.{layer}.post_attention_layernorm.weight"])
+    for name in _experts(host):
+        np.testing.assert_array_equal(host.weight(name), weights[name + ".weight"])

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import json
 import logging
 import os
 import pkgutil
@@ -36,7 +37,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["backbone_of", "hf_names", "converter_for", "load_causal_lm", "missing_config", "checkpoint_of",
+__all__ = ["hf_architecture", "backbone_of", "hf_names", "converter_for", "load_causal_lm", "missing_config", "checkpoint_of",
            "config_differences", "warn_config_differences", "remember_checkpoint"]
 
 _LOG = logging.getLogger("recipe_spec.oneshot")
@@ -257,6 +258,34 @@ def _version() -> str:
     import keras_hub
 
     return str(getattr(keras_hub, "__version__", "?"))
+
+
+#: keras-hub task classes whose Hugging Face architecture is not ``<name>ForCausalLM``.
+_ARCHITECTURES = {"Llama3CausalLM": "LlamaForCausalLM", "QwenCausalLM": "Qwen2ForCausalLM",
+                  "QwenMoeCausalLM": "Qwen2MoeForCausalLM"}
+
+
+def hf_architecture(model: Any) -> str | None:
+    """The Hugging Face architecture of keras-hub ``model`` (``Qwen3MoeForCausalLM`` for a
+    ``Qwen3MoeCausalLM``), which picks llm-compressor's default smoothing mappings: the
+    ``architectures`` of the checkpoint it was loaded from where that is known
+    (:func:`checkpoint_of`), else its task class's name with ``ForCausalLM``. None for a model
+    keras-hub did not build, or a keras-hub model that is no causal LM."""
+    if backbone_of(model) is None:
+        return None
+    folder = checkpoint_of(model)
+    if folder is not None:
+        try:
+            with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+                found = (json.load(f).get("architectures") or [None])[0]
+            if isinstance(found, str) and found:
+                return found
+        except (OSError, ValueError):
+            pass
+    name = type(model).__name__
+    if name in _ARCHITECTURES:
+        return _ARCHITECTURES[name]
+    return name.removesuffix("CausalLM") + "ForCausalLM" if name.endswith("CausalLM") else None
 
 
 def remember_checkpoint(model: Any, folder: str | os.PathLike[str]) -> None:

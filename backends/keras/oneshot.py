@@ -59,7 +59,7 @@ from recipe_spec.oneshot.host import CallRecorder, ModuleInfo, Observer, StopFor
 from recipe_spec.oneshot.matching import matches
 
 from .experts import LAYOUTS, ExpertLinear, expert_linears, module_name, refuse_unsplit, routers_of
-from .hub import hf_names, hf_reads, warn_config_differences
+from .hub import hf_architecture, hf_names, hf_reads, warn_config_differences
 from .inputs import feed, input_keys, preprocess
 from .layout import LinearAxes, linear_axes
 from .oneshot_calls import ModuleCalls, held, is_held, on_device, wrapped
@@ -205,10 +205,8 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
             children.setdefault(parent, []).append((path, layer))
 
         reversed_ = {id(r.variable) for _, layer in paths if (r := _reverse_of(layer)) is not None}
-        routers = routers_of(paths)  # a Dense, but transformers 5's routers are no Linear: targets [Linear] skip them
-
-        def linear_of(layer: Any) -> _Linear | None:
-            return None if id(layer) in routers else _linear_of(layer)
+        # a router is a Dense, but transformers 5's routers are no Linear: targets [Linear] skip it
+        routers = routers_of(paths)
 
         def keys(layer: Any, skip_reverse: bool) -> list[str]:
             return [hf[id(v)] for v in layer.weights if id(v) in hf and not (skip_reverse and id(v) in reversed_)]
@@ -218,13 +216,14 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
             return min(found) if found else len(rank)
 
         exact = {hf[id(lin.variable)].removesuffix(".weight") for _, layer in paths
-                 for lin in (linear_of(layer), _reverse_of(layer)) if lin is not None and id(lin.variable) in hf}
-        self._infos.append(ModuleInfo("", _classes(model), False))
+                 for lin in (_linear_of(layer), _reverse_of(layer)) if lin is not None and id(lin.variable) in hf}
+        arch = hf_architecture(model)  # picks the default smoothing mappings, as the class name does on PyTorch
+        self._infos.append(ModuleInfo("", ((arch,) if arch else ()) + _classes(model), False))
         taken: set[str] = {""}
 
         def walk(parent_path: str, parent_name: str) -> None:
             for path, layer in sorted(children.get(parent_path, []), key=order):
-                lin = linear_of(layer)
+                lin = _linear_of(layer)
                 own = [k.removesuffix(".weight") if k.endswith(".weight") else k.rsplit(".", 1)[0]
                        for k in keys(layer, True)] + [module_name(k) for v in layer.weights for k in reads.get(id(v), [])]
                 name = _common(own) if own else ""
@@ -243,9 +242,10 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
                 self._layers[name] = layer
                 if lin is not None:
                     self._linear[name] = lin
-                linear = lin is not None or _quantized_linear(layer)  # a quantized one: still a Linear by class
+                # a quantized one: still a Linear by class
+                linear = (lin is not None or _quantized_linear(layer)) and id(layer) not in routers
                 self._infos.append(ModuleInfo(name, (*_classes(layer), "Linear") if linear else _classes(layer),
-                                              lin is not None, (lin.rows, lin.columns) if lin is not None else ()))
+                                              lin is not None and linear, (lin.rows, lin.columns) if lin is not None else ()))
                 self._groups.setdefault(parent_path, []).append(name)
                 for expert, view in experts.items():
                     self._linear[expert] = view
