@@ -330,7 +330,7 @@ def apply_oneshot(
         raise ValueError(f"{first.type} ({first.where}) needs calibration data, which the datafree pipeline does "
                          "not feed: use pipeline='independent' (the default) or 'sequential'")
     host = make_host(model)
-    if hasattr(host, "calibrate_all_experts"):  # a host that splits experts (PyTorch)
+    if hasattr(host, "calibrate_all_experts"):  # a host that splits experts
         host.calibrate_all_experts = bool(moe_calibrate_all_experts)
     with host:
         # every check that does not need the compression, before the first module is touched
