@@ -9,7 +9,8 @@ themselves; a functional model's only input, or its first input when none of its
 of those, reads ``input_ids`` under any name; any other input reads the sample key of its own
 name. :func:`feed` builds the model's input from a batch by that table, in each input's
 dtype; a ``padding_mask`` the batch lacks is all ones (as a Hugging Face model without an
-``attention_mask``).
+``attention_mask``). Under a ``keras.distribution`` on JAX each input's batch axis is sharded
+over the distribution's devices (:func:`on_devices`).
 
 **Text.** :func:`preprocess` runs the model's ``preprocessor`` (a keras-hub
 ``CausalLMPreprocessor``) as for generation (``generate_preprocess``: the start token, no end
@@ -28,7 +29,7 @@ import numpy as np
 import keras
 from recipe_spec.oneshot.calibration_inputs import ALIASES, to_numpy
 
-__all__ = ["input_specs", "input_keys", "feed", "preprocess"]
+__all__ = ["input_specs", "input_keys", "feed", "on_devices", "preprocess"]
 
 
 def input_specs(model: Any) -> dict[str, Any] | None:
@@ -78,6 +79,7 @@ def feed(model: Any, batch: Any) -> Any:
         else:
             raise ValueError(f"the model takes an input {name!r}; the calibration samples have "
                              f"{', '.join(map(repr, batch))} (give each sample {key!r})")
+    out = {name: on_devices(value) for name, value in out.items()}
     try:
         structure = model.input
     except (AttributeError, ValueError):
@@ -85,6 +87,23 @@ def feed(model: Any, batch: Any) -> Any:
     if isinstance(structure, Mapping):
         return out
     return list(out.values()) if isinstance(structure, (list, tuple)) else next(iter(out.values()))
+
+
+def on_devices(array: np.ndarray) -> Any:
+    """``array`` laid out as the current ``keras.distribution`` lays out data: on JAX under
+    ``keras.distribution.DataParallel(devices=...)``, its batch axis sharded over the devices,
+    so each device runs its share of the batch's rows; ``array`` itself on another backend,
+    without a distribution, or when the batch does not divide among the devices (the
+    distribution's own refusal: a batch of 3 rows on 2 devices runs whole)."""
+    if keras.backend.backend() != "jax":
+        return array
+    distribution = keras.distribution.distribution()
+    if distribution is None or np.ndim(array) == 0:
+        return array
+    try:
+        return keras.distribution.distribute_tensor(array, distribution.get_data_layout(np.shape(array)))
+    except ValueError:
+        return array
 
 
 def preprocess(model: Any, texts: Sequence[str]) -> list[dict[str, np.ndarray]] | None:
