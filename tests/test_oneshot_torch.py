@@ -221,8 +221,9 @@ def test_a_dataloader_feeds_its_own_batches() -> None:
 def test_layers_fed_one_input_share_its_hessian_product_bit_for_bit(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """q/k/v (and gate/up) are fed one tensor: their Hessians add one product computed once, and
     the run's weights are those of a run that computes each layer's product itself."""
-    from recipe_spec.oneshot.shared.hessian import SharedInput
     from recipe_spec_torch.masks import TorchOps
+
+    from recipe_spec.oneshot.shared.hessian import SharedInput
 
     computed: list[int] = []
     original = SharedInput.product
