@@ -215,3 +215,32 @@ def test_a_dataloader_feeds_its_own_batches() -> None:
     recipe_spec.oneshot(model=model, recipe=_case(name)["recipe_yaml"], dataset=loader, num_calibration_samples=8)
     assert last_report().order is None
     assert float((model.model.layers[0].mlp.up_proj.weight == 0).float().mean()) == 0.5
+
+
+@pytest.mark.parametrize("name", ["02_sparsegpt_2of4", "10_staged_sparse24_gptq_w4a16"])
+def test_layers_fed_one_input_share_its_hessian_product_bit_for_bit(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """q/k/v (and gate/up) are fed one tensor: their Hessians add one product computed once, and
+    the run's weights are those of a run that computes each layer's product itself."""
+    from recipe_spec_torch.masks import TorchOps
+
+    from recipe_spec.oneshot.shared.hessian import SharedInput
+
+    computed: list[int] = []
+    original = SharedInput.product
+
+    def counting(self: SharedInput, x: object, key: tuple, compute: object) -> object:
+        before = self.computed
+        out = original(self, x, key, compute)
+        computed.append(self.computed - before)
+        return out
+
+    monkeypatch.setattr(SharedInput, "product", counting)
+    shared = _run(name, _samples(name)).state_dict()
+    calls, products = len(computed), sum(computed)
+    assert calls > 0 and products <= calls * 0.6  # per block: 7 layers, 4 distinct inputs (3 for 2 blocks, ...)
+    monkeypatch.setattr(TorchOps, "same_values", lambda self, a, b: False)  # nothing shared
+    computed.clear()
+    alone = _run(name, _samples(name)).state_dict()
+    assert sum(computed) == len(computed)
+    for key, value in alone.items():
+        assert torch.equal(shared[key], value), key

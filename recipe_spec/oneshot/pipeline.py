@@ -35,6 +35,7 @@ from .distributed import Collective, assign, combine, refuse_unshared, share_out
 from .host import CalibrationHost, ModuleInfo, inside, outermost
 from .modifiers import OneShotModifier, matches, select_modules
 from .owl.profile import layer_sparsities
+from .shared.hessian import SharedInput
 from .shared.smoothing import run_smoothing_pass
 
 __all__ = ["PIPELINES", "OneShotReport", "Progress", "run_pipeline"]
@@ -177,7 +178,7 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
             part = [[n for n in names if inside(n, block)] for names in targets]
             stats = _observe(host, mods, part, infos)
             if stats:
-                host.run_block(block, inputs, _observers(stats), propagate=False)
+                host.run_block(block, inputs, _observers(stats, host.ops), propagate=False)
                 if collective is not None:
                     combine(stats, collective)
             _compress(host, mods, part, stats, report, infos, collective)
@@ -191,7 +192,7 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
     if any(rest):
         stats = _observe(host, mods, rest, infos)
         if stats:
-            host.run_model(batches, _observers(stats))
+            host.run_model(batches, _observers(stats, host.ops))
             if collective is not None:
                 combine(stats, collective)
         _compress(host, mods, rest, stats, report, infos, collective)
@@ -214,16 +215,21 @@ def _observe(host: CalibrationHost, mods: list[OneShotModifier], part: list[list
     return out
 
 
-def _observers(stats: dict[tuple[int, str], Any]) -> dict[str, Any]:
-    """One observer per module, feeding every accumulator of that module."""
+def _observers(stats: dict[tuple[int, str], Any], ops: Any) -> dict[str, Any]:
+    """One observer per module, feeding every accumulator of that module; the Hessians of
+    modules fed one input share its product (:class:`~.shared.hessian.SharedInput`)."""
     by_module: dict[str, list[Any]] = {}
     for (_, name), s in stats.items():
         by_module.setdefault(name, []).append(s)
+    shared = SharedInput(ops)
 
     def feed(accumulators: list[Any]) -> Any:
         def observe(x: Any, sequences: int) -> None:
             for a in accumulators:
-                a.add(x, sequences)
+                if getattr(a, "shares_input", False):
+                    a.add(x, sequences, shared)
+                else:
+                    a.add(x, sequences)
         return observe
 
     return {name: feed(accs) for name, accs in by_module.items()}

@@ -67,16 +67,20 @@ class QuantStats:
     (``hessian_stats``, when ``hessian``) and the static input observer (``inputs``), either
     may be None."""
 
+    #: Its :meth:`add` takes a :class:`~.hessian.SharedInput`.
+    shares_input = True
+
     def __init__(self, ops: Any, group: QuantGroup, columns: int, like: Any, hessian: bool):
         self.hessian_stats = GPTQHessianStats(ops, columns, like) if hessian else None
         self.inputs = (InputRange(ops, group.inputs, group.input_observer or "minmax", group.averaging_constant)
                        if group.inputs is not None else None)
         self.samples = 0
 
-    def add(self, x: Any, sequences: int | None = None) -> None:
-        """Feed one forward call's input ``x`` (``[tokens, in]``) from ``sequences`` sequences."""
+    def add(self, x: Any, sequences: int | None = None, shared: Any = None) -> None:
+        """Feed one forward call's input ``x`` (``[tokens, in]``) from ``sequences`` sequences;
+        ``shared``: a :class:`~.hessian.SharedInput` of the layers fed ``x``."""
         if self.hessian_stats is not None:
-            self.hessian_stats.add(x, sequences)
+            self.hessian_stats.add(x, sequences, shared)
         if self.inputs is not None:
             self.inputs.add(x)
         self.samples += int(sequences or 1)

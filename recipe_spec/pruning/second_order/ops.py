@@ -115,6 +115,12 @@ class SolverOps(FisherOps, QuantOps, Protocol):
     def sqrt(self, x: Array) -> Array:
         """Elementwise square root."""
 
+    def same_values(self, a: Array, b: Array) -> bool:
+        """Whether ``a`` and ``b`` hold the same values because they are the same memory,
+        unchanged: one array, or two views of one tensor with the same shape, strides and
+        dtype, not written since the first was taken (the input that q/k/v, or gate/up, are
+        fed). False where that cannot be told (then nothing is shared)."""
+
     def row_norms(self, x: Array) -> Array:
         """The Euclidean norm of each row of a 2-D array (``torch.norm(x, p=2, dim=1)``)."""
 
