@@ -47,6 +47,32 @@ class TorchCollective:
     def barrier(self) -> None:
         self._dist.barrier()
 
+    def send(self, array: torch.Tensor, dst: int) -> None:
+        self._dist.send(array.detach().contiguous(), dst=dst)
+
+    def receive(self, like: torch.Tensor, src: int) -> torch.Tensor:
+        out = torch.empty_like(like, memory_format=torch.contiguous_format)
+        self._dist.recv(out, src=src)
+        return out
+
+    def broadcast(self, array: torch.Tensor, src: int) -> torch.Tensor:
+        out = array.detach().clone().contiguous()
+        self._dist.broadcast(out, src=src)
+        return out
+
+    def send_object(self, value: Any, dst: int) -> None:
+        self._dist.send_object_list([value], dst=dst, device=_device())
+
+    def receive_object(self, src: int) -> Any:
+        out: list[Any] = [None]
+        self._dist.recv_object_list(out, src=src, device=_device())
+        return out[0]
+
+    def broadcast_object(self, value: Any, src: int) -> Any:
+        out = [value]
+        self._dist.broadcast_object_list(out, src=src, device=_device())
+        return out[0]
+
 
 def _device() -> torch.device:
     import torch.distributed as dist

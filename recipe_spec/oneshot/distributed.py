@@ -32,7 +32,8 @@ import math
 from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["Collective", "share_out", "assign", "combine", "refuse_unshared"]
+__all__ = ["Collective", "share_out", "assign", "combine", "relayed", "receive_partial", "pass_on",
+           "refuse_unshared"]
 
 T = TypeVar("T")
 
@@ -54,6 +55,24 @@ class Collective(Protocol):
 
     def barrier(self) -> None:
         """Wait until every process is here."""
+
+    def send(self, array: Any, dst: int) -> None:
+        """Send ``array`` to process ``dst`` (which :meth:`receive` s it)."""
+
+    def receive(self, like: Any, src: int) -> Any:
+        """An array of ``like``'s shape, dtype and device sent by process ``src``."""
+
+    def broadcast(self, array: Any, src: int) -> Any:
+        """Process ``src``'s ``array`` (every process passes one of the same shape)."""
+
+    def send_object(self, value: Any, dst: int) -> None:
+        """Send picklable ``value`` to process ``dst``."""
+
+    def receive_object(self, src: int) -> Any:
+        """The picklable value process ``src`` sent."""
+
+    def broadcast_object(self, value: Any, src: int) -> Any:
+        """Process ``src``'s picklable ``value``."""
 
 
 def share_out(items: Sequence[T], rank: int, world: int) -> list[T]:
@@ -78,6 +97,43 @@ def combine(stats: dict[Any, Any], collective: Collective) -> None:
     """Every statistic of ``stats`` made the one of all processes' batches (in place)."""
     for key in sorted(stats, key=repr):  # the same order on every process
         stats[key].combine(collective.sum, collective.sum_int)
+
+
+def relayed(stats: dict[Any, Any]) -> bool:
+    """Whether the statistics of ``stats`` are relayed rather than summed: when one of them
+    asks for it (GPTQ's: its grid follows every bit of its Hessian, and a sum in another order
+    than one process's changes grid values, then the next blocks' inputs)."""
+    return any(getattr(s, "relayed", False) for s in stats.values())
+
+
+def receive_partial(stats: dict[Any, Any], collective: Collective) -> None:
+    """Before a process's calibration pass of a relayed block: its statistics continue from
+    those of the processes before it (process ``r`` waits for ``r - 1``'s; process 0 starts
+    from zero), so the sum runs in the one process's order."""
+    if collective.rank == 0:
+        return
+    src = collective.rank - 1
+    for key in sorted(stats, key=repr):
+        arrays, _ = stats[key].state()
+        got = [collective.receive(a, src) for a in arrays]
+        stats[key].set_state(got, collective.receive_object(src))
+
+
+def pass_on(stats: dict[Any, Any], collective: Collective) -> None:
+    """After a process's calibration pass of a relayed block: its statistics go to the next
+    process, and the last process's (every batch's, in the one process's order) to all."""
+    keys = sorted(stats, key=repr)
+    if collective.rank + 1 < collective.world:
+        for key in keys:
+            arrays, counts = stats[key].state()
+            for a in arrays:
+                collective.send(a, collective.rank + 1)
+            collective.send_object(list(counts), collective.rank + 1)
+    last = collective.world - 1
+    for key in keys:
+        arrays, counts = stats[key].state()
+        got = [collective.broadcast(a, last) for a in arrays]
+        stats[key].set_state(got, collective.broadcast_object(list(counts), last))
 
 
 def refuse_unshared(mods: Sequence[Any], sample: dict[Any, Any]) -> None:

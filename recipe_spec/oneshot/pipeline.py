@@ -24,6 +24,7 @@ layers outside every block (``lm_head``), or one module in the datafree pipeline
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,16 @@ from typing import Any
 
 from .calibration import Calibration
 from .compress import LayerReport, compress_module, new_statistics
-from .distributed import Collective, assign, combine, refuse_unshared, share_out
+from .distributed import (
+    Collective,
+    assign,
+    combine,
+    pass_on,
+    receive_partial,
+    refuse_unshared,
+    relayed,
+    share_out,
+)
 from .host import CalibrationHost, ModuleInfo, inside, outermost
 from .modifiers import OneShotModifier, matches, select_modules
 from .owl.profile import layer_sparsities
@@ -178,9 +188,8 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
             part = [[n for n in names if inside(n, block)] for names in targets]
             stats = _observe(host, mods, part, infos)
             if stats:
-                host.run_block(block, inputs, _observers(stats, host.ops), propagate=False)
-                if collective is not None:
-                    combine(stats, collective)
+                _calibrate(stats, collective, functools.partial(host.run_block, block, inputs,
+                                                                _observers(stats, host.ops), propagate=False))
             _compress(host, mods, part, stats, report, infos, collective)
             done.update(n for names in part for n in names)
             del stats
@@ -192,9 +201,7 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
     if any(rest):
         stats = _observe(host, mods, rest, infos)
         if stats:
-            host.run_model(batches, _observers(stats, host.ops))
-            if collective is not None:
-                combine(stats, collective)
+            _calibrate(stats, collective, functools.partial(host.run_model, batches, _observers(stats, host.ops)))
         _compress(host, mods, rest, stats, report, infos, collective)
         _tell(progress, ", ".join(dict.fromkeys(n for names in rest for n in names)), total, total)
 
@@ -213,6 +220,21 @@ def _observe(host: CalibrationHost, mods: list[OneShotModifier], part: list[list
             if stats is not None:
                 out[(i, name)] = stats
     return out
+
+
+def _calibrate(stats: dict[tuple[int, str], Any], collective: Collective | None, run: Callable[[], Any]) -> None:
+    """One calibration pass (``run``) into ``stats``; over several processes, the statistics
+    of every process's batches: relayed from process to process in the one process's order
+    where a statistic asks for it (:func:`~.distributed.relayed`), else summed."""
+    if collective is None:
+        run()
+    elif relayed(stats):
+        receive_partial(stats, collective)
+        run()
+        pass_on(stats, collective)
+    else:
+        run()
+        combine(stats, collective)
 
 
 def _observers(stats: dict[tuple[int, str], Any], ops: Any) -> dict[str, Any]:

@@ -112,6 +112,15 @@ class _RunningStats:
         self._value = sum_all(value)
         self.samples = total
 
+    def state(self) -> tuple[list[Array], list[int]]:
+        """The accumulator's whole state: its arrays and its counts (:meth:`set_state`)."""
+        return [self._value], [self.samples]
+
+    def set_state(self, arrays: list[Array], counts: list[int]) -> None:
+        """Continue from another accumulator's :meth:`state` (of the same layer): the next
+        :meth:`add` gives what it would give there, bit for bit."""
+        self._value, self.samples = arrays[0], int(counts[0])
+
     def _decay(self, added: int) -> float:
         """The factor the mean so far is scaled by, after which ``samples`` counts ``added``."""
         factor = self.samples / (self.samples + added)

@@ -99,6 +99,23 @@ class QuantStats:
             self.hessian_stats.combine(sum_all, sum_int)
         self.samples = int(sum_int(self.samples))
 
+    #: Over several processes, each continues the sum of the one before (``distributed.relay``):
+    #: GPTQ's grid follows every bit of its Hessian.
+    relayed = True
+
+    def state(self) -> tuple[list[Any], list[int]]:
+        """The accumulator's arrays and counts (:meth:`set_state`)."""
+        if self.hessian_stats is None:
+            return [], [self.samples]
+        arrays, counts = self.hessian_stats.state()
+        return arrays, [*counts, self.samples]
+
+    def set_state(self, arrays: list[Any], counts: list[int]) -> None:
+        """Continue from another accumulator's :meth:`state` (of the same layer)."""
+        if self.hessian_stats is not None:
+            self.hessian_stats.set_state(arrays, counts[:-1])
+        self.samples = int(counts[-1])
+
     @property
     def hessian(self) -> Any:
         """GPTQ's ``H / n``."""
