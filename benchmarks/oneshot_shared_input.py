@@ -29,9 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def one(setting: str, recipe: str, samples: int) -> dict[str, Any]:
     """One run in this process; ``setting``: ``shared`` or ``alone``."""
-    import torch
-
     import oneshot_speed
+    import torch
     from recipe_spec_torch.masks import TorchOps
 
     if setting == "alone":

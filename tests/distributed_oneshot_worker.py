@@ -2,7 +2,7 @@
 calibration samples, the recipe named on the command line; writes the model's final tensors
 and this process's count of decoder-layer forward calls to ``OUT/rank<r>.pt``. ``gptq-streamed``:
 GPTQ on the model saved as a checkpoint folder and passed as ``model="folder"`` (streamed
-block by block), its output folder only.
+block by block), its output folder only; a ``-sum`` suffix: ``distributed_statistics="sum"``.
 
     python -m torch.distributed.run --nproc-per-node 2 distributed_oneshot_worker.py RECIPE OUT
 """
@@ -53,8 +53,10 @@ def main() -> None:
 
     for layer in model.model.layers:
         layer.register_forward_pre_hook(count)
+    how = "sum" if recipe.endswith("-sum") else "auto"
+    recipe = recipe.removesuffix("-sum")
     recipe_spec.oneshot(model=model, recipe=RECIPES[recipe], dataset=data, num_calibration_samples=16,
-                        shuffle_calibration_samples=False, progress=False,
+                        shuffle_calibration_samples=False, progress=False, distributed_statistics=how,
                         output_dir=os.path.join(out, "saved") if recipe == "gptq" else None)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     torch.save({"calls": calls[0], "state": state}, os.path.join(out, f"rank{rank}.pt"))

@@ -98,6 +98,7 @@ def oneshot(
     splits: Any = None,
     raw_kwargs: dict[str, Any] | None = None,
     moe_calibrate_all_experts: bool = True,
+    distributed_statistics: str = "auto",
     log_dir: str | os.PathLike[str] | None = None,
     **llmcompressor_options: Any,
 ) -> Any:
@@ -164,6 +165,11 @@ def oneshot(
     ``splits``, ``raw_kwargs``: :mod:`.named_data`). Fused experts (transformers'
     mixture-of-experts blocks) run as one Linear per expert and projection, every expert fed
     every token while calibrating (``moe_calibrate_all_experts=False``: its routed tokens).
+    Under ``torchrun`` (several processes), ``distributed_statistics`` says how the processes'
+    calibration statistics are joined (:mod:`.distributed`): ``"auto"`` (GPTQ's Hessians
+    relayed from process to process in one process's order, so the run gives the one-process
+    bits; pruning's summed), ``"relay"`` (every statistic relayed) or ``"sum"`` (every
+    statistic summed, llm-compressor's way: faster, its result up to the order of float sums).
     ``log_dir``: a log file of the run there. Any other
     keyword of llm-compressor (``**llmcompressor_options``) runs only at its default (a
     ValueError names it otherwise) or has nothing to act on here (``tracing_ignore``,
@@ -257,6 +263,7 @@ def oneshot(
             output_dir=output_dir, overwrite_output_dir=overwrite_output_dir, seed=seed, progress=progress,
             preserve_masks=preserve_masks, compat=compat, processor=processor,
             restore_on_error=restore_on_error, moe_calibrate_all_experts=moe_calibrate_all_experts,
+            distributed_statistics=distributed_statistics,
         )
     return model
 
@@ -268,6 +275,7 @@ def apply_oneshot(
     output_dir: str | os.PathLike[str] | None = None, overwrite_output_dir: bool = False, seed: int = 42,
     progress: Progress | None = None, preserve_masks: bool = False, compat: str | None = None,
     processor: Any = None, restore_on_error: bool = True, moe_calibrate_all_experts: bool = True,
+    distributed_statistics: str = "auto",
 ) -> OneShotReport:
     """:func:`oneshot` for a loaded recipe (``ScheduledModifierManager.apply(model,
     calibration=...)`` and ``recipe-spec oneshot`` call it); returns the run's
@@ -284,6 +292,7 @@ def apply_oneshot(
     from ..runtime.preflight import refuse_invalid
     from .algorithms import algorithm_of
     from .calibration import bounded, prepare
+    from .distributed import check_distributed_statistics
     from .journal import Journal, journalled
     from .modifiers import resolve
     from .pipeline import run_pipeline
@@ -306,6 +315,7 @@ def apply_oneshot(
                     overwrite_output_dir=overwrite_output_dir, progress=progress, preserve_masks=preserve_masks,
                     compat=compat, restore_on_error=restore_on_error, dataset=dataset,
                     moe_calibrate_all_experts=moe_calibrate_all_experts)
+    check_distributed_statistics(distributed_statistics)
     release = release_of(compat)
     if output_dir is not None:  # before anything is touched, as the recipe's checks below
         check_output_dir(output_dir, overwrite_output_dir)
@@ -358,7 +368,7 @@ def apply_oneshot(
                 _attach(recipe, work, quantizers, backend.name, output_dir)
             report = run_pipeline(work, mods, calibration, pipeline=pipeline,
                                   sequential_targets=sequential_targets, offload=offload,
-                                  progress=progress)
+                                  progress=progress, distributed_statistics=distributed_statistics)
             collective = getattr(host, "collective", lambda: None)()
             if output_dir is not None and (collective is None or collective.rank == 0):  # one writer
                 text = recipe.source.yaml_text if recipe.source is not None else recipe.to_yaml()

@@ -33,7 +33,18 @@ from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
 __all__ = ["Collective", "share_out", "assign", "combine", "relayed", "receive_partial", "pass_on",
-           "refuse_unshared"]
+           "refuse_unshared", "HOW", "check_distributed_statistics"]
+
+#: ``oneshot(distributed_statistics=...)``: how the processes' statistics are joined.
+HOW = ("auto", "relay", "sum")
+
+
+def check_distributed_statistics(how: object) -> None:
+    """A ValueError unless ``how`` is one of :data:`HOW`."""
+    if how not in HOW:
+        raise ValueError(f"distributed_statistics={how!r}: give 'auto' (GPTQ's statistics relayed in one process's "
+                         "order, pruning's summed), 'relay' (every statistic relayed: the one-process result) or "
+                         "'sum' (every statistic summed, llm-compressor's way: faster)")
 
 T = TypeVar("T")
 
@@ -99,10 +110,13 @@ def combine(stats: dict[Any, Any], collective: Collective) -> None:
         stats[key].combine(collective.sum, collective.sum_int)
 
 
-def relayed(stats: dict[Any, Any]) -> bool:
-    """Whether the statistics of ``stats`` are relayed rather than summed: when one of them
-    asks for it (GPTQ's: its grid follows every bit of its Hessian, and a sum in another order
-    than one process's changes grid values, then the next blocks' inputs)."""
+def relayed(stats: dict[Any, Any], how: str = "auto") -> bool:
+    """Whether the statistics of ``stats`` are relayed rather than summed (``how``: see
+    :data:`HOW`): with ``"auto"``, when one of them asks for it (GPTQ's: its grid follows every
+    bit of its Hessian, and a sum in another order than one process's changes grid values,
+    then the next blocks' inputs)."""
+    if how != "auto":
+        return how == "relay"
     return any(getattr(s, "relayed", False) for s in stats.values())
 
 

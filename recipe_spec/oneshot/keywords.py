@@ -134,7 +134,7 @@ LLMCOMPRESSOR_KEYWORDS: dict[str, Keyword] = dict((
 ))
 
 #: recipe-spec's own keywords (not llm-compressor's).
-OWN_KEYWORDS = ("overwrite_output_dir", "seed", "progress", "preserve_masks", "compat")
+OWN_KEYWORDS = ("overwrite_output_dir", "seed", "progress", "preserve_masks", "compat", "distributed_statistics")
 
 def check_options(options: Mapping[str, Any]) -> None:
     """Refuse, by name, each llm-compressor keyword in ``options`` whose value recipe-spec does

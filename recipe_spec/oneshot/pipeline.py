@@ -79,9 +79,12 @@ class OneShotReport:
 
 def run_pipeline(host: CalibrationHost, mods: Sequence[OneShotModifier], calibration: Calibration | None,
                  *, pipeline: str = "independent", sequential_targets: Sequence[str] | None = None,
-                 offload: bool = False, progress: Progress | None = None) -> OneShotReport:
+                 offload: bool = False, progress: Progress | None = None,
+                 distributed_statistics: str = "auto") -> OneShotReport:
     """Run ``mods`` on ``host``'s model (see the module docstring); the report. ``progress``:
-    told when each pass starts and after each unit of it (:data:`Progress`)."""
+    told when each pass starts and after each unit of it (:data:`Progress`);
+    ``distributed_statistics``: how several processes join their statistics
+    (:data:`.distributed.HOW`)."""
     if pipeline not in PIPELINES:
         raise ValueError(f"pipeline {pipeline!r} is not one of {', '.join(PIPELINES)}")
     report = OneShotReport(order=calibration.order if calibration is not None else None)
@@ -94,10 +97,10 @@ def run_pipeline(host: CalibrationHost, mods: Sequence[OneShotModifier], calibra
         for mod in mods:
             _LOG.info("%s: %s runs in the %s pipeline", mod.where, mod.type, mod.pipeline)
             _run(host, modules, [mod], calibration, mod.pipeline, sequential_targets, offload, report,
-                 progress)
+                 progress, distributed_statistics)
     else:
         _run(host, modules, list(mods), calibration, pipeline, sequential_targets, offload, report,
-             progress)
+             progress, distributed_statistics)
     return report
 
 
@@ -146,7 +149,8 @@ def _tell(progress: Progress | None, what: str, done: int, total: int) -> None:
 
 def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotModifier],
          calibration: Calibration | None, pipeline: str, sequential_targets: Sequence[str] | None,
-         offload: bool, report: OneShotReport, progress: Progress | None = None) -> None:
+         offload: bool, report: OneShotReport, progress: Progress | None = None,
+         how: str = "auto") -> None:
     report.pipelines += [(m.type, pipeline) for m in mods]
     if any(m.transform is not None for m in mods):
         report.smoothing += run_smoothing_pass(host, modules, mods, calibration, pipeline, sequential_targets,
@@ -188,7 +192,7 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
             part = [[n for n in names if inside(n, block)] for names in targets]
             stats = _observe(host, mods, part, infos)
             if stats:
-                _calibrate(stats, collective, functools.partial(host.run_block, block, inputs,
+                _calibrate(stats, collective, how, functools.partial(host.run_block, block, inputs,
                                                                 _observers(stats, host.ops), propagate=False))
             _compress(host, mods, part, stats, report, infos, collective)
             done.update(n for names in part for n in names)
@@ -201,7 +205,7 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
     if any(rest):
         stats = _observe(host, mods, rest, infos)
         if stats:
-            _calibrate(stats, collective, functools.partial(host.run_model, batches, _observers(stats, host.ops)))
+            _calibrate(stats, collective, how, functools.partial(host.run_model, batches, _observers(stats, host.ops)))
         _compress(host, mods, rest, stats, report, infos, collective)
         _tell(progress, ", ".join(dict.fromkeys(n for names in rest for n in names)), total, total)
 
@@ -222,13 +226,14 @@ def _observe(host: CalibrationHost, mods: list[OneShotModifier], part: list[list
     return out
 
 
-def _calibrate(stats: dict[tuple[int, str], Any], collective: Collective | None, run: Callable[[], Any]) -> None:
+def _calibrate(stats: dict[tuple[int, str], Any], collective: Collective | None, how: str,
+               run: Callable[[], Any]) -> None:
     """One calibration pass (``run``) into ``stats``; over several processes, the statistics
     of every process's batches: relayed from process to process in the one process's order
-    where a statistic asks for it (:func:`~.distributed.relayed`), else summed."""
+    where ``how`` says so (:func:`~.distributed.relayed`), else summed."""
     if collective is None:
         run()
-    elif relayed(stats):
+    elif relayed(stats, how):
         receive_partial(stats, collective)
         run()
         pass_on(stats, collective)
