@@ -165,11 +165,8 @@ def oneshot(
     ``splits``, ``raw_kwargs``: :mod:`.named_data`). Fused experts (transformers'
     mixture-of-experts blocks) run as one Linear per expert and projection, every expert fed
     every token while calibrating (``moe_calibrate_all_experts=False``: its routed tokens).
-    Under ``torchrun`` (several processes), ``distributed_statistics`` says how the processes'
-    calibration statistics are joined (:mod:`.distributed`): ``"auto"`` (GPTQ's Hessians
-    relayed from process to process in one process's order, so the run gives the one-process
-    bits; pruning's summed), ``"relay"`` (every statistic relayed) or ``"sum"`` (every
-    statistic summed, llm-compressor's way: faster, its result up to the order of float sums).
+    ``distributed_statistics``: how several processes (``torchrun``) join their statistics
+    (:data:`.distributed.HOW`: ``"auto"``, ``"relay"``, ``"sum"``).
     ``log_dir``: a log file of the run there. Any other
     keyword of llm-compressor (``**llmcompressor_options``) runs only at its default (a
     ValueError names it otherwise) or has nothing to act on here (``tracing_ignore``,

@@ -5,16 +5,20 @@ process calling the same ``oneshot(...)``), as llm-compressor 0.14 runs it:
   batches ``floor(B·r/n)`` to ``floor(B·(r+1)/n)`` of the ``B`` the one-process run would feed
   (llm-compressor's ``_get_partition_start_end``), so each runs about ``1/n`` of the forward
   calls and together they feed the same batches;
-- at each block's end the statistics are summed over the processes (:func:`combine`: the
-  Hessians, Wanda's row scalars; each statistic's ``combine``), so every process holds the
-  statistic of every batch;
+- at each block's end every process gets the statistic of every batch: summed over the
+  processes (:func:`combine`: each statistic's ``combine``; SparseGPT's Hessians, Wanda's row
+  scalars), or relayed (:func:`receive_partial` before a process's calibration pass, its
+  running sums continued from the process before it, and :func:`pass_on` after it), so that
+  the sum runs in one process's order and gives its bits (GPTQ's Hessians, by default:
+  ``distributed_statistics``, :data:`HOW`, :func:`relayed`);
 - each module's solve runs on one process (:func:`assign`: compressed-tensors'
   ``greedy_bin_packing``, weighted by the module's input columns, heaviest first, each to the
   least-loaded process) and its results (weight, bias, quantization parameters) are sent to
   the others (the host's ``share``), before the block runs again for the next one's inputs;
 - process 0 writes the output folder.
 
-The result is the one-process run's up to the order of floating-point sums. A run whose
+The result is the one-process run's (relayed: bit for bit; summed: up to the order of
+floating-point sums). A run whose
 statistics cannot be combined (a smoothing pass, OWL's profile, static activation observers)
 is refused before any weight changes (:func:`refuse_unshared`).
 
