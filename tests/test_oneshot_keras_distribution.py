@@ -26,11 +26,11 @@ from keras_hub_cases import hf_folder, samples
 
 folder = hf_folder(pathlib.Path(sys.argv[1]), "02_sparsegpt_2of4")
 recipe = "s_stage:\n  s_modifiers:\n    SparseGPTModifier: {sparsity: 0.5, targets: [Linear], ignore: [lm_head]}\n"
-data = samples("02_sparsegpt_2of4")[:8]
+data = samples("02_sparsegpt_2of4")[:4]
 
 def run():
     model = load_causal_lm(folder)
-    recipe_spec.oneshot(model=model, recipe=recipe, dataset=data, batch_size=4, progress=False)
+    recipe_spec.oneshot(model=model, recipe=recipe, dataset=data, batch_size=2, progress=False)
     return model, [np.asarray(keras.ops.convert_to_numpy(v)) for v in model.weights]
 
 _, one = run()
