@@ -224,3 +224,40 @@ def test_a_keras_hub_llama_loaded_by_load_causal_lm_computes_the_checkpoints_log
     with torch.no_grad():
         theirs = reference(input_ids=torch.tensor(ids[None])).logits[0].numpy()
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=2e-4)
+
+
+@needs_hub
+def test_keras_hub_layers_fed_one_input_share_its_hessian_product(hf_folders: dict[str, pathlib.Path],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """q/k/v (and gate/up) of a keras-hub Llama see one input: it is made rows once and its
+    Hessian product computed once per call, and the weights are those of computing each alone."""
+    from recipe_spec_keras import oneshot_calls
+
+    from recipe_spec.oneshot.shared.hessian import SharedInput
+
+    name = "02_sparsegpt_2of4"
+    counts: list[int] = []
+    original = SharedInput.product
+
+    def counting(self: SharedInput, x: object, key: tuple, compute: object) -> object:
+        before = self.computed
+        out = original(self, x, key, compute)
+        counts.append(self.computed - before)
+        return out
+
+    monkeypatch.setattr(SharedInput, "product", counting)
+
+    def run() -> list[np.ndarray]:
+        model = _llama(hf_folders, name)
+        recipe_spec.oneshot(model=model, recipe=_case(name)["recipe_yaml"], dataset=_samples(name)[:4],
+                            num_calibration_samples=4, shuffle_calibration_samples=False, progress=False)
+        return [np.array(keras.ops.convert_to_numpy(v)) for v in model.weights]
+
+    shared = run()
+    assert counts and sum(counts) <= 0.6 * len(counts)  # 4 products for a layer's 7 Linear layers
+    monkeypatch.setattr(oneshot_calls, "_rows", lambda lin, inputs, seen: lin.rows_of(inputs))
+    counts.clear()
+    alone = run()
+    assert sum(counts) == len(counts)
+    for a, b in zip(shared, alone, strict=True):
+        np.testing.assert_array_equal(a, b)

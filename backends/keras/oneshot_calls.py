@@ -115,8 +115,9 @@ def output_rows(layer: Any, y: Any) -> tuple[np.ndarray, int]:
     return a.reshape(-1, a.shape[-1]), sequences
 
 
-def _input_call(entries: list[tuple[Any, Observer]]) -> Callable[[Any], Any]:
-    """Observers of one layer's input; ``entries``: ``(Linear view or None, observer)``."""
+def _input_call(entries: list[tuple[Any, Observer]], rows: dict[Any, Any]) -> Callable[[Any], Any]:
+    """Observers of one layer's input; ``entries``: ``(Linear view or None, observer)``;
+    ``rows``: the inputs already made rows in this pass (:func:`_rows`)."""
     def make(original: Any) -> Any:
         reversible = any(lin is not None and lin.reverse for lin, _ in entries)
 
@@ -127,12 +128,28 @@ def _input_call(entries: list[tuple[Any, Observer]]) -> Callable[[Any], Any]:
                     a = _numpy(inputs)
                     observe(a.reshape(-1, a.shape[-1]), int(a.shape[0]) if a.ndim > 2 else 1)
                 elif lin.reverse == reverse:
-                    rows, sequences = lin.rows_of(inputs)
-                    if len(rows):  # an expert no token of this call is routed to is not observed
-                        observe(rows, sequences)
+                    rows_, sequences = _rows(lin, inputs, rows)
+                    if len(rows_):  # an expert no token of this call is routed to is not observed
+                        observe(rows_, sequences)
             return original(inputs, *args, **kwargs)
         return call
     return make
+
+
+def _rows(lin: Any, inputs: Any, seen: dict[Any, Any]) -> tuple[Any, int]:
+    """``lin.rows_of(inputs)``, the same array for layers fed one input the same way (q/k/v,
+    gate/up), so that their statistics share its products (:class:`~recipe_spec.oneshot.shared.hessian.SharedInput`
+    knows a NumPy input by its identity). The last input is held, so its id is not reused."""
+    axes = getattr(lin, "explicit", None)
+    if axes is None:  # an expert's rows: its own (routed tokens, its intermediate)
+        return lin.rows_of(inputs)
+    if seen.get("input") is not inputs:
+        seen.clear()
+        seen["input"] = inputs
+    key = (lin.columns, axes, tuple(lin.batch), tuple(lin.contract))
+    if key not in seen:
+        seen[key] = lin.rows_of(inputs)
+    return seen[key]
 
 
 def _output_call(layer: Any, observe: Observer) -> Callable[[Any], Any]:
@@ -178,8 +195,9 @@ class ModuleCalls:
                 lin = self._linear.get(name)
                 layer = lin.layer if lin is not None else self._layer(name)
                 by_layer.setdefault(id(layer), (layer, []))[1].append((lin, observe))
+            rows: dict[Any, Any] = {}
             for layer, entries in by_layer.values():
-                stack.enter_context(wrapped(layer, _input_call(entries)))
+                stack.enter_context(wrapped(layer, _input_call(entries, rows)))
             for name, observe in (outputs or {}).items():
                 layer = self._layer(name)
                 stack.enter_context(wrapped(layer, _output_call(layer, observe)))
