@@ -232,20 +232,10 @@ def test_keras_hub_layers_fed_one_input_share_its_hessian_product(hf_folders: di
     """q/k/v (and gate/up) of a keras-hub Llama see one input: it is made rows once and its
     Hessian product computed once per call, and the weights are those of computing each alone."""
     from recipe_spec_keras import oneshot_calls
-
-    from recipe_spec.oneshot.shared.hessian import SharedInput
+    from shared_products import count_products
 
     name = "02_sparsegpt_2of4"
-    counts: list[int] = []
-    original = SharedInput.product
-
-    def counting(self: SharedInput, x: object, key: tuple, compute: object) -> object:
-        before = self.computed
-        out = original(self, x, key, compute)
-        counts.append(self.computed - before)
-        return out
-
-    monkeypatch.setattr(SharedInput, "product", counting)
+    counts = count_products(monkeypatch)
 
     def run() -> list[np.ndarray]:
         model = _llama(hf_folders, name)

@@ -222,19 +222,9 @@ def test_layers_fed_one_input_share_its_hessian_product_bit_for_bit(name: str, m
     """q/k/v (and gate/up) are fed one tensor: their Hessians add one product computed once, and
     the run's weights are those of a run that computes each layer's product itself."""
     from recipe_spec_torch.masks import TorchOps
+    from shared_products import count_products
 
-    from recipe_spec.oneshot.shared.hessian import SharedInput
-
-    computed: list[int] = []
-    original = SharedInput.product
-
-    def counting(self: SharedInput, x: object, key: tuple, compute: object) -> object:
-        before = self.computed
-        out = original(self, x, key, compute)
-        computed.append(self.computed - before)
-        return out
-
-    monkeypatch.setattr(SharedInput, "product", counting)
+    computed = count_products(monkeypatch)
     shared = _run(name, _samples(name)).state_dict()
     calls, products = len(computed), sum(computed)
     assert calls > 0 and products <= calls * 0.6  # per block: 7 layers, 4 distinct inputs (3 for 2 blocks, ...)

@@ -14,7 +14,7 @@ up) or the expert's gated intermediate (down), computed as the bank computes it.
 **Names** are the module names transformers 5 gives the same checkpoint once its experts are
 made Linear (llm-compressor's, and the PyTorch backend's): ``model.layers.0.mlp.experts.3.gate_proj``,
 ``up_proj``, ``down_proj``, and the router ``model.layers.0.mlp.gate``; they come from the
-tensors keras-hub's converter read into the bank (:func:`.hub.hf_reads`), with Mixtral's
+tensors keras-hub's converter read into the bank (:func:`.hub.hf_tables`), with Mixtral's
 checkpoint names (``block_sparse_moe.experts.3.w1``, ``w3``, ``w2``) renamed as transformers 5
 renames them (:func:`module_name`).
 

@@ -37,7 +37,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["hf_architecture", "backbone_of", "hf_names", "converter_for", "load_causal_lm", "missing_config", "checkpoint_of",
+__all__ = ["hf_architecture", "backbone_of", "hf_names", "hf_tables", "converter_for", "load_causal_lm", "missing_config", "checkpoint_of",
            "config_differences", "warn_config_differences", "remember_checkpoint"]
 
 _LOG = logging.getLogger("recipe_spec.oneshot")
@@ -159,11 +159,13 @@ def hf_names(model: Any) -> dict[int, str]:
     return _recorded(model).names
 
 
-def hf_reads(model: Any) -> dict[int, list[str]]:
-    """``{id(variable): checkpoint tensor names}`` for the variables keras-hub's converter
-    fills from tensors it reads itself (an expert bank: every expert's projections stacked
-    into one variable), each with the tensors read since the assignment before it."""
-    return _recorded(model).reads
+def hf_tables(model: Any) -> tuple[dict[int, str], dict[int, list[str]]]:
+    """:func:`hf_names`, and ``{id(variable): checkpoint tensor names}`` for the variables
+    keras-hub's converter fills from tensors it reads itself (an expert bank: every expert's
+    projections stacked into one variable), each with the tensors read since the assignment
+    before it; from one run of the converter."""
+    recorder = _recorded(model)
+    return recorder.names, recorder.reads
 
 
 #: Hugging Face config keys read as a keras-hub backbone's ``layer_norm_epsilon``.

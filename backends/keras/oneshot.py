@@ -59,7 +59,7 @@ from recipe_spec.oneshot.host import CallRecorder, ModuleInfo, Observer, StopFor
 from recipe_spec.oneshot.matching import matches
 
 from .experts import LAYOUTS, ExpertLinear, expert_linears, module_name, refuse_unsplit, routers_of
-from .hub import hf_architecture, hf_names, hf_reads, warn_config_differences
+from .hub import hf_architecture, hf_tables, warn_config_differences
 from .inputs import feed, input_keys, preprocess
 from .layout import LinearAxes, linear_axes
 from .oneshot_calls import ModuleCalls, held, is_held, on_device, wrapped
@@ -194,11 +194,11 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
 
     # -- the model ---------------------------------------------------------------------------
     def _index(self, model: Any) -> None:
-        hf = {i: module_name(k) + ".weight" if k.endswith(".weight") else k for i, k in hf_names(model).items()}
-        reads = hf_reads(model)
-        by_path = dict(layer_paths(model))
+        names, reads = hf_tables(model)
+        hf = {i: module_name(k) + ".weight" if k.endswith(".weight") else k for i, k in names.items()}
         rank = {key: i for i, key in enumerate(hf.values())}
         paths = layer_paths(model)
+        by_path = dict(paths)
         children: dict[str, list[tuple[str, Any]]] = {}
         for path, layer in paths:
             parent = path.rsplit("/", 1)[0] if "/" in path else ""
@@ -224,8 +224,9 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
         def walk(parent_path: str, parent_name: str) -> None:
             for path, layer in sorted(children.get(parent_path, []), key=order):
                 lin = _linear_of(layer)
+                read = [k for v in layer.weights for k in reads.get(id(v), [])]  # an expert bank's tensors
                 own = [k.removesuffix(".weight") if k.endswith(".weight") else k.rsplit(".", 1)[0]
-                       for k in keys(layer, True)] + [module_name(k) for v in layer.weights for k in reads.get(id(v), [])]
+                       for k in keys(layer, True)] + [module_name(k) for k in read]
                 name = _common(own) if own else ""
                 if lin is not None and id(lin.variable) in hf:
                     name = hf[id(lin.variable)].removesuffix(".weight")
@@ -233,8 +234,7 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
                     name = ""
                 experts: dict[str, ExpertLinear] = {}
                 if type(layer).__name__ in LAYOUTS:
-                    experts = expert_linears(layer, by_path.get(parent_path), [
-                        k for v in layer.weights for k in reads.get(id(v), [])])
+                    experts = expert_linears(layer, by_path.get(parent_path), read)
                     name = _common(list(experts)) if experts else name
                 if not name or name in taken:
                     name = f"{parent_name}.{layer.name}" if parent_name else str(layer.name)
