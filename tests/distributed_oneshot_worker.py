@@ -24,6 +24,13 @@ RECIPES = {
             "      ignore: [lm_head]\n",
     "wanda": "s_stage:\n  s_modifiers:\n    WandaPruningModifier:\n      sparsity: 0.5\n      targets: [Linear]\n"
              "      ignore: [lm_head]\n",
+    "awq": "q_stage:\n  q_modifiers:\n    AWQModifier:\n      n_grid: 5\n    QuantizationModifier:\n"
+           "      scheme: W4A16_ASYM\n      targets: [Linear]\n      ignore: [lm_head]\n",
+    "owl-smoothquant-fp8": "s_stage:\n  s_modifiers:\n    WandaPruningModifier:\n      sparsity: 0.5\n"
+                           "      sparsity_profile: owl\n      owl_m: 3\n      owl_lmbda: 0.08\n      targets: [Linear]\n"
+                           "      ignore: [lm_head]\nq_stage:\n  q_modifiers:\n    SmoothQuantModifier:\n"
+                           "      smoothing_strength: 0.8\n    QuantizationModifier:\n      scheme: FP8\n"
+                           "      targets: [Linear]\n      ignore: [lm_head]\n",
 }
 
 
@@ -55,6 +62,13 @@ def main() -> None:
         layer.register_forward_pre_hook(count)
     how = "sum" if recipe.endswith("-sum") else "auto"
     recipe = recipe.removesuffix("-sum")
+    if recipe.endswith("-partitioned"):  # each process loads its own part, as llm-compressor's scripts do
+        from recipe_spec.datasets.utils import get_rank_partition
+
+        part = get_rank_partition("train", len(data))
+        start, end = (int(x) for x in part[len("train["):-1].split(":"))
+        data = data[start:end]
+        recipe = recipe.removesuffix("-partitioned")
     recipe_spec.oneshot(model=model, recipe=RECIPES[recipe], dataset=data, num_calibration_samples=16,
                         shuffle_calibration_samples=False, progress=False, distributed_statistics=how,
                         output_dir=os.path.join(out, "saved") if recipe == "gptq" else None)

@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("validation",),
     ("lint", "lint_scheme", "parallel", "fix", "convert"),
     ("runtime",),
-    ("oneshot.api", "oneshot.objects", "one_shot"),
+    ("oneshot.api", "oneshot.objects", "one_shot", "datasets"),
     ("manager",),
     ("create", "integrations", "docgen"),
     ("cli", "commands", "commands_oneshot", "commands_fix", "__init__", "__main__"),

@@ -1,10 +1,10 @@
 """One one-shot run over two processes (``torchrun --nproc-per-node 2``, gloo on the CPU):
-the calibration batches shared out, the statistics summed at each block's end (pruning) or
-relayed from process to process in the one process's order (GPTQ), each module solved on one
-process and sent to the other. The result is the one-process run's (pruning: up to the order
-of float sums; GPTQ: bit for bit), each process runs about half of the decoder-layer forward
-calls, and a modifier whose statistics are not combined yet is refused before any weight
-changes."""
+the calibration batches shared out, the statistics joined at each block's end (pruning's
+summed, SmoothQuant's ranges by their extremes) or relayed from process to process in the one
+process's order (GPTQ, AWQ, static input ranges), each module solved on one process and sent
+to the other. The result is the one-process run's (pruning: up to the order of float sums;
+the others: bit for bit), each process runs about half of the decoder-layer forward calls,
+and a statistic that cannot be joined is refused by name."""
 
 from __future__ import annotations
 
@@ -45,6 +45,19 @@ def _run(recipe: str, out: pathlib.Path, processes: int) -> list[dict[str, Any]]
     return [torch.load(out / f"rank{r}.pt") for r in range(processes)]
 
 
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The one-process run of a recipe (made once per module): ``(its rank0.pt, its folder)``."""
+    done: dict[str, tuple[dict[str, Any], pathlib.Path]] = {}
+
+    def get(recipe: str) -> tuple[dict[str, Any], pathlib.Path]:
+        if recipe not in done:
+            out = tmp_path_factory.mktemp("one") / recipe
+            done[recipe] = (_run(recipe, out, 1)[0], out)
+        return done[recipe]
+    return get
+
+
 @pytest.mark.parametrize("recipe", ["sparsegpt", "wanda"])
 def test_pruning_over_two_processes_is_the_one_process_run(tmp_path: pathlib.Path, recipe: str) -> None:
     one, = _run(recipe, tmp_path / "one", 1)
@@ -82,26 +95,39 @@ def _grids(one: pathlib.Path, two: pathlib.Path) -> tuple[int, int, bool]:
 
 
 @pytest.mark.parametrize("how", ["gptq", "gptq-streamed"])
-def test_gptq_over_two_processes_saves_the_one_process_folder(tmp_path: pathlib.Path, how: str) -> None:
+def test_gptq_over_two_processes_saves_the_one_process_folder(tmp_path: pathlib.Path, how: str,
+                                                             one_process: Any) -> None:
     """The model passed as an object, or as a checkpoint folder streamed block by
     block in each process (its one-process run from the same folder). GPTQ's Hessians are
     relayed in one process's order: the folder is the one process's, bit for bit."""
-    one, = _run(how, tmp_path / "one", 1)
+    one, folder = one_process(how)
     two = _run(how, tmp_path / "two", 2)
     if how == "gptq":
         assert all(r["calls"] <= 0.6 * one["calls"] for r in two)
-    same, total, identical = _grids(tmp_path / "one" / "saved", tmp_path / "two" / "saved")
+    same, total, identical = _grids(folder / "saved", tmp_path / "two" / "saved")
     assert same == total and identical
 
 
-def test_gptq_with_its_hessians_summed_is_the_one_process_run_up_to_float_sums(tmp_path: pathlib.Path) -> None:
+def test_gptq_with_its_hessians_summed_is_the_one_process_run_up_to_float_sums(tmp_path: pathlib.Path,
+                                                                              one_process: Any) -> None:
     """``distributed_statistics="sum"`` (llm-compressor's way): each process sums its own
     batches, the sums are added; the grid agrees but for the order of those sums."""
-    _run("gptq", tmp_path / "one", 1)
+    _, folder = one_process("gptq")
     two = _run("gptq-sum", tmp_path / "two", 2)
     assert all(r["calls"] > 0 for r in two)
-    same, total, identical = _grids(tmp_path / "one" / "saved", tmp_path / "two" / "saved")
+    same, total, identical = _grids(folder / "saved", tmp_path / "two" / "saved")
     assert same / total >= 0.98 and not identical  # summed in another order: not every bit
+
+
+def test_data_each_process_loaded_itself_is_not_shared_out_again(tmp_path: pathlib.Path, one_process: Any) -> None:
+    """llm-compressor's scripts load ``get_rank_partition``'s part in each process: each then
+    calibrates on all of its own part (about half of the one-process calls, not a quarter),
+    its samples ordered within the part, so the grid agrees but for that order."""
+    one, folder = one_process("gptq")
+    two = _run("gptq-partitioned", tmp_path / "two", 2)
+    assert all(0.4 * one["calls"] <= r["calls"] <= 0.6 * one["calls"] for r in two)
+    same, total, _ = _grids(folder / "saved", tmp_path / "two" / "saved")
+    assert same / total >= 0.98
 
 
 def test_an_unknown_way_to_join_statistics_is_refused() -> None:
@@ -116,40 +142,49 @@ def test_an_unknown_way_to_join_statistics_is_refused() -> None:
                             dataset=[{"input_ids": list(range(4, 20))}], distributed_statistics="fast", progress=False)
 
 
-class _TwoProcesses:
-    rank, world = 0, 2
+@pytest.mark.parametrize("recipe", ["owl-smoothquant-fp8", "awq"])
+def test_activation_statistics_over_two_processes_give_the_one_process_model(tmp_path: pathlib.Path,
+                                                                             recipe: str) -> None:
+    """OWL's activation norms (and Wanda's row scalars) summed, then SmoothQuant's channel
+    ranges joined by their extremes and FP8's static input ranges relayed; AWQ's activation
+    means relayed and every call's search loss added in the one process's order: every tensor
+    of the model is the one process's, while each process runs about half the forward calls."""
+    one, = _run(recipe, tmp_path / "one", 1)
+    two = _run(recipe, tmp_path / "two", 2)
+    assert all(r["calls"] <= 0.6 * one["calls"] for r in two)
+    assert set(one["state"]) == set(two[0]["state"])
+    if recipe == "owl-smoothquant-fp8":
+        assert sum(k.endswith("input_scale") for k in one["state"]) == 21
+        sparsity = [float((v == 0).float().mean()) for k, v in one["state"].items() if k.endswith("proj.weight")]
+        assert len(set(round(x, 3) for x in sparsity)) > 1  # OWL: one sparsity per layer
+    for k, a in one["state"].items():
+        assert torch.equal(a, two[0]["state"][k]) and torch.equal(a, two[1]["state"][k]), k
 
-    def sum(self, array: Any) -> Any:
-        return array * 2
 
-    def sum_int(self, value: int) -> int:
-        return value * 2
+def test_a_statistic_that_cannot_be_joined_is_refused_by_name() -> None:
+    from types import SimpleNamespace
 
-    def gather(self, value: Any) -> list[Any]:
-        return [value, value]
+    from recipe_spec.oneshot.distributed import refuse_unshared
 
-    def barrier(self) -> None:
-        pass
+    class Private:
+        def add(self, x: Any, sequences: int) -> None:
+            del x, sequences
+
+    mod = SimpleNamespace(type="MyModifier", where="stage.modifiers[0]")
+    with pytest.raises(ValueError, match=r"MyModifier \(stage.modifiers\[0\]\) cannot run over several "
+                                         r"processes: its calibration statistic \(Private\).*without torchrun"):
+        refuse_unshared([mod], {0: Private()})
+    refuse_unshared([mod], {0: None})
 
 
-@pytest.mark.parametrize("recipe", [
-    "s_stage:\n  s_modifiers:\n    SmoothQuantModifier:\n      smoothing_strength: 0.5\n",
-    "q_stage:\n  q_modifiers:\n    QuantizationModifier:\n      scheme: FP8\n      targets: [Linear]\n"
-    "      ignore: [lm_head]\n",
-])
-def test_what_is_not_combined_yet_is_refused_before_any_weight_changes(recipe: str,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    import transformers
-    from recipe_spec_torch.oneshot import TorchCalibrationHost
+def test_get_rank_partition_splits_as_llm_compressor_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    from recipe_spec.datasets.utils import get_rank_partition
 
-    monkeypatch.setattr(TorchCalibrationHost, "collective", lambda self: _TwoProcesses())
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        vocab_size=128, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64))
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    data = [{"input_ids": list(range(4, 28)), "attention_mask": [1] * 24}] * 4
-    with pytest.raises(ValueError, match="cannot run over several processes.*run it in one process"):
-        recipe_spec.oneshot(model=model, recipe=recipe, dataset=data, num_calibration_samples=4, progress=False)
-    after = model.state_dict()
-    assert set(after) == set(before) and all(torch.equal(before[k], after[k]) for k in before)
+    # floor(S·r/W) to floor(S·(r+1)/W), worked by hand for 10 samples over 3 processes
+    assert [get_rank_partition("train", 10, rank=r, world_size=3) for r in range(3)] == [
+        "train[0:3]", "train[3:6]", "train[6:10]"]
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert get_rank_partition("train_sft", 7) == "train_sft[3:7]"  # torchrun's environment
+    with pytest.raises(ValueError, match=r"already selects rows; give the split's name"):
+        get_rank_partition("train[:100]", 10)

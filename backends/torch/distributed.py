@@ -6,7 +6,9 @@ initialised with more than one process, or when the process was started by ``tor
 ``WORLD_SIZE`` above 1 and ``MASTER_ADDR`` set; the process group is then initialised here,
 ``nccl`` where CUDA is available, else ``gloo``); None for one process.
 :func:`share_module` sends one module's parameters and persistent buffers from the process that
-computed them to the others.
+computed them to the others. Tensors inside objects (:meth:`TorchCollective.gather`,
+``send_object``, ``broadcast_object``) travel through host memory and arrive on this process's
+device (its GPU under ``nccl``).
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ class TorchCollective:
 
     def gather(self, value: Any) -> list[Any]:
         out: list[Any] = [None] * self.world
-        self._dist.all_gather_object(out, value)
-        return out
+        self._dist.all_gather_object(out, _on(value, torch.device("cpu")))
+        return [_on(v, _device()) for v in out]
 
     def barrier(self) -> None:
         self._dist.barrier()
@@ -61,17 +63,28 @@ class TorchCollective:
         return out
 
     def send_object(self, value: Any, dst: int) -> None:
-        self._dist.send_object_list([value], dst=dst, device=_device())
+        self._dist.send_object_list([_on(value, torch.device("cpu"))], dst=dst, device=_device())
 
     def receive_object(self, src: int) -> Any:
         out: list[Any] = [None]
         self._dist.recv_object_list(out, src=src, device=_device())
-        return out[0]
+        return _on(out[0], _device())
 
     def broadcast_object(self, value: Any, src: int) -> Any:
-        out = [value]
+        out = [_on(value, torch.device("cpu"))]
         self._dist.broadcast_object_list(out, src=src, device=_device())
-        return out[0]
+        return _on(out[0], _device())
+
+
+def _on(value: Any, device: torch.device) -> Any:
+    """``value`` with every tensor inside it (lists, tuples, dicts) moved to ``device``."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on(v, device) for v in value)
+    if isinstance(value, dict):
+        return {k: _on(v, device) for k, v in value.items()}
+    return value
 
 
 def _device() -> torch.device:
@@ -104,9 +117,9 @@ def share_module(module: torch.nn.Module, src: int) -> None:
     tensors += [b for k, b in module._buffers.items() if b is not None and k not in module._non_persistent_buffers_set]
     for t in tensors:
         data = t.data
-        if data.is_contiguous():
-            dist.broadcast(data, src=src)
-        else:
-            buffer = data.contiguous()
-            dist.broadcast(buffer, src=src)
+        buffer = data if data.is_contiguous() else data.contiguous()
+        # gloo has no float8 (FP8 zero points): its bytes travel as uint8
+        wire = buffer.view(torch.uint8) if buffer.element_size() == 1 and buffer.is_floating_point() else buffer
+        dist.broadcast(wire, src=src)
+        if buffer is not data:
             data.copy_(buffer)

@@ -20,6 +20,7 @@ rules, ``datasets/utils.py``).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import numbers
 import random
@@ -27,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .calibration_inputs import canonical_batch, canonical_samples
+from .calibration_inputs import canonical_batch, canonical_samples, to_numpy
 
 __all__ = ["Calibration", "bounded", "order_samples", "is_dataloader", "read_samples", "prepare"]
 
@@ -40,6 +41,10 @@ class Calibration:
     batches: list[Any]
     order: list[int] | None
     batch_rows: list[list[int]] = field(default_factory=list)
+    #: A digest of the token ids fed, in order: over several processes, equal digests mean
+    #: every process was given the same data (then shared out), different ones that each was
+    #: given its own part (llm-compressor's ``get_rank_partition``; then used as it is).
+    fingerprint: str = ""
 
     @property
     def num_samples(self) -> int:
@@ -137,7 +142,19 @@ def prepare(host: Any, dataset: Any, *, num_calibration_samples: int, shuffle: b
         idx = order[start:start + batch_size]
         batches.append(host.collate([samples[i] for i in idx], min(lengths[i] for i in idx)))
         rows.append(idx)
-    return Calibration(batches, order, rows)
+    return Calibration(batches, order, rows, fingerprint([samples[i]["input_ids"] for i in order]))
+
+
+def fingerprint(ids: Iterable[Any]) -> str:
+    """A digest of a sequence of token-id rows (lists or arrays)."""
+    import numpy as np  # calibration only: ``recipe-spec validate`` runs without NumPy
+
+    digest = hashlib.sha256()
+    for row in ids:
+        values = np.asarray(to_numpy(row), dtype=np.int64)
+        digest.update(str(values.shape).encode())
+        digest.update(values.tobytes())
+    return digest.hexdigest()
 
 
 def _from_loader(loader: Iterable[Any], limit: int) -> Calibration:
@@ -158,4 +175,4 @@ def _from_loader(loader: Iterable[Any], limit: int) -> Calibration:
         seen += size
     if not batches:
         raise ValueError("the calibration DataLoader gave no batch")
-    return Calibration(batches, None, rows)
+    return Calibration(batches, None, rows, fingerprint(b["input_ids"] for b in batches))

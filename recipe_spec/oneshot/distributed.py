@@ -1,26 +1,32 @@
 """One one-shot run over several processes (``torchrun --nproc-per-node N script.py``, each
 process calling the same ``oneshot(...)``), as llm-compressor 0.14 runs it:
 
-- the calibration batches are shared out (:func:`share_out`): process ``r`` of ``n`` feeds
-  batches ``floor(B·r/n)`` to ``floor(B·(r+1)/n)`` of the ``B`` the one-process run would feed
-  (llm-compressor's ``_get_partition_start_end``), so each runs about ``1/n`` of the forward
-  calls and together they feed the same batches;
-- at each block's end every process gets the statistic of every batch: summed over the
+- the calibration batches are shared out (:func:`own_batches`): when every process was given
+  the same data, process ``r`` of ``n`` feeds batches ``floor(B·r/n)`` to ``floor(B·(r+1)/n)``
+  of the ``B`` the one-process run would feed (llm-compressor's ``_get_partition_start_end``),
+  so each runs about ``1/n`` of the forward calls and together they feed the same batches;
+  when each was given its own part (llm-compressor's scripts load ``get_rank_partition``'s
+  split in each process), each feeds its own;
+- at each block's end every process gets the statistic of every batch: joined over the
   processes (:func:`combine`: each statistic's ``combine``; SparseGPT's Hessians, Wanda's row
-  scalars), or relayed (:func:`receive_partial` before a process's calibration pass, its
+  scalars and OWL's activation norms summed, SmoothQuant's channel ranges and static
+  ``static_minmax`` input ranges by their extremes), or relayed (:func:`receive_partial` before a process's calibration pass, its
   running sums continued from the process before it, and :func:`pass_on` after it), so that
   the sum runs in one process's order and gives its bits (GPTQ's Hessians, by default:
-  ``distributed_statistics``, :data:`HOW`, :func:`relayed`);
+  ``distributed_statistics``, :data:`HOW`, :func:`relayed`; GPTQ's Hessians, AWQ's activation
+  means and static input ranges by default);
 - each module's solve runs on one process (:func:`assign`: compressed-tensors'
   ``greedy_bin_packing``, weighted by the module's input columns, heaviest first, each to the
   least-loaded process) and its results (weight, bias, quantization parameters) are sent to
   the others (the host's ``share``), before the block runs again for the next one's inputs;
+- a smoothing transform's scales are computed in every process from the joined statistics
+  (the same scales everywhere, nothing sent); AWQ's search runs each process's own recorded
+  calls and adds every call's loss in the one process's order (:func:`in_order`);
 - process 0 writes the output folder.
 
 The result is the one-process run's (relayed: bit for bit; summed: up to the order of
-floating-point sums). A run whose
-statistics cannot be combined (a smoothing pass, OWL's profile, static activation observers)
-is refused before any weight changes (:func:`refuse_unshared`).
+floating-point sums). A statistic that cannot be joined is refused before any weight changes
+(:func:`refuse_unshared`).
 
 The backend supplies a :class:`Collective` (the host's ``collective()``; None for one process).
 
@@ -33,11 +39,12 @@ The backend supplies a :class:`Collective` (the host's ``collective()``; None fo
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 __all__ = ["Collective", "share_out", "assign", "combine", "relayed", "receive_partial", "pass_on",
-           "refuse_unshared", "HOW", "check_distributed_statistics"]
+           "refuse_unshared", "HOW", "check_distributed_statistics", "collective_of", "calibrate", "in_order",
+           "joined_extremes", "own_batches"]
 
 #: ``oneshot(distributed_statistics=...)``: how the processes' statistics are joined.
 HOW = ("auto", "relay", "sum")
@@ -96,6 +103,16 @@ def share_out(items: Sequence[T], rank: int, world: int) -> list[T]:
     return list(items[math.floor(n * rank / world):math.floor(n * (rank + 1) / world)])
 
 
+def own_batches(batches: Sequence[T], fingerprint: str, collective: Collective) -> list[T]:
+    """This process's batches: its share (:func:`share_out`) when every process holds the same
+    data (the same ``fingerprint``), else all of its own (the data was partitioned by the
+    script, as llm-compressor's ``get_rank_partition`` does)."""
+    prints = collective.gather(fingerprint)
+    if all(p == prints[0] for p in prints):
+        return share_out(batches, collective.rank, collective.world)
+    return list(batches)
+
+
 def assign(names: Sequence[str], weights: Sequence[int], world: int) -> dict[str, int]:
     """Which process solves each module: the heaviest first, each to the process with the
     least weight so far (the lowest rank on a tie)."""
@@ -108,10 +125,50 @@ def assign(names: Sequence[str], weights: Sequence[int], world: int) -> dict[str
     return out
 
 
+def collective_of(host: Any) -> Collective | None:
+    """The processes of ``host``'s run (its ``collective()``), None for one."""
+    get = getattr(host, "collective", None)
+    return get() if callable(get) else None
+
+
 def combine(stats: dict[Any, Any], collective: Collective) -> None:
     """Every statistic of ``stats`` made the one of all processes' batches (in place)."""
     for key in sorted(stats, key=repr):  # the same order on every process
-        stats[key].combine(collective.sum, collective.sum_int)
+        stats[key].combine(collective)
+
+
+def calibrate(stats: dict[Any, Any], collective: Collective | None, how: str, run: Callable[[], Any]) -> None:
+    """One calibration pass (``run``) into ``stats``; over several processes, the statistics
+    of every process's batches: relayed from process to process in the one process's order
+    where ``how`` says so (:func:`relayed`), else joined (:func:`combine`)."""
+    if collective is None:
+        run()
+    elif relayed(stats, how):
+        receive_partial(stats, collective)
+        run()
+        pass_on(stats, collective)
+    else:
+        run()
+        combine(stats, collective)
+
+
+def in_order(values: list[Any], collective: Collective | None) -> list[Any]:
+    """Every process's ``values`` (one per batch it ran), in the one process's batch order."""
+    if collective is None:
+        return values
+    return [v for part in collective.gather(values) for v in part]
+
+
+def joined_extremes(low: Any, high: Any, ops: Any, collective: Collective) -> tuple[Any, Any]:
+    """The elementwise minimum of every process's ``low`` and maximum of its ``high`` (None
+    where a process saw nothing; None, None when none did)."""
+    pairs = [(lo, hi) for lo, hi in collective.gather((low, high)) if lo is not None]
+    if not pairs:
+        return None, None
+    low, high = pairs[0]
+    for lo, hi in pairs[1:]:
+        low, high = ops.minimum(low, lo), ops.maximum(high, hi)
+    return low, high
 
 
 def relayed(stats: dict[Any, Any], how: str = "auto") -> bool:
@@ -155,18 +212,12 @@ def pass_on(stats: dict[Any, Any], collective: Collective) -> None:
 
 
 def refuse_unshared(mods: Sequence[Any], sample: dict[Any, Any]) -> None:
-    """A ValueError naming the first modifier that cannot run over several processes: one with
-    a smoothing transform or an OWL profile, or whose statistic (``sample``: one per modifier
-    index, as the pipeline makes them) has no ``combine``."""
+    """A ValueError naming the first modifier whose statistic (``sample``: one per modifier
+    index, as the pipeline makes them) cannot be joined over processes (no ``combine``, or
+    ``combinable`` false)."""
     for i, mod in enumerate(mods):
-        why = None
-        if getattr(mod, "transform", None) is not None:
-            why = "its smoothing pass gathers activation statistics that are not combined over processes yet"
-        elif getattr(mod, "owl", None) is not None:
-            why = "OWL's outlier profile is not combined over processes yet"
-        elif i in sample and sample[i] is not None and not (
+        if i in sample and sample[i] is not None and not (
                 callable(getattr(sample[i], "combine", None)) and getattr(sample[i], "combinable", True)):
-            why = "its calibration statistic (static activation ranges) is not combined over processes yet"
-        if why is not None:
-            raise ValueError(f"{mod.type} ({mod.where}) cannot run over several processes: {why}; run it in "
+            raise ValueError(f"{mod.type} ({mod.where}) cannot run over several processes: its calibration "
+                             f"statistic ({type(sample[i]).__name__}) is not joined over processes; run it in "
                              "one process (without torchrun)")

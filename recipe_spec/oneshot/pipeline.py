@@ -32,16 +32,7 @@ from typing import Any
 
 from .calibration import Calibration
 from .compress import LayerReport, compress_module, new_statistics
-from .distributed import (
-    Collective,
-    assign,
-    combine,
-    pass_on,
-    receive_partial,
-    refuse_unshared,
-    relayed,
-    share_out,
-)
+from .distributed import Collective, assign, calibrate, collective_of, own_batches, refuse_unshared
 from .host import CalibrationHost, ModuleInfo, inside, outermost
 from .modifiers import OneShotModifier, matches, select_modules
 from .owl.profile import layer_sparsities
@@ -89,10 +80,13 @@ def run_pipeline(host: CalibrationHost, mods: Sequence[OneShotModifier], calibra
         raise ValueError(f"pipeline {pipeline!r} is not one of {', '.join(PIPELINES)}")
     report = OneShotReport(order=calibration.order if calibration is not None else None)
     modules = list(host.modules())
-    collective = _collective(host)
+    collective = collective_of(host)
     if collective is not None:
         refuse_unshared(mods, _sample_stats(host, modules, mods))
-    mods = _with_levels(host, modules, mods, calibration, sequential_targets)
+        if calibration is not None:  # from here on, this process's batches
+            calibration = dataclasses.replace(calibration, batches=own_batches(
+                calibration.batches, calibration.fingerprint, collective))
+    mods = _with_levels(host, modules, mods, calibration, sequential_targets, distributed_statistics)
     if pipeline == "independent":
         for mod in mods:
             _LOG.info("%s: %s runs in the %s pipeline", mod.where, mod.type, mod.pipeline)
@@ -102,12 +96,6 @@ def run_pipeline(host: CalibrationHost, mods: Sequence[OneShotModifier], calibra
         _run(host, modules, list(mods), calibration, pipeline, sequential_targets, offload, report,
              progress, distributed_statistics)
     return report
-
-
-def _collective(host: CalibrationHost) -> Collective | None:
-    """The processes of a run over several (:mod:`.distributed`), None for one."""
-    get = getattr(host, "collective", None)
-    return get() if callable(get) else None
 
 
 def _sample_stats(host: CalibrationHost, modules: list[ModuleInfo], mods: Sequence[OneShotModifier]
@@ -125,7 +113,7 @@ def _sample_stats(host: CalibrationHost, modules: list[ModuleInfo], mods: Sequen
 
 
 def _with_levels(host: CalibrationHost, modules: list[ModuleInfo], mods: Sequence[OneShotModifier],
-                 calibration: Calibration | None, sequential_targets: Sequence[str] | None,
+                 calibration: Calibration | None, sequential_targets: Sequence[str] | None, how: str = "auto",
                  ) -> Sequence[OneShotModifier]:
     """``mods`` with the per-layer sparsities of a ``sparsity`` list or of OWL (whose
     statistics pass runs here, on the uncompressed model, as llm-compressor's initialisation
@@ -138,8 +126,13 @@ def _with_levels(host: CalibrationHost, modules: list[ModuleInfo], mods: Sequenc
     blocks = outermost(host.repeated_blocks(sequential_targets)) if owl else []
     roots = [[i.name for i in modules if any(matches(t, i.name, i.classes) for t in m.targets)] for m in mods]
     levels = layer_sparsities(host, modules, mods, [select_modules(modules, m) for m in mods], roots, blocks,
-                              calibration.batches if calibration is not None else None)
+                              calibration.batches if calibration is not None else None,
+                              functools.partial(_join, collective=collective_of(host), how=how))
     return [dataclasses.replace(m, levels=lv) if lv else m for m, lv in zip(mods, levels, strict=True)]
+
+
+def _join(stats: dict[Any, Any], run: Callable[[], Any], *, collective: Collective | None, how: str) -> None:
+    calibrate(stats, collective, how, run)
 
 
 def _tell(progress: Progress | None, what: str, done: int, total: int) -> None:
@@ -154,7 +147,7 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
     report.pipelines += [(m.type, pipeline) for m in mods]
     if any(m.transform is not None for m in mods):
         report.smoothing += run_smoothing_pass(host, modules, mods, calibration, pipeline, sequential_targets,
-                                               offload, progress)
+                                               offload, progress, how)
         return
     label = f"{', '.join(dict.fromkeys(m.type for m in mods))} ({pipeline})"
     targets = [select_modules(modules, m) for m in mods]
@@ -178,9 +171,8 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
         return
     if calibration is None or not calibration.batches:
         raise ValueError(f"{data[0].type} ({data[0].where}) needs calibration data: pass dataset=")
-    collective = _collective(host)
-    batches = calibration.batches if collective is None else share_out(calibration.batches, collective.rank,
-                                                                        collective.world)
+    collective = collective_of(host)
+    batches = calibration.batches
     blocks = outermost(host.repeated_blocks(sequential_targets))
     outside = [n for names in targets for n in names if not any(inside(n, b) for b in blocks)]
     total = len(blocks) + (1 if outside else 0)
@@ -192,8 +184,8 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
             part = [[n for n in names if inside(n, block)] for names in targets]
             stats = _observe(host, mods, part, infos)
             if stats:
-                _calibrate(stats, collective, how, functools.partial(host.run_block, block, inputs,
-                                                                _observers(stats, host.ops), propagate=False))
+                calibrate(stats, collective, how, functools.partial(host.run_block, block, inputs,
+                                                                   _observers(stats, host.ops), propagate=False))
             _compress(host, mods, part, stats, report, infos, collective)
             done.update(n for names in part for n in names)
             del stats
@@ -205,7 +197,7 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
     if any(rest):
         stats = _observe(host, mods, rest, infos)
         if stats:
-            _calibrate(stats, collective, how, functools.partial(host.run_model, batches, _observers(stats, host.ops)))
+            calibrate(stats, collective, how, functools.partial(host.run_model, batches, _observers(stats, host.ops)))
         _compress(host, mods, rest, stats, report, infos, collective)
         _tell(progress, ", ".join(dict.fromkeys(n for names in rest for n in names)), total, total)
 
@@ -224,22 +216,6 @@ def _observe(host: CalibrationHost, mods: list[OneShotModifier], part: list[list
             if stats is not None:
                 out[(i, name)] = stats
     return out
-
-
-def _calibrate(stats: dict[tuple[int, str], Any], collective: Collective | None, how: str,
-               run: Callable[[], Any]) -> None:
-    """One calibration pass (``run``) into ``stats``; over several processes, the statistics
-    of every process's batches: relayed from process to process in the one process's order
-    where ``how`` says so (:func:`~.distributed.relayed`), else summed."""
-    if collective is None:
-        run()
-    elif relayed(stats, how):
-        receive_partial(stats, collective)
-        run()
-        pass_on(stats, collective)
-    else:
-        run()
-        combine(stats, collective)
 
 
 def _observers(stats: dict[tuple[int, str], Any], ops: Any) -> dict[str, Any]:

@@ -61,6 +61,30 @@ class MeanAbs:
         self.tokens += int(x.shape[0])
         self.samples += sequences
 
+    #: Over several processes each continues the sum of the one before, in the one process's
+    #: order (the search follows every bit of the mean); ``distributed_statistics="sum"`` adds
+    #: the processes' sums, as llm-compressor does.
+    relayed = True
+
+    def state(self) -> tuple[list[Array], list[Any]]:
+        """The running sum and counts (:meth:`set_state`)."""
+        return [], [self.total, self.tokens, self.samples]
+
+    def set_state(self, arrays: list[Array], state: list[Any]) -> None:
+        """Continue from another sum's :meth:`state` (of the same layer), bit for bit."""
+        del arrays
+        self.total, self.tokens, self.samples = state[0], int(state[1]), int(state[2])
+
+    def combine(self, collective: Any) -> None:
+        """The sum of every process's inputs, added in rank order (``collective``: a
+        :class:`~..distributed.Collective`)."""
+        parts = [p for p in collective.gather([self.total, self.tokens, self.samples]) if p[0] is not None]
+        self.total = None
+        for total, _, _ in parts:
+            self.total = total if self.total is None else self.total + total
+        self.tokens = sum(int(p[1]) for p in parts)
+        self.samples = sum(int(p[2]) for p in parts)
+
     def mean(self) -> Array:
         """``sum / count`` per channel (float32)."""
         if self.total is None or not self.tokens:

@@ -27,7 +27,7 @@ llm-compressor 0.14 itself stops before pruning with either (README of
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ...diagnostics import codes
@@ -91,6 +91,28 @@ class ActivationNorms:
         norms = ops.sqrt(ops.sum(x * x, 0)) * (1.0 / _NSAMPLES)
         self.value = norms if self.value is None else self.value + norms
 
+    #: Over several processes the sums are added (a ratio of outliers does not follow the last
+    #: bit); ``distributed_statistics="relay"`` adds them in the one process's order.
+    relayed = False
+
+    def state(self) -> tuple[list[Any], list[Any]]:
+        """The running sum (:meth:`set_state`)."""
+        return [], [self.value]
+
+    def set_state(self, arrays: list[Any], state: list[Any]) -> None:
+        """Continue from another statistic's :meth:`state` (of the same layer), bit for bit."""
+        del arrays
+        self.value = state[0]
+
+    def combine(self, collective: Any) -> None:
+        """The sum over every process's calls, added in rank order (``collective``: a
+        :class:`~..distributed.Collective`)."""
+        total = None
+        for part in collective.gather(self.value):
+            if part is not None:
+                total = part if total is None else total + part
+        self.value = total
+
 
 def outlier_ratio(ops: Any, pairs: Sequence[tuple[Any, Any]], owl_m: int) -> float:
     """The outlier ratio (percent) of one block: ``pairs`` of (weight ``(out, in)``, its
@@ -124,11 +146,15 @@ def _listed(mod: Any, roots: Sequence[str], names: Sequence[str]) -> dict[str, f
 
 def layer_sparsities(host: CalibrationHost, modules: Sequence[ModuleInfo], mods: Sequence[Any],
                      selected: Sequence[Sequence[str]], roots: Sequence[Sequence[str]], blocks: Sequence[str],
-                     batches: Sequence[Any] | None) -> list[dict[str, float]]:
+                     batches: Sequence[Any] | None,
+                     calibrate: Callable[[dict[str, Any], Callable[[], Any]], None] | None = None,
+                     ) -> list[dict[str, float]]:
     """Per modifier, the sparsity of each module it ``selected`` that has one of its own (empty
-    for a single ``sparsity``); ``roots``: per modifier, the modules its ``targets`` match. OWL runs its statistics pass here, before any weight changes; a
-    list of the wrong length, a model without repeated blocks and OWL sparsities outside
-    ``[0, 1)`` are located errors."""
+    for a single ``sparsity``); ``roots``: per modifier, the modules its ``targets`` match.
+    OWL runs its statistics pass here, before any weight changes: ``calibrate(stats, run)``
+    runs the pass and joins the statistics over processes (``batches``: this process's
+    share; default: the pass alone). A list of the wrong length, a model without repeated
+    blocks and OWL sparsities outside ``[0, 1)`` are located errors."""
     out: list[dict[str, float]] = [_listed(m, r, n) if m.sparsities else {}
                                    for m, r, n in zip(mods, roots, selected, strict=True)]
     owl = [i for i, m in enumerate(mods) if m.owl is not None]
@@ -142,7 +168,13 @@ def layer_sparsities(host: CalibrationHost, modules: Sequence[ModuleInfo], mods:
             "sparsity_profile")
     layers = {b: [i.name for i in modules if i.prunable and inside(i.name, b)] for b in blocks}
     norms = {n: ActivationNorms(host.ops) for names in layers.values() for n in names}
-    host.run_model(batches or [], {n: s.add for n, s in norms.items()})
+    def run() -> None:
+        host.run_model(batches or [], {n: s.add for n, s in norms.items()})
+
+    if calibrate is None:
+        run()
+    else:
+        calibrate(norms, run)
     weights = {n: host.weight(n) for n in norms}
     for i in owl:
         mod = mods[i]

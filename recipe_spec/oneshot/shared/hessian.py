@@ -101,15 +101,15 @@ class _RunningStats:
     #: Whether the value is a mean over the sequences so far (else their sum).
     _mean = True
 
-    def combine(self, sum_all: Any, sum_int: Any) -> None:
-        """Make this the statistic of every process's inputs (:mod:`..distributed`):
-        ``sum_all`` sums an array over the processes, ``sum_int`` an int. A mean is weighted
-        by each process's sequence count."""
-        total = int(sum_int(self.samples))
+    def combine(self, collective: Any) -> None:
+        """Make this the statistic of every process's inputs (``collective``: a
+        :class:`~..distributed.Collective`): summed over the processes, a mean weighted by each
+        process's sequence count."""
+        total = int(collective.sum_int(self.samples))
         if total == 0:
             return
         value = self._value * (self.samples / total) if self._mean else self._value
-        self._value = sum_all(value)
+        self._value = collective.sum(value)
         self.samples = total
 
     def state(self) -> tuple[list[Array], list[int]]:

@@ -11,7 +11,8 @@ the backend's array operations, as llm-compressor 0.14 does it:
   (``min``/``max`` over every entry) and keeps the last (``memoryless_minmax``), the running
   extremes (``static_minmax``) or the running average ``old·(1-c) + new·c`` with ``c`` the
   ``averaging_constant`` (``minmax``, c = 0.01); ``input_scale`` / ``input_zero_point`` are
-  compressed-tensors' ``calculate_qparams`` of the result.
+  compressed-tensors' ``calculate_qparams`` of the result. Over several processes the
+  ranges are relayed in the one process's order, or joined (:meth:`InputRange.combine`).
 
 The host records the values under compressed-tensors' names (``weight_scale``,
 ``weight_zero_point``, ``input_scale``, ``input_zero_point``;
@@ -55,6 +56,37 @@ class InputRange:
         else:
             self.low, self.high = low, high
 
+    def state(self) -> tuple[Any, Any]:
+        """The running ``(low, high)`` (None, None before any input): :meth:`set_state`
+        continues from it, bit for bit."""
+        return self.low, self.high
+
+    def set_state(self, state: tuple[Any, Any]) -> None:
+        """Continue from another observer's :meth:`state` (of the same module)."""
+        self.low, self.high = state
+
+    def combine(self, collective: Any) -> None:
+        """Join every process's ranges (``collective``: a :class:`~..distributed.Collective`):
+        ``static_minmax`` the extremes (the one-process values), ``memoryless_minmax`` the last
+        process's that saw an input, ``minmax`` the mean of the processes' running averages
+        (llm-compressor's ``ReduceOp.AVG``: a relay gives the one-process values)."""
+        seen = [(lo, hi) for lo, hi in collective.gather((self.low, self.high)) if lo is not None]
+        if not seen:
+            return
+        ops = self._ops
+        if self.observer == "static_minmax":
+            low, high = seen[0]
+            for lo, hi in seen[1:]:
+                low, high = ops.minimum(low, lo), ops.maximum(high, hi)
+        elif self.observer == "memoryless_minmax":
+            low, high = seen[-1]
+        else:
+            low, high = seen[0]
+            for lo, hi in seen[1:]:
+                low, high = low + lo, high + hi
+            low, high = low / float(len(seen)), high / float(len(seen))
+        self.low, self.high = low, high
+
     def qparams(self) -> tuple[Any, Any]:
         """``(input_scale, input_zero_point)``, each of shape ``(1,)``."""
         if self.low is None:
@@ -85,36 +117,34 @@ class QuantStats:
             self.inputs.add(x)
         self.samples += int(sequences or 1)
 
-    @property
-    def combinable(self) -> bool:
-        """Whether :meth:`combine` can join several processes' statistics (not yet with a
-        static input observer, whose running ranges are not combined)."""
-        return self.inputs is None
-
-    def combine(self, sum_all: Any, sum_int: Any) -> None:
-        """The statistic of every process's inputs (:mod:`..distributed`)."""
-        if not self.combinable:
-            raise ValueError("static input ranges are not combined over processes")
+    def combine(self, collective: Any) -> None:
+        """The statistic of every process's inputs (``collective``: a
+        :class:`~..distributed.Collective`)."""
         if self.hessian_stats is not None:
-            self.hessian_stats.combine(sum_all, sum_int)
-        self.samples = int(sum_int(self.samples))
+            self.hessian_stats.combine(collective)
+        if self.inputs is not None:
+            self.inputs.combine(collective)
+        self.samples = int(collective.sum_int(self.samples))
 
     #: Over several processes, each continues the sum of the one before (``distributed.relay``):
-    #: GPTQ's grid follows every bit of its Hessian.
+    #: GPTQ's grid follows every bit of its Hessian, a running average every input's order.
     relayed = True
 
-    def state(self) -> tuple[list[Any], list[int]]:
-        """The accumulator's arrays and counts (:meth:`set_state`)."""
+    def state(self) -> tuple[list[Any], list[Any]]:
+        """The accumulator's arrays, and its counts and input ranges (:meth:`set_state`)."""
+        inputs = self.inputs.state() if self.inputs is not None else None
         if self.hessian_stats is None:
-            return [], [self.samples]
+            return [], [self.samples, inputs]
         arrays, counts = self.hessian_stats.state()
-        return arrays, [*counts, self.samples]
+        return arrays, [*counts, self.samples, inputs]
 
-    def set_state(self, arrays: list[Any], counts: list[int]) -> None:
+    def set_state(self, arrays: list[Any], counts: list[Any]) -> None:
         """Continue from another accumulator's :meth:`state` (of the same layer)."""
         if self.hessian_stats is not None:
-            self.hessian_stats.set_state(arrays, counts[:-1])
-        self.samples = int(counts[-1])
+            self.hessian_stats.set_state(arrays, counts[:-2])
+        if self.inputs is not None:
+            self.inputs.set_state(counts[-1])
+        self.samples = int(counts[-2])
 
     @property
     def hessian(self) -> Any:

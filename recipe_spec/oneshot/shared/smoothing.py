@@ -19,7 +19,9 @@ of ``activation_hook_target`` under the parent).
 it once with observers (SmoothQuant: each smooth layer's output range; AWQ: the mean ``|x|`` of
 each mapping's input and every call of each parent), then each of the block's mappings is
 applied in mapping order, then the inputs run again through the smoothed block to give the next
-block's inputs. So a block's statistics come from the model as smoothed up to that block, as in
+block's inputs. Over several processes (``torchrun``) each runs its share of the batches; the
+statistics are joined (:mod:`..distributed`: SmoothQuant's ranges by their extremes, AWQ's
+means relayed in the one process's order) and every process computes the same scales. So a block's statistics come from the model as smoothed up to that block, as in
 llm-compressor; mappings outside every block run last, on whole-model passes. AWQ searches each
 mapping on the parent calls recorded in the observation pass, with the weights as earlier
 mappings of the block left them.
@@ -36,6 +38,7 @@ from typing import Any
 from ...quantization.args import QuantArgs
 from ..awq.search import MeanAbs, search
 from ..calibration import Calibration
+from ..distributed import Collective, calibrate, collective_of, in_order
 from ..host import CalibrationHost, ModuleInfo, inside, outermost
 from ..matching import matches
 from ..smoothquant.solve import ChannelRange, divide_rows, scale_columns, smoothing_scales
@@ -196,11 +199,15 @@ _Pass = Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], None]
 
 def run_smoothing(host: CalibrationHost, modules: Sequence[ModuleInfo], mod: Any, calibration: Calibration,
                   sequential_targets: Sequence[str] | None, offload: bool,
-                  tell: Callable[[str, int, int], None] | None = None) -> list[SmoothingReport]:
+                  tell: Callable[[str, int, int], None] | None = None, how: str = "auto") -> list[SmoothingReport]:
     """Run one smoothing modifier ``mod`` (a :class:`~.modifiers.OneShotModifier` whose
     ``transform`` is a :class:`SmoothingPlan`) block by block (see the module docstring);
-    a report per mapping applied, in the order applied."""
+    a report per mapping applied, in the order applied. Over several processes (the host's
+    ``collective``) ``calibration`` holds this process's batches and the statistics are joined
+    as ``how`` says (:mod:`..distributed`)."""
     plan: SmoothingPlan = mod.transform
+    batches = calibration.batches  # this process's (the pipeline shares them out)
+    join = _Join(collective_of(host), how)
     what = f"{mod.type} ({mod.where})"
     resolved = resolve_mappings(modules, plan, what)
     if not resolved:
@@ -215,13 +222,13 @@ def run_smoothing(host: CalibrationHost, modules: Sequence[ModuleInfo], mod: Any
     reports: list[SmoothingReport] = []
     done: set[int] = set()
     if blocks:
-        inputs = host.capture(blocks[0], calibration.batches, offload)
+        inputs = host.capture(blocks[0], batches, offload)
         for k, block in enumerate(blocks):
             part = [i for i, r in enumerate(resolved) if inside(r.key, block)]
             done.update(part)
             if part:
                 reports += _calibrate(host, mod, plan, [resolved[i] for i in part],
-                                      _block_pass(host, block, inputs, plan.offload))
+                                      _block_pass(host, block, inputs, plan.offload), join)
             if k + 1 < len(blocks):
                 inputs = host.run_block(block, inputs, {}, propagate=True)
             if tell is not None:
@@ -230,8 +237,8 @@ def run_smoothing(host: CalibrationHost, modules: Sequence[ModuleInfo], mod: Any
     rest = [r for i, r in enumerate(resolved) if i not in done]
     if rest:
         def whole(outputs: dict[str, Any], observers: dict[str, Any], calls: dict[str, Any]) -> None:
-            host.run_model(calibration.batches, observers, outputs=outputs, calls=calls, offload_calls=plan.offload)
-        reports += _calibrate(host, mod, plan, rest, whole)
+            host.run_model(batches, observers, outputs=outputs, calls=calls, offload_calls=plan.offload)
+        reports += _calibrate(host, mod, plan, rest, whole, join)
         if tell is not None:
             tell(", ".join(r.smooth for r in rest), total, total)
     return reports
@@ -245,7 +252,8 @@ def _block_pass(host: CalibrationHost, block: str, inputs: list[Any], offload: b
 
 def run_smoothing_pass(host: CalibrationHost, modules: Sequence[ModuleInfo], mods: Sequence[Any],
                        calibration: Calibration | None, pipeline: str, sequential_targets: Sequence[str] | None,
-                       offload: bool, tell: Callable[[str, int, int], None] | None = None) -> list[SmoothingReport]:
+                       offload: bool, tell: Callable[[str, int, int], None] | None = None,
+                       how: str = "auto") -> list[SmoothingReport]:
     """The pass of ``mods`` when one of them is a smoothing modifier: it runs alone, in the
     sequential pipeline (``independent`` gives it one); anything else is refused."""
     mod = next(m for m in mods if getattr(m, "transform", None) is not None)
@@ -255,15 +263,23 @@ def run_smoothing_pass(host: CalibrationHost, modules: Sequence[ModuleInfo], mod
     if pipeline == "datafree" or calibration is None or not calibration.batches:
         raise ValueError(f"{mod.type} ({mod.where}) needs calibration data: pass dataset= and use the "
                          "sequential or independent pipeline")
-    return run_smoothing(host, modules, mod, calibration, sequential_targets, offload, tell)
+    return run_smoothing(host, modules, mod, calibration, sequential_targets, offload, tell, how)
+
+
+@dataclass(frozen=True)
+class _Join:
+    """The processes of the run (None: one) and how their statistics are joined."""
+
+    collective: Collective | None
+    how: str
 
 
 def _calibrate(host: CalibrationHost, mod: Any, plan: SmoothingPlan, part: list[Resolved],
-               run: _Pass) -> list[SmoothingReport]:
+               run: _Pass, join: _Join) -> list[SmoothingReport]:
     ops = host.ops
     if plan.algorithm != "awq":
         ranges = {r.smooth: ChannelRange(ops) for r in part}
-        run({name: rng.add for name, rng in ranges.items()}, {}, {})
+        calibrate(ranges, join.collective, join.how, lambda: run({n: rng.add for n, rng in ranges.items()}, {}, {}))
         out = []
         for r in part:
             if ranges[r.smooth].low is None:
@@ -280,10 +296,11 @@ def _calibrate(host: CalibrationHost, mod: Any, plan: SmoothingPlan, part: list[
     for r in part:
         by_module.setdefault(r.observed, []).append(means[r.smooth])
     cached: dict[str, list[Any]] = {r.parent: [] for r in part}
-    run({}, {n: _feed(accs) for n, accs in by_module.items()}, {p: calls.append for p, calls in cached.items()})
+    calibrate(means, join.collective, join.how, lambda: run(
+        {}, {n: _feed(accs) for n, accs in by_module.items()}, {p: calls.append for p, calls in cached.items()}))
     out = []
     for k, r in enumerate(part):
-        report = _search_one(host, mod, plan, r, means[r.smooth], cached[r.parent])
+        report = _search_one(host, mod, plan, r, means[r.smooth], cached[r.parent], join.collective)
         if report is not None:
             out.append(report)
         if all(q.parent != r.parent for q in part[k + 1:]):
@@ -316,31 +333,40 @@ def _numel(x: Any) -> int:
 
 
 def _search_one(host: CalibrationHost, mod: Any, plan: SmoothingPlan, r: Resolved, mean: MeanAbs,
-                calls: list[Any]) -> SmoothingReport | None:
+                calls: list[Any], collective: Collective | None = None) -> SmoothingReport | None:
+    """AWQ's search of one mapping over the parent's recorded ``calls`` (over several
+    processes, each process's own; every call's loss added in the one process's order)."""
     ops = host.ops
     reference = host.run_module(r.parent, calls) if calls else []
-    if not reference or all(_numel(y) == 0 for y in reference) or mean.total is None:
+    count = sum(_numel(y) for y in reference)
+    if collective is not None:
+        count = int(collective.sum_int(count))
+    if not count or mean.total is None:
         _LOG.info("%s: %s skipped: no activation reached it", mod.type, r.smooth)
         return None
-    if any(ops.count_nonzero(ops.isfinite(y)) != _numel(y) for y in reference):
+    finite = all(ops.count_nonzero(ops.isfinite(y)) == _numel(y) for y in reference)
+    if collective is not None:
+        finite = all(in_order([finite], collective))
+    if not finite:
         warnings.warn(f"{mod.type} ({mod.where}): {r.smooth} skipped: the parent module {r.parent} gives NaN "
                       "or infinite outputs on the calibration data", UserWarning, stacklevel=3)
         return None
     originals = {b: host.weight(b) for b in r.balance}
-    count = sum(_numel(y) for y in reference)
-
     per_call = plan.release.loss_per_call
 
     def loss(candidate: Sequence[Any]) -> float:
         for b, w in zip(r.balance, candidate, strict=True):
             if w is not None:
                 host.set_weight(b, w)
-        total: Any = None
-        for want, got in zip(reference, host.run_module(r.parent, calls), strict=True):
+        parts: list[Any] = []
+        for want, got in zip(reference, host.run_module(r.parent, calls) if calls else [], strict=True):
             d = want - got
             part = ops.sum(ops.reshape(d * d, (-1,)), 0)
             if per_call:  # llm-compressor 0.9: each call's mean, added as Python floats
                 part = float(part / _numel(want))
+            parts.append(part)
+        total: Any = None
+        for part in in_order(parts, collective):
             total = part if total is None else total + part
         return float(total / count)
 

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from ...masks.ops import Array
 from ...quantization.ops import QuantOps
+from ..distributed import joined_extremes
 
 __all__ = ["MINIMUM_SMOOTHING_SCALE", "ALGORITHMS", "SmoothingOps", "ChannelRange", "smoothing_scales",
            "scale_columns", "divide_rows"]
@@ -74,6 +75,25 @@ class ChannelRange:
         self.low = low if self.low is None else ops.minimum(self.low, low)
         self.high = high if self.high is None else ops.maximum(self.high, high)
         self.samples += sequences
+
+    #: Over several processes the extremes are joined (the one-process values whatever the
+    #: order), not relayed.
+    relayed = False
+
+    def state(self) -> tuple[list[Array], list[Any]]:
+        """The running extremes and the count (:meth:`set_state`)."""
+        return [], [self.low, self.high, self.samples]
+
+    def set_state(self, arrays: list[Array], state: list[Any]) -> None:
+        """Continue from another range's :meth:`state` (of the same layer)."""
+        del arrays
+        self.low, self.high, self.samples = state[0], state[1], int(state[2])
+
+    def combine(self, collective: Any) -> None:
+        """The range of every process's outputs (``collective``: a
+        :class:`~..distributed.Collective`), as llm-compressor's ``all_reduce`` MIN and MAX."""
+        self.low, self.high = joined_extremes(self.low, self.high, self.ops, collective)
+        self.samples = int(collective.sum_int(self.samples))
 
     def range(self) -> Array:
         """``max - min`` per channel (llm-compressor's activation scales)."""
