@@ -20,6 +20,9 @@ process that builds the model, calls ``oneshot`` once and reports:
   the data, capturing the first layer's inputs) is shown apart. Where no decoder layer runs
   (``rtn_w8a8``) it is 0, all of the time is setup, and the table gives no ratio for it;
 - the process's peak resident memory after ``oneshot``;
+- the CPU time of ``oneshot`` (user and system, both threads): on a shared machine whose
+  cores are at times taken by others (a virtual machine's stolen time), it moves less than
+  the wall time, and its ratio is the steadier one;
 - the share of exact zeros in the decoder's Linear weights (``sparsity``: pruned weights, or
   for GPTQ the weights it put on the grid's 0; round to nearest leaves the weights as they
   are, as llm-compressor does).
@@ -42,6 +45,11 @@ shown instead, and the output says so.
         [--ours-python PATH] [--profile FILE]
 
 ``--profile FILE`` runs ours once under cProfile (the first recipe) and writes the stats there.
+
+After the runs, the estimate ``recipe-spec oneshot`` prints for the same model, recipe and data
+(``recipe_spec.oneshot.estimate``, the model saved as a checkpoint folder, this machine's
+rates measured with PyTorch's arrays and the same threads) is shown beside our median time,
+with their ratio (the estimate is meant to land within 2x).
 """
 
 from __future__ import annotations
@@ -145,6 +153,7 @@ def run_once(impl: str, recipe: str, samples: int, profile: str | None = None) -
         def call() -> None:
             oneshot(model=model, recipe=text, dataset=data, tokenizer=tok, num_calibration_samples=samples,
                     shuffle_calibration_samples=False, batch_size=1)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
     if profile:
         import cProfile
@@ -153,12 +162,14 @@ def run_once(impl: str, recipe: str, samples: int, profile: str | None = None) -
     else:
         call()
     end = time.perf_counter()
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (after.ru_utime + after.ru_stime) - (usage.ru_utime + usage.ru_stime)
     first = stamps[0] or end
     import torch
 
     sparsity = [float((layer.weight == 0).float().mean()) for name, layer in model.named_modules()
                 if isinstance(layer, torch.nn.Linear) and name.startswith("model.layers.")]
-    return {"impl": impl, "recipe": recipe, "oneshot_s": end - start, "setup_s": first - start,
+    return {"impl": impl, "recipe": recipe, "oneshot_s": end - start, "cpu_s": cpu, "setup_s": first - start,
             "per_layer_s": (end - first) / len(stamps), "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "sparsity": sum(sparsity) / max(len(sparsity), 1), "threads": torch.get_num_threads()}
 
@@ -194,7 +205,7 @@ def _cell(values: list[float], fmt: str) -> str:
 def table(runs: dict[tuple[str, str], list[dict[str, Any]]], recipes: list[str], measured: bool) -> list[str]:
     """The printed table: per recipe, ours and theirs (min/median), and the ratio of medians."""
     lines = [f"{'recipe':12} {'impl':14} {'oneshot s':>13} {'per layer s':>13} {'setup s':>11} "
-             f"{'peak RSS MiB':>13} {'sparsity':>8}"]
+             f"{'peak RSS MiB':>13} {'sparsity':>8} {'CPU s':>11}"]
     for recipe in recipes:
         ours = runs[("ours", recipe)]
         rows = [("ours", ours)]
@@ -204,7 +215,8 @@ def table(runs: dict[tuple[str, str], list[dict[str, Any]]], recipes: list[str],
             lines.append(f"{recipe:12} {label:14} {_cell([r['oneshot_s'] for r in rs], 's'):>13} "
                          f"{_cell([r['per_layer_s'] for r in rs], '{:.2f}'):>13} "
                          f"{_cell([r['setup_s'] for r in rs], 's'):>11} "
-                         f"{_cell([r['peak_rss_mib'] for r in rs], '{:.0f}'):>13} {rs[0]['sparsity']:8.4f}")
+                         f"{_cell([r['peak_rss_mib'] for r in rs], '{:.0f}'):>13} {rs[0]['sparsity']:8.4f} "
+                         f"{_cell([r['cpu_s'] for r in rs], 's'):>11}")
         if measured:
             theirs = runs[("llmcompressor", recipe)]
 
@@ -215,7 +227,7 @@ def table(runs: dict[tuple[str, str], list[dict[str, Any]]], recipes: list[str],
                     return f"{pick(r[key] for r in a) / den:.2f}" if den else "-"
 
                 lines.append(f"{recipe:12} {label:14} {ratio('oneshot_s'):>13} {ratio('per_layer_s'):>13} "
-                             f"{ratio('setup_s'):>11} {ratio('peak_rss_mib'):>13}")
+                             f"{ratio('setup_s'):>11} {ratio('peak_rss_mib'):>13} {'':8} {ratio('cpu_s'):>11}")
         elif recipe not in RECORDED:
             lines.append(f"{recipe:12} {'llmc recorded':14} {'-':>13} {'-':>13} {'-':>11} {'-':>13}  (none recorded)")
         else:
@@ -268,7 +280,35 @@ def main(argv: list[str] | None = None) -> int:
           f"{a.runs} run(s) each, min/median; {how}; load average (1 min) {load_before:.1f} before, "
           f"{os.getloadavg()[0]:.1f} after, on {os.cpu_count()} CPUs")
     print("\n".join(table(runs, recipes, theirs is not None)))
+    print("\n".join(estimates(runs, recipes, a.samples, a.threads)))
     return 0
+
+
+def estimates(runs: dict[tuple[str, str], list[dict[str, Any]]], recipes: list[str], samples: int,
+              threads: int) -> list[str]:
+    """Per recipe, the printed estimate (and its range) against our median measured time."""
+    import torch
+    from recipe_spec_torch.masks import TORCH_OPS
+
+    from recipe_spec.loader import loads
+    from recipe_spec.oneshot.checkpoint import read_model
+    from recipe_spec.oneshot.estimate import estimate
+    from recipe_spec.oneshot.modifiers import runnable
+    from recipe_spec.oneshot.rates import SPREAD, measure
+
+    torch.set_num_threads(threads)
+    model, _ = build(samples)
+    lines = [f"{'recipe':12} {'estimate s':>11} {'range s':>13} {'measured s':>11} {'estimate/measured':>18}"]
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        checkpoint = read_model(folder)
+        rates = measure(TORCH_OPS, torch.from_numpy, width=checkpoint.hidden or 512, label="PyTorch")
+        for recipe in recipes:
+            guess = estimate(runnable(loads(RECIPES[recipe])), checkpoint, samples, 256, rates=rates).seconds
+            measured = statistics.median(r["oneshot_s"] for r in runs[("ours", recipe)])
+            lines.append(f"{recipe:12} {guess:11.1f} {guess / SPREAD:6.1f}-{guess * SPREAD:<6.1f} {measured:11.2f} "
+                         f"{guess / measured:18.2f}")
+    return lines
 
 
 if __name__ == "__main__":

@@ -115,7 +115,7 @@ def checkpoint_lint(path: str, model: Any, variables: Any, samples: int, seq_len
     included (:mod:`recipe_spec.oneshot.quant_lint`); its cost estimate, when it holds a
     one-shot modifier or a GPTQModifier, is appended to ``estimates``."""
     from .loader import check
-    from .oneshot.checkpoint import estimate
+    from .oneshot.estimate import estimate
     from .oneshot.modifiers import runnable
     from .oneshot.quant_lint import gptq_modifiers
     from .text.patterns import PatternError
@@ -288,6 +288,15 @@ def _checkpoint_backend() -> Any:
         raise UsageError(str(exc)) from None
 
 
+def _rates(model: Any) -> Any:
+    """This machine's rates with the arrays of the backend that will run (True: NumPy's)."""
+    rates = getattr(_checkpoint_backend(), "rates", None)
+    if rates is None:
+        return True
+    widest = max((i.weight_shape[-1] for i in model.modules if i.prunable and i.weight_shape), default=0)
+    return rates(model.hidden or widest or 1024, widest or model.hidden or 1024)
+
+
 class _Failed(Exception):
     """The errors are printed; the command exits 1."""
 
@@ -315,10 +324,10 @@ def oneshot_command(args: argparse.Namespace) -> int:
     samples = read_calibration(args.calibration, vocab if isinstance(vocab, int) else None)
     _required_packages(mods)
     chosen = samples[: args.num_samples]
-    from .oneshot.checkpoint import estimate
+    from .oneshot.estimate import estimate
 
     print("\n".join(estimate(mods, model, len(chosen), max(len(s) for s in chosen),
-                             sum(len(s) for s in chosen)).lines()))
+                             sum(len(s) for s in chosen), rates=_rates(model)).lines()))
     try:
         loaded = _checkpoint_backend().load_checkpoint(args.model, quiet=not sys.stderr.isatty(),
                                                          precision=args.precision)

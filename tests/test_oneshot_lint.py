@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from recipe_spec.cli import main
-from recipe_spec.oneshot.checkpoint import estimate, read_model
+from recipe_spec.oneshot.checkpoint import read_model
+from recipe_spec.oneshot.estimate import estimate
 from recipe_spec.oneshot.modifiers import runnable
+from recipe_spec.oneshot.rates import Rates, measure
 from recipe_spec.params.architectures import decoder_layer_class, hidden_size, layer_count
 from recipe_spec.validation import validate
 
@@ -159,13 +161,34 @@ def test_estimate_counts_the_solve_and_statistics(tmp_path: Path) -> None:
     from recipe_spec import load
 
     model = read_model(header_checkpoint(tmp_path / "m"))
-    (cost,) = estimate(runnable(load(SGPT)), model, 16, 32).costs
+    rates = Rates(matmul=1e10, factor=2e9, column_base=1e-5, column_per_row=1e-7, step=1e-6)
+    found = estimate(runnable(load(SGPT)), model, 16, 32, rates=rates)
+    (cost,) = found.costs
     tokens = 16 * 32
     columns = [64] * 6 + [128]  # q k v o gate up: 64 inputs; down: 128
     rows = [64] * 4 + [128] * 2 + [64]
+    pairs = list(zip(rows, columns, strict=True))
     assert cost.statistic_flops == sum(2.0 * tokens * c * c for c in columns)
-    assert cost.solve_flops == pytest.approx(sum(5 / 3 * c ** 3 + r * c * c for r, c in zip(rows, columns, strict=True)))
-    assert cost.forward_flops == 2 * 2.0 * model.block_params[0] * tokens and cost.blocks == 2
+    assert cost.solve_flops == pytest.approx(sum(r * c * c for r, c in pairs))
+    assert cost.factor_flops == pytest.approx(sum(5 / 3 * c ** 3 for c in columns))
+    assert sorted(cost.columns) == sorted((c, r) for r, c in pairs)
+    # the products of the block and the attention scores (4 x seq_len x hidden per token), two passes
+    assert cost.forward_flops == 2 * (2.0 * model.block_params[0] * tokens + 4.0 * 32 * 64 * tokens)
+    assert cost.blocks == 2 and cost.calls == 2 * 16
+    # the time at those rates, worked by hand: per block products / 1e10, factorisations / 2e9,
+    # each column 1e-5 + 1e-7 x rows, each call 60 steps of 1e-6 s; two blocks
+    per_block = ((cost.forward_flops + cost.statistic_flops + cost.solve_flops) / 1e10 + cost.factor_flops / 2e9
+                 + sum(c * (1e-5 + 1e-7 * r) for r, c in pairs) + 32 * 60 * 1e-6)
+    assert found.seconds == pytest.approx(2 * per_block)
+    line = next(x for x in found.lines() if x.strip().startswith("time:"))
+    assert "on this machine" in line and "between" in line and "(a GPU, not measured)" in line
+
+
+def test_the_machine_rates_are_measured() -> None:
+    rates = measure(width=128, columns=128)
+    assert rates.matmul > 1e8 and rates.factor > 1e7 and rates.step > 0
+    assert 0 < rates.column(128) < rates.column(100_000) < 1.0
+    assert "measured on this machine (NumPy)" in rates.source
 
 
 def test_sequential_targets_must_name_a_class_of_the_model(tmp_path: Path,

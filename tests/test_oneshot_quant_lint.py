@@ -16,7 +16,8 @@ from testdata import LLMCOMPRESSOR
 
 from recipe_spec import load
 from recipe_spec.cli import main
-from recipe_spec.oneshot.checkpoint import estimate, read_model
+from recipe_spec.oneshot.checkpoint import read_model
+from recipe_spec.oneshot.estimate import estimate
 from recipe_spec.oneshot.quant_lint import gptq_modifiers, quant_findings, weight_groups
 
 CASES = LLMCOMPRESSOR

@@ -69,6 +69,16 @@ class PyTorchBackend:
 
         return TorchCalibrationHost(model)
 
+    def rates(self, width: int, columns: int) -> Any:
+        """This machine's rates with PyTorch's arrays, for the one-shot estimate
+        (:func:`recipe_spec.oneshot.rates.measure`)."""
+        import torch
+        from recipe_spec.oneshot.rates import measure
+
+        from .masks import TORCH_OPS
+
+        return measure(TORCH_OPS, torch.from_numpy, width=width, columns=columns, label="PyTorch")
+
     def param_records(self, model: Any) -> list[ParamRecord]:
         """The parameters of a PyTorch model (``nn.Module``, DDP/FSDP wrappers unwrapped) as
         :class:`~recipe_spec.params.ParamRecord` values."""

@@ -25,7 +25,14 @@ from typing import Any
 
 import torch
 from recipe_spec.atomic import replacing, write_text
-from recipe_spec.oneshot.host import CallRecorder, ModuleInfo, Observer, StopForward, feed_until
+from recipe_spec.oneshot.host import (
+    CallRecorder,
+    ModuleInfo,
+    ObservedCalls,
+    Observer,
+    StopForward,
+    feed_until,
+)
 from recipe_spec.oneshot.matching import matches
 
 from .experts import LinearExperts, linearize, restore
@@ -228,12 +235,15 @@ class TorchCalibrationHost(ModelState):
         return calls
 
     def _hooks(self, observers: Mapping[str, Observer], outputs: Mapping[str, Observer] | None = None,
-               calls: Mapping[str, CallRecorder] | None = None, offload_calls: bool = False) -> list[Any]:
-        def hook_for(observe: Observer) -> Any:
-            def hook(module: Any, inputs: tuple[Any, ...], output: Any) -> None:
+               calls: Mapping[str, CallRecorder] | None = None, offload_calls: bool = False,
+               seen: ObservedCalls | None = None) -> list[Any]:
+        def hook_for(name: str, observe: Observer) -> Any:
+            def hook(module: Any, inputs: tuple[Any, ...]) -> None:
                 x = inputs[0]
                 sequences = int(x.shape[0]) if x.dim() > 2 else 1
                 observe(x.reshape(-1, x.shape[-1]).float(), sequences)
+                if seen is not None:
+                    seen.called(name)
             return hook
 
         def output_hook_for(observe: Observer) -> Any:
@@ -248,7 +258,7 @@ class TorchCalibrationHost(ModelState):
                 record(_move((args, kwargs), where) if where is not None else (args, kwargs))
             return hook
 
-        handles = [self._named[name].register_forward_hook(hook_for(obs)) for name, obs in observers.items()]
+        handles = [self._named[name].register_forward_pre_hook(hook_for(name, obs)) for name, obs in observers.items()]
         handles += [self._named[name].register_forward_hook(output_hook_for(obs))
                     for name, obs in (outputs or {}).items()]
         where = torch.device("cpu") if offload_calls else None
@@ -260,7 +270,10 @@ class TorchCalibrationHost(ModelState):
                   propagate: bool, outputs: Mapping[str, Observer] | None = None,
                   calls: Mapping[str, CallRecorder] | None = None, offload_calls: bool = False) -> list[Any]:
         module = self._named[block]
-        handles = self._hooks(observers, outputs, calls, offload_calls)
+        # a calibration pass needs the observed layers' inputs only: once each has had its
+        # input, the rest of the block is not run (ObservedCalls)
+        seen = ObservedCalls(list(observers)) if not propagate and observers and not outputs and not calls else None
+        handles = self._hooks(observers, outputs, calls, offload_calls, seen)
         out: list[Any] = []
         try:
             for call in inputs:
@@ -269,7 +282,14 @@ class TorchCalibrationHost(ModelState):
                     isinstance(v, torch.Tensor) and v.device != self.device for v in kwargs.values())
                 if offloaded:
                     args, kwargs = _move((args, kwargs), self.device)
-                result = module(*args, **kwargs)
+                if seen is not None:
+                    seen.start()
+                try:
+                    result = module(*args, **kwargs)
+                except StopForward:
+                    continue
+                if seen is not None:
+                    seen.finish()
                 if not propagate:
                     continue
                 hidden = result[0] if isinstance(result, (tuple, list)) else result

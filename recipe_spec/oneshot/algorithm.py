@@ -12,8 +12,8 @@ An algorithm says:
 - :meth:`~Algorithm.needs_data`: whether it calibrates on data;
 - :meth:`~Algorithm.new_stats` / :meth:`~Algorithm.solve`: the statistic it gathers from one
   module's inputs, and the solve that writes the module's new weight;
-- :meth:`~Algorithm.stats_bytes` / :meth:`~Algorithm.flops`: its memory and time per module,
-  for ``lint``'s estimate.
+- :meth:`~Algorithm.stats_bytes` / :meth:`~Algorithm.flops` / :meth:`~Algorithm.solve_parts`:
+  its memory and work per module, for ``lint``'s estimate.
 
 A smoothing algorithm (``role == "transform"``) runs its own pass over mappings
 (:mod:`.shared.smoothing`) instead of per-module solves.
@@ -186,3 +186,9 @@ class Algorithm:
         """``(statistics, solve)`` operations for one ``rows x columns`` module and ``tokens``
         calibration tokens."""
         return 0.0, 2.0 * rows * columns
+
+    def solve_parts(self, rows: int, columns: int) -> tuple[float, float, int]:
+        """One module's solve as the estimate times it (:mod:`.rates`): ``(factorisation
+        FLOPs, other FLOPs, columns of an OBS column loop)``; by default all of
+        :meth:`flops`' solve is plain arithmetic, with no factorisation and no column loop."""
+        return 0.0, self.flops(rows, columns, 0)[1], 0

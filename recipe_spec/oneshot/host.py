@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 __all__ = ["ModuleInfo", "Observer", "CallRecorder", "CalibrationHost", "StopForward", "feed_until", "inside",
-           "outermost"]
+           "outermost", "ObservedCalls"]
 
 #: Called with a module's input as a 2-D float32 array ``[tokens, in_features]`` and the
 #: number of sequences (batch rows) those tokens came from.
@@ -150,6 +150,54 @@ class CalibrationHost(Protocol):
 class StopForward(Exception):
     """Raised by a host's capture hook once a block's inputs are taken: the rest of the
     model need not run (:func:`feed_until`)."""
+
+
+class ObservedCalls:
+    """The observed layers' calls in one block's calibration pass, for a host that leaves each
+    call as soon as nothing more is needed: the pass only observes the layers' inputs, so once
+    each has had its input the rest of the block (the last layer's own product, what follows
+    it) need not run. The first call runs whole and tells the order of the layers; when each
+    was called once, a later call stops (:class:`StopForward`, raised by :meth:`called`) right
+    after the last of them has had its input. A call whose layers are not all called once
+    (experts a router skips, a layer called twice) runs whole, and from then on every call does.
+    The host calls :meth:`start` before each call, :meth:`called` after each observed input,
+    :meth:`finish` after a call that ran whole.
+
+    >>> seen = ObservedCalls(["a", "b"])
+    >>> seen.start(); seen.called("a"); seen.called("b"); seen.finish()
+    >>> seen.start(); seen.called("a")
+    >>> try:
+    ...     seen.called("b")
+    ... except StopForward:
+    ...     print("stopped after b")
+    stopped after b
+    """
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self._names = set(names)
+        self._counts: dict[str, int] = {}
+        self._last: str | None = None
+        self._first = True
+        self._safe = False
+
+    def start(self) -> None:
+        """A call begins."""
+        self._counts = {}
+
+    def called(self, name: str) -> None:
+        """Layer ``name`` had its input; raises :class:`StopForward` when the call may stop."""
+        self._counts[name] = self._counts.get(name, 0) + 1
+        if self._safe and name == self._last and len(self._counts) == len(self._names) \
+                and all(c == 1 for c in self._counts.values()):
+            raise StopForward
+        if self._first:
+            self._last = name
+
+    def finish(self) -> None:
+        """A call ran whole: the first tells whether the later ones may stop."""
+        whole = set(self._counts) == self._names and all(c == 1 for c in self._counts.values())
+        self._safe = self._first and whole
+        self._first = False
 
 
 def feed_until(forward: Callable[[Any], Any], batches: Sequence[Any], block: str) -> None:

@@ -18,7 +18,7 @@ RECIPE --model DIR``): no weight is read, no quantization runs.
   (:func:`recipe_spec.oneshot.shared.smoothing.unresolved_for`), naming its patterns that match
   nothing.
 - :func:`gptq_modifiers`: GPTQModifiers as :class:`~.modifiers.OneShotModifier` (kind
-  ``gptq``) for the cost estimate (:func:`.checkpoint.estimate`: a Hessian of
+  ``gptq``) for the cost estimate (:func:`.estimate.estimate`: a Hessian of
   ``in_features² × 4`` bytes per target, as SparseGPT's).
 """
 

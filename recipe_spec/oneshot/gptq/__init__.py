@@ -60,5 +60,9 @@ class GPTQ(Algorithm):
         # the same Hessian, factorisation and column updates as SparseGPT's
         return 2.0 * tokens * columns * columns, 5 / 3 * columns ** 3 + 1.0 * rows * columns * columns
 
+    def solve_parts(self, rows: int, columns: int) -> tuple[float, float, int]:
+        # factor, inverse and upper factor of the Hessian; the block updates; the column loop
+        return 5 / 3 * columns ** 3, 1.0 * rows * columns * columns, columns
+
 
 GPTQ_ALGORITHM = register(GPTQ())

@@ -105,9 +105,9 @@ class _GridRule:
     def start_block(self, W1: Array, Hinv1: Array, i1: int) -> None:
         self._i1 = i1
 
-    def column(self, W1: Array, i: int) -> Array:
+    def column(self, T1: Array, i: int) -> Array:
         g = self._groups[self._i1 + i]
-        q = fake_quantize(self._ops, W1[:, i], self._scales[g], self._zeros[g], self._args)
+        q = fake_quantize(self._ops, T1[i], self._scales[g], self._zeros[g], self._args)
         return q if self._mask is None else self._ops.where(self._mask[:, self._i1 + i], q, 0.0)
 
     def block_update(self, update: Array, i2: int) -> Array:

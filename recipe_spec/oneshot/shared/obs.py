@@ -222,9 +222,9 @@ class ColumnRule(Protocol):
         """A block of columns ``i1 .. i1 + width`` starts: ``W1`` is its working copy (not to
         be written), ``Hinv1`` its diagonal block of the inverse Hessian's factor."""
 
-    def column(self, W1: Array, i: int) -> Array:
+    def column(self, T1: Array, i: int) -> Array:
         """The target ``q`` of column ``i`` of the block, read from the block as updated so
-        far (``W1[:, i]`` is the column now)."""
+        far, held transposed: ``T1`` is ``(width, rows)`` and ``T1[i]`` is the column now."""
 
     def block_update(self, update: Array, i2: int) -> Array:
         """The update ``Err1 · Hinv[i1:i2, i2:]`` of the columns from ``i2`` on, as applied."""
@@ -235,25 +235,29 @@ def blockwise_obs(ops: SolverOps, W: Array, Hinv: Array, block_size: int, rule: 
     ``(W with every column moved to its target, Σ err² / 2)``. Column by column ``q`` is the
     rule's target, ``err = (w - q) / Hinv1[i, i]``, ``W1[:, i:] -= err ⊗ Hinv1[i, i:]``; after
     each block ``W[:, i2:] -= Err1 · Hinv[i1:i2, i2:]``. Takes ownership of ``W`` (float32,
-    ``(rows, cols)``); ``Hinv`` is the upper factor of :func:`inverse_hessian_factor`."""
+    ``(rows, cols)``); ``Hinv`` is the upper factor of :func:`inverse_hessian_factor`.
+
+    The block is worked on transposed (``(width, rows)``, each column a contiguous row), so
+    that reading a column and updating the columns right of it walk memory in order; every
+    entry of the update is the same single product ``err[r] · Hinv1[i, j]`` subtracted once,
+    so the bits are those of the ``(rows, width)`` layout (llm-compressor's)."""
     rows, cols = (int(d) for d in W.shape)
     loss = 0.0
     for i1 in range(0, cols, block_size):
         i2 = min(i1 + block_size, cols)
-        W1 = ops.copy(W[:, i1:i2])
+        W1 = W[:, i1:i2]
         Hinv1 = Hinv[i1:i2, i1:i2]
         rule.start_block(W1, Hinv1, i1)
+        T1 = ops.permute(W1, (1, 0))  # a contiguous copy
         qs, errs = [], []
-        with ops.serial(W1):  # small elementwise steps whose bits do not depend on threads
+        with ops.serial(T1):  # small elementwise steps whose bits do not depend on threads
             for i in range(i2 - i1):
-                q = rule.column(W1, i)
-                w = W1[:, i]
+                q = rule.column(T1, i)
                 row = Hinv1[i, i:]
-                err = (w - q) / row[0]
-                # the rank-1 update as a product (as llm-compressor): torch's broadcast multiply
-                # walks this shape down the columns and is ten times slower
-                W1 = ops.subtract(W1, (_ALL, slice(i, None)),
-                                  ops.matmul(ops.reshape(err, (rows, 1)), ops.reshape(row, (1, i2 - i1 - i))))
+                err = (T1[i] - q) / row[0]
+                # the rank-1 update as a product (as llm-compressor), its rows contiguous
+                T1 = ops.subtract(T1, (slice(i, None),),
+                                  ops.matmul(ops.reshape(row, (i2 - i1 - i, 1)), ops.reshape(err, (1, rows))))
                 qs.append(q)
                 errs.append(err)
         Err1 = ops.stack(errs, 1)
@@ -284,11 +288,12 @@ class _MaskRule:
             keep1 = ops.full((rows, width), True, W1) if self._before1 is None else ~self._before1
         self.keeps.append(keep1)
 
-    def column(self, W1: Array, i: int) -> Array:
+    def column(self, T1: Array, i: int) -> Array:
         if self._n and i % self._m == 0:
-            self.keeps[-1] = _group_keep(self._ops, self.keeps[-1], W1, self._scale, self._before1,
+            now = self._ops.permute_view(T1[i:i + self._m], (1, 0))
+            self.keeps[-1] = _group_keep(self._ops, self.keeps[-1], now, self._scale, self._before1,
                                          i, self._n, self._m)
-        return self._ops.where(self.keeps[-1][:, i], W1[:, i], 0.0)
+        return self._ops.where(self.keeps[-1][:, i], T1[i], 0.0)
 
     def block_update(self, update: Array, i2: int) -> Array:
         return update if self._before is None else (~self._before[:, i2:]) * update
@@ -327,11 +332,12 @@ def _tile_keep(ops: SolverOps, W1: Array, scale: Array, before1: Array | None, s
     return tmp > thresh
 
 
-def _group_keep(ops: SolverOps, keep1: Array, W1: Array, scale: Array, before1: Array | None,
+def _group_keep(ops: SolverOps, keep1: Array, now: Array, scale: Array, before1: Array | None,
                 i: int, n: int, m: int) -> Array:
-    """``keep1`` with the ``n`` smallest ``W1² / scale`` of each row of columns ``i..i+m``
-    pruned (preserved zeros score 0, so they are pruned first)."""
-    tmp = W1[:, i:i + m] ** 2 / scale[:, i:i + m]
+    """``keep1`` with the ``n`` smallest ``now² / scale`` of each row of columns ``i..i+m``
+    (``now``: those columns as updated so far, ``(rows, m)``) pruned (preserved zeros score 0,
+    so they are pruned first)."""
+    tmp = now ** 2 / scale[:, i:i + m]
     if before1 is not None:
         tmp = tmp * (~before1[:, i:i + m])
     return ops.scatter_last(keep1, ops.argsort_last(tmp)[:, :n] + i, False)

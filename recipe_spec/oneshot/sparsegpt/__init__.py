@@ -34,5 +34,9 @@ class SparseGPT(PruningAlgorithm):
         # the Hessian; its factorisations (about 5/3 in^3) and the column updates (out x in^2)
         return 2.0 * tokens * columns * columns, 5 / 3 * columns ** 3 + 1.0 * rows * columns * columns
 
+    def solve_parts(self, rows: int, columns: int) -> tuple[float, float, int]:
+        # factor, inverse and upper factor of the Hessian; the block updates; the column loop
+        return 5 / 3 * columns ** 3, 1.0 * rows * columns * columns, columns
+
 
 SPARSEGPT = register(SparseGPT())
