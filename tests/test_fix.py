@@ -206,3 +206,12 @@ def test_fix_page_documents_every_flag_and_every_fixable_code_is_real() -> None:
     assert set(FIXES) <= set(CODES)
     for code in FIXES:
         assert f"rules/{code}.md" in page
+
+
+def test_numbered_stage_keys_are_renamed_so_that_every_release_reads_them_in_order() -> None:
+    text = ("quant_stage_1:\n  quant_modifiers:\n    SmoothQuantModifier: {smoothing_strength: 0.8}\n"
+            "'quant_stage_2':\n  quant_modifiers:\n    GPTQModifier: {scheme: W8A8, targets: [Linear]}\n")
+    result = fix_text(text, "r.yaml")
+    assert [f.title for f in result.applied] == ["rename stage quant_stage_1 to quant_1_stage",
+                                                 "rename stage quant_stage_2 to quant_2_stage"]
+    assert result.fixed == text.replace("quant_stage_1", "quant_1_stage").replace("quant_stage_2", "quant_2_stage")

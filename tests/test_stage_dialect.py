@@ -161,3 +161,21 @@ def test_the_dialect_has_one_name_and_its_former_name_still_compares_equal() -> 
         assert recipe.dialect != "modifier"
         assert json.dumps({"dialect": recipe.dialect}) == '{"dialect": "stage"}'
     assert Recipe(stages=(), dialect="core").dialect == "stage"
+
+
+NUMBERED = ("quant_stage_1:\n  quant_modifiers:\n    SmoothQuantModifier:\n      smoothing_strength: 0.8\n"
+            "quant_stage_2:\n  quant_modifiers:\n    GPTQModifier:\n      scheme: W8A8\n      targets: [Linear]\n")
+
+
+def test_numbered_stage_keys_are_an_error_in_every_release_with_the_rename() -> None:
+    """llm-compressor 0.14 reads a stage key only when it ends in '_stage' (its nightly after
+    0.14 also reads '<name>_stage_<n>'): the numbered stages would be dropped, the recipe empty."""
+    for compat in (None, "llmcompressor==0.9", "llmcompressor"):
+        found = [d for d in run(NUMBERED, compat) if d[0] == "C002"]
+        assert [d[:4] for d in found] == [("C002", "error", 1, 1), ("C002", "error", 5, 1)], compat
+        assert "'quant_stage_1' is not a stage to llm-compressor 0.14" in found[0][4]
+        assert "as stage 'quant'" in found[0][4] and found[1][5].startswith("Rename it 'quant_2_stage'")
+    # the modifiers inside are still checked
+    assert "M002" in [d[0] for d in run(NUMBERED.replace("smoothing_strength", "smoothing_strenght"))]
+    assert not [d for d in run(NUMBERED.replace("_stage_1", "_1_stage").replace("_stage_2", "_2_stage"))
+                if d[1] == "error"]

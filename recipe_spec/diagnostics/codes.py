@@ -309,8 +309,10 @@ C002 = _code(
     "C002", "warning", "silently ignored by the tool",
     "Both tools drop keys of a stage/group recipe without a word: unknown stage keys "
     "(`run_typ:`), `run_type` since llm-compressor 0.5, top-level `*_modifiers` groups and "
-    "`stages:` since llm-compressor 0.7 (a mis-indented recipe then loads as an empty one). "
-    "What the chosen tool would ignore is reported, an error when nothing would be left.",
+    "`stages:` since llm-compressor 0.7 (a mis-indented recipe then loads as an empty one), and "
+    "a numbered stage key (`quant_stage_1:`, which only llm-compressor's nightly after 0.14 "
+    "reads: an error for every release). What the chosen tool would ignore is reported, an "
+    "error when nothing would be left.",
     "sparsity_stage:\nsparsity_modifiers:   # not indented under the stage\n  SparseGPTModifier: {...}",
     "Indent the group under its `*_stage:` key, fix the key's spelling, or remove it.",
 )

@@ -37,6 +37,8 @@ FIXES: dict[str, tuple[str, str]] = {
              "`target_ids` and `layer_prefix`, `group`); a development name is renamed "
              "(`vLLMQuantizationModifier` -> `QuantizationModifier`). `--unsafe-fixes` deletes "
              "`sequential_targets` (the setting moved to the `oneshot()` call)."),
+    "C002": ("safe", "A numbered stage key is renamed to one every release reads, in the same "
+             "order (`quant_stage_1:` -> `quant_1_stage:`)."),
 }
 
 

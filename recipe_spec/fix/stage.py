@@ -11,6 +11,7 @@ Safe (exact):
 - a renamed argument (``percdamp`` -> ``dampening_frac``), and ``prunen: N`` with
   ``prunem: M`` -> ``mask_structure: "N:M"``;
 - a misspelt argument or modifier name with exactly one close name in the release(s);
+- a numbered stage key (``quant_stage_1``, read by no release) -> ``quant_1_stage``;
 - a modifier's import path -> its bare class name; a development name -> the released name
   (``vLLMQuantizationModifier`` -> ``QuantizationModifier``);
 - deleting an argument the release removed where the removal changed nothing it did
@@ -31,6 +32,7 @@ from ..recipe.model import Modifier, Recipe
 from ..stage_dialect import Compat, check_modifier, stage_variants
 from ..stage_dialect.arg_check import Problem
 from ..stage_dialect.catalogue import all_stage_names
+from ..stage_dialect.reader import numbered_stage
 from ..stage_dialect.versions import all_versions
 from .edits import Edit, Fix, FixNotPossible, Text, delete_entry, rename_key, replace_value
 from .names import choose
@@ -163,9 +165,33 @@ def _nm_fix(t: Text, m: Modifier, p: Problem) -> Iterator[Fix]:
                delete_entry(t, doc, (*base, "prunem")))
 
 
+def _numbered_stage_fixes(t: Text, recipe: Recipe) -> list[Fix]:
+    """``<name>_stage_<n>`` -> ``<name>_<n>_stage`` (no release reads the first; the stages run
+    in file order under either name): exact."""
+    out: list[Fix] = []
+    docs = {id(m.document): m.document for m in recipe.modifiers if m.document is not None}
+    for doc in docs.values():
+        root = doc.value
+        for key in root if isinstance(root, Mapping) else ():
+            numbered = numbered_stage(key)
+            loc = doc.locs.get((key,))
+            if numbered is None or loc is None:
+                continue
+            new = f"{numbered[0]}_{numbered[1]}_stage"
+            if new in root:
+                continue
+            span = loc.key_span or loc.span
+            try:
+                out.append(Fix("C002", span.line, span.column, f"rename stage {key} to {new}", True,
+                               (rename_key(t, doc, (key,), new),)))
+            except FixNotPossible:
+                continue
+    return out
+
+
 def stage_fixes(t: Text, recipe: Recipe, compat: Compat | None) -> list[Fix]:
     """Every fix of a stage/group recipe, safe and unsafe, in file order."""
-    out: list[Fix] = []
+    out: list[Fix] = _numbered_stage_fixes(t, recipe)
     for m in recipe.modifiers:
         if m.document is None:
             continue

@@ -33,7 +33,7 @@ from .catalogue_quant import smallest_grid
 from .oneshot_compat import oneshot_differences
 from .owl_checks import owl_diagnostics
 from .pattern_checks import arg_items, pattern_findings
-from .reader import STAGE_KEYS, is_group_key, is_stage_key
+from .reader import STAGE_KEYS, is_group_key, is_stage_key, numbered_stage
 from .versions import Compat, affects, newest, scope
 from .written_for import written_for
 
@@ -124,6 +124,15 @@ class _Checker:
                 "Indent it under a '<name>_stage:' key (SparseML read it as its 'default' stage).",
                 self.span((key,), key=True), error=empty,
             )
+        for key in root:
+            numbered = numbered_stage(key)
+            if numbered is not None:
+                name, n = numbered
+                self.add(codes.C002, f"'{key}' is not a stage to llm-compressor 0.14 or any release before it: "
+                         "a stage key ends in '_stage', and any other top-level key is dropped without a word "
+                         f"(only its nightly after 0.14 reads '{key}', as stage '{name}')",
+                         f"Rename it '{name}_{n}_stage': the stages run in file order, as the numbered keys do.",
+                         self.span((key,), key=True), Severity.ERROR)
         for key, value in root.items():
             if is_stage_key(key) and not isinstance(value, FrozenDict):
                 self.add(codes.C002, f"stage '{key}' holds no mapping, so every tool skips it"

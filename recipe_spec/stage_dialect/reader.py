@@ -22,6 +22,7 @@ modifier with no arguments, ``!Modifier`` lists in the same file.
 
 from __future__ import annotations
 
+import re
 from collections import ChainMap
 from collections.abc import Mapping
 from typing import Any
@@ -34,7 +35,7 @@ from ..text.frozen import FrozenDict, freeze
 from ..text.nodes import Tagged
 from ..text.variables import VariableEvaluator
 
-__all__ = ["is_stage", "build_stage", "stage_parts", "STAGE_KEYS"]
+__all__ = ["is_stage", "build_stage", "stage_parts", "STAGE_KEYS", "numbered_stage"]
 
 Path = tuple[Any, ...]
 
@@ -44,6 +45,7 @@ STAGE_KEYS = ("run_type", "args", "enabled", "exclude_default", "group")
 META_KEYS = ("version", "metadata")
 
 _new = object.__new__
+_NUMBERED = re.compile(r"(.*)_stage_(\d+)")
 
 
 def is_group_key(key: Any) -> bool:
@@ -53,7 +55,24 @@ def is_group_key(key: Any) -> bool:
 
 
 def is_stage_key(key: Any) -> bool:
-    return isinstance(key, str) and key.endswith("_stage")
+    """``<name>_stage``, and the numbered ``<name>_stage_<n>`` (read as a stage so that its
+    modifiers are checked; no released tool reads it: :func:`numbered_stage`)."""
+    return isinstance(key, str) and (key.endswith("_stage") or numbered_stage(key) is not None)
+
+
+def numbered_stage(key: Any) -> tuple[str, str] | None:
+    r"""``(name, n)`` of a numbered stage key ``<name>_stage_<n>``, else None. llm-compressor
+    0.14 and every release before it read a stage key only when it ends in ``_stage`` and drop
+    any other; its nightly after 0.14 (0.14.1a20261020) reads ``re.fullmatch(r"(.*)_stage(_\d+)?",
+    key)``, so that ``quant_stage_1`` and ``quant_stage_2`` are both stage ``quant``.
+
+    >>> numbered_stage("quant_stage_2"), numbered_stage("quant_stage")
+    (('quant', '2'), None)
+    """
+    if not isinstance(key, str):
+        return None
+    m = _NUMBERED.fullmatch(key)
+    return (m.group(1), m.group(2)) if m else None
 
 
 def is_stage(root: FrozenDict) -> bool:
