@@ -234,3 +234,34 @@ def test_layers_fed_one_input_share_its_hessian_product_bit_for_bit(name: str, m
     assert sum(computed) == len(computed)
     for key, value in alone.items():
         assert torch.equal(shared[key], value), key
+
+
+def test_a_calibration_call_stops_once_every_observed_layer_has_its_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first call of a block's calibration pass runs whole; the later ones stop right after
+    the last observed layer (down_proj) has had its input, so its product is not computed; the
+    propagation pass runs whole. The weights are those of running every call whole."""
+    import transformers
+
+    from recipe_spec.oneshot.host import ObservedCalls
+
+    def run() -> tuple[dict[str, torch.Tensor], list[int]]:
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=32))
+        counts = [0, 0]
+        for k, layer in enumerate(model.model.layers):
+            layer.mlp.down_proj.register_forward_hook(lambda *_, k=k: counts.__setitem__(k, counts[k] + 1))
+        data = [{"input_ids": list(range(4 + i, 20 + i))} for i in range(4)]
+        recipe_spec.oneshot(model=model, dataset=data, progress=False, num_calibration_samples=4,
+                            recipe="s_stage:\n  s_modifiers:\n    SparseGPTModifier: {sparsity: 0.5, ignore: [lm_head]}\n")
+        return {k: v.clone() for k, v in model.state_dict().items()}, counts
+
+    stopped, counts = run()
+    # one whole-model call before the run (its checks), then layer 0: 1 whole calibration call
+    # of 4 and 4 propagation calls; layer 1 (the last, nothing to propagate): 1 calibration call
+    assert counts == [1 + 1 + 4, 1 + 1]
+    monkeypatch.setattr(ObservedCalls, "called", lambda self, name: None)
+    whole, counts = run()
+    assert counts == [1 + 4 + 4, 1 + 4]
+    assert all(torch.equal(stopped[k], whole[k]) for k in whole)

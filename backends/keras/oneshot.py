@@ -55,7 +55,14 @@ import keras
 from recipe_spec.atomic import write_text
 from recipe_spec.masks.numpy_ops import NUMPY_OPS
 from recipe_spec.oneshot.calibration_inputs import to_numpy
-from recipe_spec.oneshot.host import CallRecorder, ModuleInfo, Observer, StopForward, feed_until
+from recipe_spec.oneshot.host import (
+    CallRecorder,
+    ModuleInfo,
+    ObservedCalls,
+    Observer,
+    StopForward,
+    feed_until,
+)
 from recipe_spec.oneshot.matching import matches
 
 from .experts import LAYOUTS, ExpertLinear, expert_linears, module_name, refuse_unsplit, routers_of
@@ -340,10 +347,19 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
                   calls: Mapping[str, CallRecorder] | None = None, offload_calls: bool = False) -> list[Any]:
         layer = self._layers[block]
         out: list[Any] = []
-        with self._observing(observers, outputs, calls, offload_calls):
+        # a calibration pass needs the observed layers' inputs only (ObservedCalls)
+        stop = ObservedCalls if not propagate and observers and not outputs and not calls else None
+        with self._observing(observers, outputs, calls, offload_calls, stop) as seen:
             for call in inputs:
                 args, kwargs = on_device(call)
-                result = layer(*args, **kwargs)
+                if seen is not None:
+                    seen.start()
+                try:
+                    result = layer(*args, **kwargs)
+                except StopForward:
+                    continue
+                if seen is not None:
+                    seen.finish()
                 if not propagate:
                     continue
                 hidden = result[0] if isinstance(result, (tuple, list)) else result

@@ -115,9 +115,12 @@ def output_rows(layer: Any, y: Any) -> tuple[np.ndarray, int]:
     return a.reshape(-1, a.shape[-1]), sequences
 
 
-def _input_call(entries: list[tuple[Any, Observer]], rows: dict[Any, Any]) -> Callable[[Any], Any]:
+def _input_call(entries: list[tuple[Any, Observer]], rows: dict[Any, Any], seen: Any = None,
+                key: Any = None) -> Callable[[Any], Any]:
     """Observers of one layer's input; ``entries``: ``(Linear view or None, observer)``;
-    ``rows``: the inputs already made rows in this pass (:func:`_rows`)."""
+    ``rows``: the inputs already made rows in this pass (:func:`_rows`); ``seen``: the pass's
+    :class:`~recipe_spec.oneshot.host.ObservedCalls` (told ``key`` once the input is observed;
+    it may stop the call there)."""
     def make(original: Any) -> Any:
         reversible = any(lin is not None and lin.reverse for lin, _ in entries)
 
@@ -131,6 +134,8 @@ def _input_call(entries: list[tuple[Any, Observer]], rows: dict[Any, Any]) -> Ca
                     rows_, sequences = _rows(lin, inputs, rows)
                     if len(rows_):  # an expert no token of this call is routed to is not observed
                         observe(rows_, sequences)
+            if seen is not None:
+                seen.called(key)
             return original(inputs, *args, **kwargs)
         return call
     return make
@@ -186,9 +191,12 @@ class ModuleCalls:
 
     @contextlib.contextmanager
     def _observing(self, observers: Mapping[str, Observer], outputs: Mapping[str, Observer] | None = None,
-                   calls: Mapping[str, CallRecorder] | None = None, offload: bool = False) -> Iterator[None]:
+                   calls: Mapping[str, CallRecorder] | None = None, offload: bool = False,
+                   seen: Callable[[list[int]], Any] | None = None) -> Iterator[Any]:
         """Observers on the named layers' inputs and ``outputs``, and ``calls`` recorded, for
-        the ``with`` block (see the module docstring)."""
+        the ``with`` block (see the module docstring); with ``seen`` (made from the observed
+        layers' ids), the :class:`~recipe_spec.oneshot.host.ObservedCalls` it makes is yielded,
+        told of each observed layer's call."""
         with contextlib.ExitStack() as stack:
             by_layer: dict[int, tuple[Any, list[tuple[Any, Observer]]]] = {}
             for name, observe in observers.items():
@@ -196,14 +204,15 @@ class ModuleCalls:
                 layer = lin.layer if lin is not None else self._layer(name)
                 by_layer.setdefault(id(layer), (layer, []))[1].append((lin, observe))
             rows: dict[Any, Any] = {}
-            for layer, entries in by_layer.values():
-                stack.enter_context(wrapped(layer, _input_call(entries, rows)))
+            calls_seen = seen(list(by_layer)) if seen is not None else None
+            for key, (layer, entries) in by_layer.items():
+                stack.enter_context(wrapped(layer, _input_call(entries, rows, calls_seen, key)))
             for name, observe in (outputs or {}).items():
                 layer = self._layer(name)
                 stack.enter_context(wrapped(layer, _output_call(layer, observe)))
             for name, record in (calls or {}).items():
                 stack.enter_context(wrapped(self._layer(name), _record_call(record, offload)))
-            yield
+            yield calls_seen
 
     def run_module(self, name: str, calls: Sequence[Any]) -> list[np.ndarray]:
         """Layer ``name`` run on each recorded call with its current weights: each output (the
