@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -108,6 +109,10 @@ class NumpyOps(InPlaceOps):
         return np.linalg.inv(a)
 
     def cholesky(self, a: np.ndarray) -> np.ndarray | None:
+        potrf = _lapack("potrf", a)
+        if potrf is not None:  # SciPy's LAPACK: twice NumPy's speed here
+            lower, info = potrf(a, lower=1, clean=1)
+            return lower if info == 0 else None
         try:
             return np.linalg.cholesky(a)
         except np.linalg.LinAlgError:
@@ -176,6 +181,12 @@ class NumpyOps(InPlaceOps):
         return a
 
     def cholesky_inverse(self, lower: np.ndarray) -> np.ndarray:
+        potri = _lapack("potri", lower)
+        if potri is not None:  # LAPACK's inverse from the factor (as torch.cholesky_inverse)
+            inv, info = potri(lower, lower=1)
+            if info == 0:
+                low = np.tril(inv)
+                return low + np.tril(inv, -1).T
         inv = np.linalg.inv(lower)
         return inv.T @ inv
 
@@ -246,6 +257,18 @@ def round_fp8_e4m3(x: np.ndarray) -> np.ndarray:
     _, exp = np.frexp(mag)  # mag = f·2^exp, f in [0.5, 1): its binade is 2^(exp - 1)
     step = np.ldexp(np.ones_like(mag), np.maximum(exp - 1, -6) - 3)
     return np.copysign(np.round(mag / step) * step, x).astype(x.dtype, copy=False)
+
+
+def _lapack(name: str, like: np.ndarray) -> Any:
+    """SciPy's LAPACK routine ``name`` for ``like``'s dtype, or None without SciPy (it comes with
+    JAX and scikit-learn; NumPy's own routines are used otherwise)."""
+    if like.dtype not in (np.float32, np.float64) or like.ndim != 2:
+        return None
+    try:
+        from scipy.linalg import lapack
+    except ImportError:
+        return None
+    return lapack.get_lapack_funcs((name,), (like,))[0]
 
 
 #: The one instance the backends use.
