@@ -51,7 +51,9 @@ float ones (even after Keras's own ``model.quantize``), so the host saves ``mode
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import gc
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -290,7 +292,8 @@ def quantize_layer(layer: Any, weight: Any, scale: Any, zero_point: Any, args: Q
         keras.ops.convert_to_numpy(layer._kernel), order, columns), dtype=np.float32)
     bytes_before = _nbytes(layer)
 
-    layer.quantize(mode.mode, config=mode.config())
+    with _deferred_collect():
+        layer.quantize(mode.mode, config=mode.config())
     _assign(layer, mode, q, s, z, args, groups, ours, shape, order, input_scale)
     if keras.backend.backend() == "torch":
         layer._track_variables()
@@ -299,6 +302,21 @@ def quantize_layer(layer: Any, weight: Any, scale: Any, zero_point: Any, args: Q
     return QuantizedLayer(label, type(layer).__name__, describe_scheme(args, activations), policy,
                           mode.activations, float(np.abs(deq - before).max()), float(np.abs(deq - before).mean()),
                           float(np.abs(deq - ours).max()), bytes_before, _nbytes(layer))
+
+
+@contextlib.contextmanager
+def _deferred_collect() -> Iterator[None]:
+    """No full garbage collection inside the block: Keras's ``Layer.__delattr__`` runs
+    ``gc.collect()`` for each variable a layer drops (its float kernel, when quantized), a third
+    of a second each in a process holding a framework, the better part of a one-shot run on a
+    small model; the kernel's memory goes when its last reference does, and Python's own
+    collection still runs. Restored on exit."""
+    collect = gc.collect
+    gc.collect = lambda *args, **kwargs: 0
+    try:
+        yield
+    finally:
+        gc.collect = collect
 
 
 def _per_row(a: np.ndarray) -> np.ndarray:

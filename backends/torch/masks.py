@@ -192,6 +192,9 @@ class TorchOps(InPlaceOps):
     def row_norms(self, x: torch.Tensor) -> torch.Tensor:
         return torch.norm(x, p=2, dim=1)
 
+    def outer(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.outer(a, b)
+
     def scale_add(self, x: torch.Tensor, alpha: float, y: torch.Tensor) -> torch.Tensor:
         if alpha != 1.0:  # x·1 is x: no pass over x (GPTQ's plain sum adds with alpha 1)
             x.mul_(alpha)

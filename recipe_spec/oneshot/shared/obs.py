@@ -255,9 +255,8 @@ def blockwise_obs(ops: SolverOps, W: Array, Hinv: Array, block_size: int, rule: 
                 q = rule.column(T1, i)
                 row = Hinv1[i, i:]
                 err = (T1[i] - q) / row[0]
-                # the rank-1 update as a product (as llm-compressor), its rows contiguous
-                T1 = ops.subtract(T1, (slice(i, None),),
-                                  ops.matmul(ops.reshape(row, (i2 - i1 - i, 1)), ops.reshape(err, (1, rows))))
+                # the rank-1 update: one product per entry (llm-compressor's bits), rows contiguous
+                T1 = ops.subtract(T1, (slice(i, None),), ops.outer(row, err))
                 qs.append(q)
                 errs.append(err)
         Err1 = ops.stack(errs, 1)

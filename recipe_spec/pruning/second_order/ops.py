@@ -124,6 +124,10 @@ class SolverOps(FisherOps, QuantOps, Protocol):
     def row_norms(self, x: Array) -> Array:
         """The Euclidean norm of each row of a 2-D array (``torch.norm(x, p=2, dim=1)``)."""
 
+    def outer(self, a: Array, b: Array) -> Array:
+        """The outer product ``a[i] · b[j]`` of two vectors, each entry one product (the bits
+        of ``matmul`` of a column by a row)."""
+
     def scale_add(self, x: Array, alpha: float, y: Array) -> Array:
         """``x·alpha + y``, rounded after each step (``x *= alpha; x += y``); takes ownership
         of ``x``; ``alpha`` 1 only adds (``x·1`` is ``x``, bit for bit). The running means
