@@ -205,7 +205,7 @@ def _cell(values: list[float], fmt: str) -> str:
 def table(runs: dict[tuple[str, str], list[dict[str, Any]]], recipes: list[str], measured: bool) -> list[str]:
     """The printed table: per recipe, ours and theirs (min/median), and the ratio of medians."""
     lines = [f"{'recipe':12} {'impl':14} {'oneshot s':>13} {'per layer s':>13} {'setup s':>11} "
-             f"{'peak RSS MiB':>13} {'sparsity':>8} {'CPU s':>11}"]
+             f"{'peak RSS MiB':>13} {'CPU s':>11} {'sparsity':>8}"]
     for recipe in recipes:
         ours = runs[("ours", recipe)]
         rows = [("ours", ours)]
@@ -215,8 +215,8 @@ def table(runs: dict[tuple[str, str], list[dict[str, Any]]], recipes: list[str],
             lines.append(f"{recipe:12} {label:14} {_cell([r['oneshot_s'] for r in rs], 's'):>13} "
                          f"{_cell([r['per_layer_s'] for r in rs], '{:.2f}'):>13} "
                          f"{_cell([r['setup_s'] for r in rs], 's'):>11} "
-                         f"{_cell([r['peak_rss_mib'] for r in rs], '{:.0f}'):>13} {rs[0]['sparsity']:8.4f} "
-                         f"{_cell([r['cpu_s'] for r in rs], 's'):>11}")
+                         f"{_cell([r['peak_rss_mib'] for r in rs], '{:.0f}'):>13} "
+                         f"{_cell([r['cpu_s'] for r in rs], 's'):>11} {rs[0]['sparsity']:8.4f}")
         if measured:
             theirs = runs[("llmcompressor", recipe)]
 
@@ -227,7 +227,7 @@ def table(runs: dict[tuple[str, str], list[dict[str, Any]]], recipes: list[str],
                     return f"{pick(r[key] for r in a) / den:.2f}" if den else "-"
 
                 lines.append(f"{recipe:12} {label:14} {ratio('oneshot_s'):>13} {ratio('per_layer_s'):>13} "
-                             f"{ratio('setup_s'):>11} {ratio('peak_rss_mib'):>13} {'':8} {ratio('cpu_s'):>11}")
+                             f"{ratio('setup_s'):>11} {ratio('peak_rss_mib'):>13} {ratio('cpu_s'):>11}")
         elif recipe not in RECORDED:
             lines.append(f"{recipe:12} {'llmc recorded':14} {'-':>13} {'-':>13} {'-':>11} {'-':>13}  (none recorded)")
         else:
@@ -298,7 +298,8 @@ def estimates(runs: dict[tuple[str, str], list[dict[str, Any]]], recipes: list[s
 
     torch.set_num_threads(threads)
     model, _ = build(samples)
-    lines = [f"{'recipe':12} {'estimate s':>11} {'range s':>13} {'measured s':>11} {'estimate/measured':>18}"]
+    lines = [f"{'estimate of':12} {'recipe':12} {'estimate s':>11} {'range s':>13} {'measured s':>11} "
+             f"{'estimate/measured':>18}"]
     with tempfile.TemporaryDirectory() as folder:
         model.save_pretrained(folder)
         checkpoint = read_model(folder)
@@ -306,8 +307,8 @@ def estimates(runs: dict[tuple[str, str], list[dict[str, Any]]], recipes: list[s
         for recipe in recipes:
             guess = estimate(runnable(loads(RECIPES[recipe])), checkpoint, samples, 256, rates=rates).seconds
             measured = statistics.median(r["oneshot_s"] for r in runs[("ours", recipe)])
-            lines.append(f"{recipe:12} {guess:11.1f} {guess / SPREAD:6.1f}-{guess * SPREAD:<6.1f} {measured:11.2f} "
-                         f"{guess / measured:18.2f}")
+            lines.append(f"{'estimate of':12} {recipe:12} {guess:11.1f} {guess / SPREAD:6.1f}-{guess * SPREAD:<6.1f} "
+                         f"{measured:11.2f} {guess / measured:18.2f}")
     return lines
 
 

@@ -75,6 +75,11 @@ def test_speed_benchmark_smoke() -> None:
     assert gptq[-1][1] == "ours/recorded", out
     assert rtn[0][1] == "ours" and rtn[0][-1] == "0.0000" and rtn[0][3] == "0.00/0.00", out
     assert "(none recorded)" in " ".join(rtn[-1]), out
+    # the estimate recipe-spec oneshot prints, beside the measured median, with its ratio
+    estimates = {line.split()[2]: line.split() for line in out.splitlines()
+                 if line.startswith("estimate of ") and "estimate s" not in line}
+    assert set(estimates) == {"wanda50", "gptq_w4a16", "rtn_w8a8"}, out
+    assert float(estimates["gptq_w4a16"][3]) > 0 and float(estimates["gptq_w4a16"][-1]) > 0, out
 
 
 @pytest.mark.slow

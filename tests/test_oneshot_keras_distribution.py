@@ -1,6 +1,7 @@
 """One-shot on Keras's JAX backend under ``keras.distribution.DataParallel``: each calibration
 batch's rows are sharded over the devices (two CPU devices here, from
-``XLA_FLAGS=--xla_force_host_platform_device_count=2``) and the result is the one-device run's."""
+``XLA_FLAGS=--xla_force_host_platform_device_count=2``) and the result is the one-device run's,
+up to float rounding."""
 
 from __future__ import annotations
 
@@ -67,4 +68,6 @@ def test_a_data_parallel_jax_run_shards_each_batch_and_gives_the_one_device_resu
     assert report["variable_devices"] == 2  # the weights replicated
     assert report["odd_batch_is_numpy"]  # 3 rows do not divide over 2 devices: the batch runs whole
     assert 0.45 < report["sparsity"] < 0.55
-    assert report["zeros_equal"] == 1.0 and report["max_diff"] <= 1e-6
+    # a device's share of a batch is a smaller product, which XLA may run with another kernel:
+    # the same zeros, the kept values within float rounding (0 to 1.3e-6 seen, weights ~0.1)
+    assert report["zeros_equal"] == 1.0 and report["max_diff"] <= 1e-5

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 
 __all__ = ["get_rank_partition"]
 
@@ -28,9 +27,9 @@ def get_rank_partition(split: str, num_samples: int, *, rank: int | None = None,
     samples of ``split``: ``f"{split}[{start}:{end}]"`` with ``start = floor(S·r/W)`` and
     ``end = floor(S·(r+1)/W)`` (llm-compressor's ``_get_partition_start_end``), so the parts
     are disjoint and together hold every sample. The process's rank and count come from
-    ``torch.distributed`` when it is initialised, else from ``torchrun``'s ``RANK`` and
-    ``WORLD_SIZE`` (llm-compressor reads only the former and gives every process the whole
-    split before its process group exists); ``rank``/``world_size`` override both.
+    ``torchrun``'s ``RANK`` and ``WORLD_SIZE`` (llm-compressor reads the initialised process
+    group's, and gives every process the whole split before the group exists; under torchrun
+    the two agree); ``rank``/``world_size`` override them (a process group started otherwise).
 
     Raises ValueError for a split that already has brackets or a count below 1."""
     if "[" in split:
@@ -49,12 +48,8 @@ def get_rank_partition(split: str, num_samples: int, *, rank: int | None = None,
 
 
 def _process() -> tuple[int, int]:
-    """This process's (rank, count): ``torch.distributed``'s when initialised (torch is not
-    imported here if the script has not), else torchrun's environment, else (0, 1)."""
-    torch = sys.modules.get("torch")
-    dist = getattr(torch, "distributed", None) if torch is not None else None
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        return int(dist.get_rank()), int(dist.get_world_size())
+    """This process's (rank, count) from ``torchrun``'s environment (``RANK``, ``WORLD_SIZE``),
+    else (0, 1)."""
     try:
         return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     except ValueError:
