@@ -293,8 +293,9 @@ def _rates(model: Any) -> Any:
     rates = getattr(_checkpoint_backend(), "rates", None)
     if rates is None:
         return True
-    widest = max((i.weight_shape[-1] for i in model.modules if i.prunable and i.weight_shape), default=0)
-    return rates(model.hidden or widest or 1024, widest or model.hidden or 1024)
+    from .oneshot.estimate import rate_sizes
+
+    return rates(*rate_sizes(model))
 
 
 class _Failed(Exception):

@@ -62,6 +62,7 @@ from recipe_spec.oneshot.host import (
     Observer,
     StopForward,
     feed_until,
+    observed_call,
 )
 from recipe_spec.oneshot.matching import matches
 
@@ -348,19 +349,12 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
         layer = self._layers[block]
         out: list[Any] = []
         # a calibration pass needs the observed layers' inputs only (ObservedCalls)
-        stop = ObservedCalls if not propagate and observers and not outputs and not calls else None
+        stop = ObservedCalls if ObservedCalls.apply(propagate, observers, outputs, calls) else None
         with self._observing(observers, outputs, calls, offload_calls, stop) as seen:
             for call in inputs:
                 args, kwargs = on_device(call)
-                if seen is not None:
-                    seen.start()
-                try:
-                    result = layer(*args, **kwargs)
-                except StopForward:
-                    continue
-                if seen is not None:
-                    seen.finish()
-                if not propagate:
+                whole, result = observed_call(seen, layer, *args, **kwargs)
+                if not whole or not propagate:
                     continue
                 hidden = result[0] if isinstance(result, (tuple, list)) else result
                 nxt = ((hidden, *args[1:]), kwargs) if args else (args, {**kwargs, "decoder_sequence": hidden})

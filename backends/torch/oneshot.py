@@ -32,6 +32,7 @@ from recipe_spec.oneshot.host import (
     Observer,
     StopForward,
     feed_until,
+    observed_call,
 )
 from recipe_spec.oneshot.matching import matches
 
@@ -272,7 +273,7 @@ class TorchCalibrationHost(ModelState):
         module = self._named[block]
         # a calibration pass needs the observed layers' inputs only: once each has had its
         # input, the rest of the block is not run (ObservedCalls)
-        seen = ObservedCalls(list(observers)) if not propagate and observers and not outputs and not calls else None
+        seen = ObservedCalls(list(observers)) if ObservedCalls.apply(propagate, observers, outputs, calls) else None
         handles = self._hooks(observers, outputs, calls, offload_calls, seen)
         out: list[Any] = []
         try:
@@ -282,15 +283,8 @@ class TorchCalibrationHost(ModelState):
                     isinstance(v, torch.Tensor) and v.device != self.device for v in kwargs.values())
                 if offloaded:
                     args, kwargs = _move((args, kwargs), self.device)
-                if seen is not None:
-                    seen.start()
-                try:
-                    result = module(*args, **kwargs)
-                except StopForward:
-                    continue
-                if seen is not None:
-                    seen.finish()
-                if not propagate:
+                whole, result = observed_call(seen, module, *args, **kwargs)
+                if not whole or not propagate:
                     continue
                 hidden = result[0] if isinstance(result, (tuple, list)) else result
                 if args:

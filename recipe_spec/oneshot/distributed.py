@@ -44,7 +44,7 @@ from typing import Any, Protocol, TypeVar
 
 __all__ = ["Collective", "share_out", "assign", "combine", "relayed", "receive_partial", "pass_on",
            "refuse_unshared", "HOW", "check_distributed_statistics", "collective_of", "calibrate", "in_order",
-           "joined_extremes", "own_batches"]
+           "joined_extremes", "added_in_order", "own_batches"]
 
 #: ``oneshot(distributed_statistics=...)``: how the processes' statistics are joined.
 HOW = ("auto", "relay", "sum")
@@ -157,6 +157,16 @@ def in_order(values: list[Any], collective: Collective | None) -> list[Any]:
     if collective is None:
         return values
     return [v for part in collective.gather(values) for v in part]
+
+
+def added_in_order(value: Any, collective: Collective) -> Any:
+    """Every process's ``value`` added in rank order (None where a process has none; None when
+    none has one)."""
+    total = None
+    for part in collective.gather(value):
+        if part is not None:
+            total = part if total is None else total + part
+    return total
 
 
 def joined_extremes(low: Any, high: Any, ops: Any, collective: Collective) -> tuple[Any, Any]:

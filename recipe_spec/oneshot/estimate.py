@@ -26,7 +26,7 @@ from .checkpoint import CheckpointModel
 from .modifiers import OneShotModifier, select_modules
 from .rates import SPREAD, Rates, measure
 
-__all__ = ["ModifierCost", "Estimate", "estimate", "GPU_FLOPS"]
+__all__ = ["ModifierCost", "Estimate", "estimate", "rate_sizes", "GPU_FLOPS"]
 
 #: The float32 rate a GPU's line is given at (operations per second; not measured).
 GPU_FLOPS = 2e13
@@ -237,9 +237,16 @@ def estimate(mods: Sequence[OneShotModifier], model: CheckpointModel, samples: i
     cache = total * hidden * 4
     costs = [_cost(m, model, total, seq_len, samples) for m in mods]
     if rates is True:
-        widest = max((i.weight_shape[-1] for i in model.modules if i.prunable and i.weight_shape), default=hidden)
-        rates = measure(width=hidden or widest, columns=widest)
+        width, columns = rate_sizes(model)
+        rates = measure(width=width, columns=columns)
     return Estimate(model, samples, seq_len, cache, costs, rates or None)
+
+
+def rate_sizes(model: CheckpointModel) -> tuple[int, int]:
+    """``(width, columns)`` the rates of ``model`` are measured at (:func:`.rates.measure`): its
+    hidden size and its widest target's input columns (1024 where unknown)."""
+    widest = max((i.weight_shape[-1] for i in model.modules if i.prunable and i.weight_shape), default=0)
+    return model.hidden or widest or 1024, widest or model.hidden or 1024
 
 
 def _bytes(n: float) -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 __all__ = ["ModuleInfo", "Observer", "CallRecorder", "CalibrationHost", "StopForward", "feed_until", "inside",
-           "outermost", "ObservedCalls"]
+           "outermost", "ObservedCalls", "observed_call"]
 
 #: Called with a module's input as a 2-D float32 array ``[tokens, in_features]`` and the
 #: number of sequences (batch rows) those tokens came from.
@@ -173,6 +173,12 @@ class ObservedCalls:
     stopped after b
     """
 
+    @staticmethod
+    def apply(propagate: bool, observers: Any, outputs: Any, calls: Any) -> bool:
+        """Whether a block pass may stop its calls early: it observes layers' inputs only (no
+        propagation, no outputs observed, no calls recorded)."""
+        return not propagate and bool(observers) and not outputs and not calls
+
     def __init__(self, names: Sequence[str]) -> None:
         self._names = set(names)
         self._counts: dict[str, int] = {}
@@ -198,6 +204,21 @@ class ObservedCalls:
         whole = set(self._counts) == self._names and all(c == 1 for c in self._counts.values())
         self._safe = self._first and whole
         self._first = False
+
+
+def observed_call(seen: ObservedCalls | None, fn: Callable[..., Any], *args: Any,
+                  **kwargs: Any) -> tuple[bool, Any]:
+    """``fn(*args, **kwargs)`` as one call of ``seen``'s pass (None: plainly): ``(True, its
+    result)``, or ``(False, None)`` when ``seen`` stopped it."""
+    if seen is None:
+        return True, fn(*args, **kwargs)
+    seen.start()
+    try:
+        result = fn(*args, **kwargs)
+    except StopForward:
+        return False, None
+    seen.finish()
+    return True, result
 
 
 def feed_until(forward: Callable[[Any], Any], batches: Sequence[Any], block: str) -> None:

@@ -127,12 +127,8 @@ def _with_levels(host: CalibrationHost, modules: list[ModuleInfo], mods: Sequenc
     roots = [[i.name for i in modules if any(matches(t, i.name, i.classes) for t in m.targets)] for m in mods]
     levels = layer_sparsities(host, modules, mods, [select_modules(modules, m) for m in mods], roots, blocks,
                               calibration.batches if calibration is not None else None,
-                              functools.partial(_join, collective=collective_of(host), how=how))
+                              lambda stats, run: calibrate(stats, collective_of(host), how, run))
     return [dataclasses.replace(m, levels=lv) if lv else m for m, lv in zip(mods, levels, strict=True)]
-
-
-def _join(stats: dict[Any, Any], run: Callable[[], Any], *, collective: Collective | None, how: str) -> None:
-    calibrate(stats, collective, how, run)
 
 
 def _tell(progress: Progress | None, what: str, done: int, total: int) -> None:

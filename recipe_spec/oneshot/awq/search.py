@@ -32,6 +32,7 @@ from typing import Any
 from ...masks.ops import Array
 from ...quantization.args import QuantArgs
 from ...quantization.grid import fake_quantize_weight, minmax_qparams
+from ..distributed import added_in_order
 from ..smoothquant.solve import SmoothingOps
 
 __all__ = ["MeanAbs", "grid", "layer_means", "candidate_scales", "SearchResult", "search", "DUO_SCALING"]
@@ -78,12 +79,9 @@ class MeanAbs:
     def combine(self, collective: Any) -> None:
         """The sum of every process's inputs, added in rank order (``collective``: a
         :class:`~..distributed.Collective`)."""
-        parts = [p for p in collective.gather([self.total, self.tokens, self.samples]) if p[0] is not None]
-        self.total = None
-        for total, _, _ in parts:
-            self.total = total if self.total is None else self.total + total
-        self.tokens = sum(int(p[1]) for p in parts)
-        self.samples = sum(int(p[2]) for p in parts)
+        self.total = added_in_order(self.total, collective)
+        self.tokens = int(collective.sum_int(self.tokens))
+        self.samples = int(collective.sum_int(self.samples))
 
     def mean(self) -> Array:
         """``sum / count`` per channel (float32)."""

@@ -32,6 +32,7 @@ from typing import Any
 
 from ...diagnostics import codes
 from ...diagnostics.base import Diagnostic, RecipeError
+from ..distributed import added_in_order
 from ..host import CalibrationHost, ModuleInfo, inside
 
 __all__ = ["read_sparsity", "owl_sparsities", "ActivationNorms", "outlier_ratio", "layer_sparsities"]
@@ -107,11 +108,7 @@ class ActivationNorms:
     def combine(self, collective: Any) -> None:
         """The sum over every process's calls, added in rank order (``collective``: a
         :class:`~..distributed.Collective`)."""
-        total = None
-        for part in collective.gather(self.value):
-            if part is not None:
-                total = part if total is None else total + part
-        self.value = total
+        self.value = added_in_order(self.value, collective)
 
 
 def outlier_ratio(ops: Any, pairs: Sequence[tuple[Any, Any]], owl_m: int) -> float:

@@ -25,6 +25,7 @@ from typing import Any
 
 from ...quantization.args import QuantArgs
 from ...quantization.grid import qparams
+from ..distributed import joined_extremes
 from .hessian import GPTQHessianStats
 from .quant_plan import QuantGroup
 
@@ -70,15 +71,13 @@ class InputRange:
         ``static_minmax`` the extremes (the one-process values), ``memoryless_minmax`` the last
         process's that saw an input, ``minmax`` the mean of the processes' running averages
         (llm-compressor's ``ReduceOp.AVG``: a relay gives the one-process values)."""
+        if self.observer == "static_minmax":
+            self.low, self.high = joined_extremes(self.low, self.high, self._ops, collective)
+            return
         seen = [(lo, hi) for lo, hi in collective.gather((self.low, self.high)) if lo is not None]
         if not seen:
             return
-        ops = self._ops
-        if self.observer == "static_minmax":
-            low, high = seen[0]
-            for lo, hi in seen[1:]:
-                low, high = ops.minimum(low, lo), ops.maximum(high, hi)
-        elif self.observer == "memoryless_minmax":
+        if self.observer == "memoryless_minmax":
             low, high = seen[-1]
         else:
             low, high = seen[0]
