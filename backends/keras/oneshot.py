@@ -66,6 +66,7 @@ from recipe_spec.oneshot.host import (
 )
 from recipe_spec.oneshot.matching import matches
 
+from .compiled import CompiledBlock, compiled_backend, run_compiled, signature
 from .experts import LAYOUTS, ExpertLinear, expert_linears, module_name, refuse_unsplit, routers_of
 from .hub import hf_architecture, hf_tables, warn_config_differences
 from .inputs import feed, input_keys, preprocess
@@ -176,6 +177,9 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
         self._groups: dict[str, list[str]] = {}
         self._index(model)
         self._grad: Any = None
+        self._programs: dict[Any, Any] = {}
+        self._eager: set[str] = set()
+        self._template: dict[Any, str] = {}
         warn_config_differences(model)  # a keras-hub backbone unlike its checkpoint's config.json
 
     @property
@@ -348,6 +352,12 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
                   calls: Mapping[str, CallRecorder] | None = None, offload_calls: bool = False) -> list[Any]:
         layer = self._layers[block]
         out: list[Any] = []
+        compiled = self._compiled(block, observers, propagate, outputs, calls)
+        if compiled is not None:
+            done = run_compiled(compiled[0], layer, compiled[1], inputs, observers, self._linear, out)
+            if done < len(inputs):  # a call that could not be compiled: this block runs eagerly
+                self._eager.add(block)
+            inputs = inputs[done:]
         # a calibration pass needs the observed layers' inputs only (ObservedCalls)
         stop = ObservedCalls if ObservedCalls.apply(propagate, observers, outputs, calls) else None
         with self._observing(observers, outputs, calls, offload_calls, stop) as seen:
@@ -360,6 +370,31 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
                 nxt = ((hidden, *args[1:]), kwargs) if args else (args, {**kwargs, "decoder_sequence": hidden})
                 out.append(held(nxt) if is_held(call) else nxt)
         return out
+
+    def _compiled(self, block: str, observers: Mapping[str, Observer], propagate: bool,
+                  outputs: Mapping[str, Observer] | None,
+                  calls: Mapping[str, CallRecorder] | None) -> tuple[CompiledBlock, dict[str, str]] | None:
+        """The compiled call for this pass of ``block`` (:mod:`.compiled`), shared by the blocks of
+        its signature, and the observers' names under it; None where the block runs eagerly."""
+        if outputs or calls or block in self._eager or not (observers or propagate) or compiled_backend() is None:
+            return None
+        keys: dict[str, str] = {}
+        for name in observers:
+            lin = self._linear.get(name)
+            if isinstance(lin, ExpertLinear) or (lin is not None and lin.reverse) or not name.startswith(block + "."):
+                return None
+            keys[name] = name[len(block) + 1:]
+        layer = self._layers[block]
+        key = (signature(layer), tuple(sorted(keys.values())), propagate)
+        if key not in self._programs:
+            template = self._template.setdefault(key[0], block)
+            layers = {rel: self._observed_layer(f"{template}.{rel}") for rel in keys.values()}
+            self._programs[key] = CompiledBlock(self._layers[template], layers, propagate)
+        return self._programs[key], keys
+
+    def _observed_layer(self, name: str) -> Any:
+        lin = self._linear.get(name)
+        return lin.layer if lin is not None else self._layer(name)
 
     def run_model(self, batches: Sequence[Any], observers: Mapping[str, Observer],
                   outputs: Mapping[str, Observer] | None = None,

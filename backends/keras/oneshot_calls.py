@@ -37,7 +37,7 @@ from recipe_spec.oneshot.host import CallRecorder, Observer
 
 from .params import numpy_value
 
-__all__ = ["ModuleCalls", "wrapped", "output_rows", "held", "is_held", "on_device"]
+__all__ = ["ModuleCalls", "wrapped", "shared_rows", "output_rows", "held", "is_held", "on_device"]
 
 #: A normalisation layer's multiplier, then its shift, by attribute name.
 _VECTOR = ("scale", "gamma")
@@ -118,7 +118,7 @@ def output_rows(layer: Any, y: Any) -> tuple[np.ndarray, int]:
 def _input_call(entries: list[tuple[Any, Observer]], rows: dict[Any, Any], seen: Any = None,
                 key: Any = None) -> Callable[[Any], Any]:
     """Observers of one layer's input; ``entries``: ``(Linear view or None, observer)``;
-    ``rows``: the inputs already made rows in this pass (:func:`_rows`); ``seen``: the pass's
+    ``rows``: the inputs already made rows in this pass (:func:`shared_rows`); ``seen``: the pass's
     :class:`~recipe_spec.oneshot.host.ObservedCalls` (told ``key`` once the input is observed;
     it may stop the call there)."""
     def make(original: Any) -> Any:
@@ -131,7 +131,7 @@ def _input_call(entries: list[tuple[Any, Observer]], rows: dict[Any, Any], seen:
                     a = _numpy(inputs)
                     observe(a.reshape(-1, a.shape[-1]), int(a.shape[0]) if a.ndim > 2 else 1)
                 elif lin.reverse == reverse:
-                    rows_, sequences = _rows(lin, inputs, rows)
+                    rows_, sequences = shared_rows(lin, inputs, rows)
                     if len(rows_):  # an expert no token of this call is routed to is not observed
                         observe(rows_, sequences)
             if seen is not None:
@@ -141,7 +141,7 @@ def _input_call(entries: list[tuple[Any, Observer]], rows: dict[Any, Any], seen:
     return make
 
 
-def _rows(lin: Any, inputs: Any, seen: dict[Any, Any]) -> tuple[Any, int]:
+def shared_rows(lin: Any, inputs: Any, seen: dict[Any, Any]) -> tuple[Any, int]:
     """``lin.rows_of(inputs)``, the same array for layers fed one input the same way (q/k/v,
     gate/up), so that their statistics share its products (:class:`~recipe_spec.oneshot.shared.hessian.SharedInput`
     knows a NumPy input by its identity). The last input is held, so its id is not reused."""

@@ -1,0 +1,250 @@
+"""A decoder block's calibration and propagation calls compiled (``jax.jit`` of the block's
+``stateless_call`` on JAX, ``tf.function`` on TensorFlow), for the Keras calibration host
+(:mod:`.oneshot`).
+
+Run eagerly, a block's call is thousands of single operations dispatched from Python (JAX also
+compiles each distinct operation and shape once). Compiled, it is one program per input shape:
+the observed layers' inputs are the program's outputs, beside the block's output when the
+pass propagates it, so that the observers (which run on NumPy arrays) get them after the call;
+what only leads past the last observed input (a calibration pass's last product and what
+follows it) is dropped by the compiler, as :class:`~recipe_spec.oneshot.host.ObservedCalls`
+stops an eager call. Layers fed one tensor (q/k/v, gate/up) give one output between them,
+so that their statistics still share its products.
+
+Used where it is the same computation: JAX and TensorFlow, observers on Linear layers' inputs
+only (no recorded calls or observed outputs, which the smoothing transforms run again and
+scale), no expert bank (its routed rows are data-dependent), no ``keras.distribution``. A
+block whose call cannot be traced (Python control flow on values) is run eagerly from then on.
+Keras on torch runs eagerly (its eager calls are already the framework's own kernels).
+
+Programs are kept per block and per input structure (shapes, dtypes, the non-tensor
+arguments); each block is traced once per distinct sequence length.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+import keras
+from recipe_spec.oneshot.host import Observer
+
+from .oneshot_calls import held, is_held, on_device, shared_rows, wrapped
+
+__all__ = ["compiled_backend", "signature", "CompiledBlock", "run_compiled", "NotTraceable"]
+
+
+def compiled_backend() -> str | None:
+    """The Keras backend a block call can be compiled on (``"jax"``, ``"tensorflow"``), or None."""
+    name = keras.backend.backend()
+    if name not in ("jax", "tensorflow"):
+        return None
+    try:
+        if keras.distribution.distribution() is not None:
+            return None
+    except AttributeError:  # pragma: no cover - a Keras without keras.distribution
+        pass
+    return name
+
+
+def _is_array(x: Any) -> bool:
+    return isinstance(x, np.ndarray) or keras.ops.is_tensor(x)
+
+
+def _flatten(x: Any, leaves: list[Any]) -> Any:
+    """``x`` with each array replaced by its index in ``leaves`` (a hashable skeleton)."""
+    if isinstance(x, (tuple, list)):
+        return (type(x).__name__, tuple(_flatten(v, leaves) for v in x))
+    if isinstance(x, dict):
+        return ("dict", tuple((k, _flatten(x[k], leaves)) for k in sorted(x)))
+    if _is_array(x):
+        leaves.append(x)
+        return ("array", len(leaves) - 1)
+    return ("value", x)
+
+
+def _unflatten(skeleton: Any, leaves: Sequence[Any]) -> Any:
+    kind, body = skeleton
+    if kind == "array":
+        return leaves[body]
+    if kind == "value":
+        return body
+    if kind == "dict":
+        return {k: _unflatten(v, leaves) for k, v in body}
+    items = [_unflatten(v, leaves) for v in body]
+    return tuple(items) if kind == "tuple" else items
+
+
+class _Capture:
+    """The observed layers' inputs of one traced call: ``keys`` in order of first call, each
+    mapped to the index of its (distinct) tensor."""
+
+    def __init__(self) -> None:
+        self.tensors: list[Any] = []
+        self.index: dict[Any, int] = {}
+
+    def make(self, key: Any) -> Callable[[Any], Any]:
+        def make(original: Any) -> Any:
+            def call(inputs: Any, *args: Any, **kwargs: Any) -> Any:
+                if key not in self.index:
+                    at = next((i for i, t in enumerate(self.tensors) if t is inputs), None)
+                    if at is None:
+                        self.tensors.append(inputs)
+                        at = len(self.tensors) - 1
+                    self.index[key] = at
+                return original(inputs, *args, **kwargs)
+            return call
+        return make
+
+
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def _settings(layer: Any) -> tuple[Any, ...]:
+    """A layer's public plain attributes but its name (its configuration, as built)."""
+    return tuple(sorted((k, v) for k, v in vars(layer).items()
+                        if not k.startswith("_") and k not in ("name", "path") and isinstance(v, _PLAIN)))
+
+
+def signature(block: Any) -> Any:
+    """What makes two blocks one program: the classes and plain settings of the block and its
+    sub-layers (:func:`_settings`; names aside), and their variables (path under the block,
+    shape, dtype, trainable or not) in order."""
+    prefix = str(getattr(block, "path", "") or block.name)
+    layers = [block, *block._flatten_layers(include_self=False, recursive=True)]
+
+    def variables(vs: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple((str(v.path).removeprefix(prefix), tuple(v.shape), str(v.dtype)) for v in vs)
+
+    return (tuple((type(layer), _settings(layer)) for layer in layers),
+            variables(block.trainable_variables), variables(block.non_trainable_variables))
+
+
+@contextlib.contextmanager
+def _as_written() -> Any:
+    """TensorFlow's graph optimizer without its arithmetic rewrites, while a program is made: they
+    regroup the block's float operations (a block's inputs then differ from the eager call's in
+    the last bits, and a calibration's ties fall otherwise than PyTorch's); the other passes
+    stay. The setting is restored after."""
+    import tensorflow as tf
+
+    before = tf.config.optimizer.get_experimental_options()
+    tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
+    try:
+        yield
+    finally:
+        tf.config.optimizer.set_experimental_options({"arithmetic_optimization": before.get("arithmetic_optimization", True)})
+
+
+class CompiledBlock:
+    """The compiled calls of the blocks of one :func:`signature` (see the module docstring),
+    traced on the first of them (``template``).
+
+    ``layers``: ``{key: sub-layer of the template}`` whose first call argument is observed;
+    ``propagate``: the block's output is returned too. :meth:`__call__` runs any block of the
+    signature and returns ``(output or None, {key: input as a NumPy array})``, the same array
+    for keys fed the same tensor.
+    """
+
+    def __init__(self, template: Any, layers: dict[Any, Any], propagate: bool) -> None:
+        self.template, self.layers, self.propagate = template, layers, propagate
+        self.backend = compiled_backend()
+        self._programs: dict[Any, Any] = {}
+        self._index: dict[Any, int] = {}
+
+    def order(self, key: Any) -> int:
+        """The index of ``key``'s input among the call's distinct inputs (after a call)."""
+        return self._index.get(key, 0)
+
+    @contextlib.contextmanager
+    def _capturing(self) -> Any:
+        capture = _Capture()
+        with contextlib.ExitStack() as stack:
+            by_layer: dict[int, list[Any]] = {}
+            for key, layer in self.layers.items():
+                by_layer.setdefault(id(layer), [layer]).append(key)
+            for layer, *keys in by_layer.values():
+                stack.enter_context(wrapped(layer, capture.make(tuple(keys))))
+            yield capture
+
+    def _outputs(self, result: Any, capture: _Capture) -> tuple[Any, tuple[Any, ...]]:
+        called = {k for keys in capture.index for k in keys}
+        if called != set(self.layers):
+            raise NotTraceable(f"the block's call did not call {', '.join(sorted(map(str, set(self.layers) - called)))}")
+        self._index = {k: at for keys, at in capture.index.items() for k in keys}
+        hidden = result[0] if isinstance(result, (tuple, list)) else result
+        return (hidden if self.propagate else None), tuple(capture.tensors)
+
+    def _program(self, skeleton: Any) -> Any:
+        def run(trainable: Any, non_trainable: Any, leaves: Any) -> Any:
+            args, kwargs = _unflatten(skeleton, leaves)
+            with self._capturing() as capture:
+                result, _ = self.template.stateless_call(list(trainable), list(non_trainable), *args, **kwargs)
+            return self._outputs(result, capture)
+        if self.backend == "jax":
+            import jax
+
+            return jax.jit(run)
+        import tensorflow as tf
+
+        return tf.function(run, autograph=False, reduce_retracing=True)
+
+    def __call__(self, block: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, dict[Any, np.ndarray]]:
+        leaves: list[Any] = []
+        skeleton = _flatten((tuple(args), dict(kwargs)), leaves)
+        shapes = tuple((tuple(np.shape(x)), str(getattr(x, "dtype", ""))) for x in leaves)
+        key = (skeleton, shapes)
+        try:
+            hash(key)
+        except TypeError as e:  # an argument that is neither an array nor a plain value
+            raise NotTraceable(str(e)) from e
+        program = self._programs.get(key)
+        if program is None:
+            program = self._programs[key] = self._program(skeleton)
+        convert = keras.ops.convert_to_tensor if self.backend == "tensorflow" else (lambda x: x)
+        try:
+            trainable = tuple(convert(v.value) for v in block.trainable_variables)
+            non_trainable = tuple(convert(v.value) for v in block.non_trainable_variables)
+            with _as_written() if self.backend == "tensorflow" else contextlib.nullcontext():
+                hidden, tensors = program(trainable, non_trainable, tuple(convert(x) for x in leaves))
+        except NotTraceable:
+            raise
+        except Exception as e:  # a call that cannot be traced: run it eagerly
+            raise NotTraceable(f"{type(e).__name__}: {e}") from e
+        arrays = [np.asarray(keras.ops.convert_to_numpy(t), dtype=np.float32) for t in tensors]
+        return hidden, {k: arrays[at] for k, at in self._index.items()}
+
+
+class NotTraceable(Exception):
+    """The block's call could not be compiled; the host runs it eagerly."""
+
+
+def run_compiled(program: CompiledBlock, block: Any, keys: Mapping[str, Any], inputs: Sequence[Any],
+                 observers: Mapping[str, Observer], linear: Mapping[str, Any], out: list[Any]) -> int:
+    """Run ``block`` (of ``program``'s signature) on each cached call of ``inputs``, hand each
+    observer its layer's input (``keys``: observer name -> ``program``'s key)
+    (as the eager observers do: a Linear layer's ``[tokens, in]`` rows) and append each next
+    call to ``out`` when the block propagates. Returns how many calls ran: fewer than
+    ``len(inputs)`` when a call could not be compiled (the rest are the host's to run eagerly).
+    """
+    for done, call in enumerate(inputs):
+        args, kwargs = on_device(call)
+        try:
+            hidden, arrays = program(block, args, kwargs)
+        except NotTraceable:
+            return done
+        rows: dict[Any, Any] = {}
+        for name in sorted(observers, key=lambda n: program.order(keys[n])):
+            a, lin = arrays[keys[name]], linear.get(name)
+            if lin is None:
+                observers[name](a.reshape(-1, a.shape[-1]), int(a.shape[0]) if a.ndim > 2 else 1)
+                continue
+            rows_, sequences = shared_rows(lin, a, rows)
+            observers[name](rows_, sequences)
+        if program.propagate:
+            nxt = ((hidden, *args[1:]), kwargs) if args else (args, {**kwargs, "decoder_sequence": hidden})
+            out.append(held(nxt) if is_held(call) else nxt)
+    return len(inputs)
