@@ -63,6 +63,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,21 @@ def run_once(impl: str, recipe: str, samples: int, profile: str | None = None) -
         def call() -> None:
             recipe_spec.oneshot(model=model, recipe=text, dataset=data, num_calibration_samples=samples,
                                 shuffle_calibration_samples=False, batch_size=1)
+    elif impl.startswith("keras-"):
+        import numpy as np
+        from recipe_spec_keras.hub import load_causal_lm
+
+        import recipe_spec
+        from recipe_spec.oneshot import algorithms, pipeline  # noqa: F401, F811
+
+        folder = tempfile.mkdtemp()
+        model.save_pretrained(folder)
+        model = load_causal_lm(folder)  # the keras-hub twin, fed keras-hub's own inputs
+        data = [{"token_ids": np.asarray(s, "int32"), "padding_mask": np.ones(len(s), bool)} for s in ids]
+
+        def call() -> None:
+            recipe_spec.oneshot(model=model, recipe=text, dataset=data, num_calibration_samples=samples,
+                                shuffle_calibration_samples=False, batch_size=1)
     else:
         import datasets
         import transformers
@@ -167,22 +183,57 @@ def run_once(impl: str, recipe: str, samples: int, profile: str | None = None) -
     first = stamps[0] or end
     import torch
 
-    sparsity = [float((layer.weight == 0).float().mean()) for name, layer in model.named_modules()
-                if isinstance(layer, torch.nn.Linear) and name.startswith("model.layers.")]
-    return {"impl": impl, "recipe": recipe, "oneshot_s": end - start, "cpu_s": cpu, "setup_s": first - start,
-            "per_layer_s": (end - first) / len(stamps), "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    if impl.startswith("keras-"):  # no decoder-layer clock: setup and per layer are not split
+        sparsity, first, per_layer = _keras_sparsity(model), start, None
+    else:
+        sparsity = [float((layer.weight == 0).float().mean()) for name, layer in model.named_modules()
+                    if isinstance(layer, torch.nn.Linear) and name.startswith("model.layers.")]
+        per_layer = (end - first) / len(stamps)
+    return {"impl": impl, "recipe": recipe, "oneshot_s": end - start, "cpu_s": cpu,
+            "setup_s": None if per_layer is None else first - start, "per_layer_s": per_layer,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "sparsity": sum(sparsity) / max(len(sparsity), 1), "threads": torch.get_num_threads()}
 
 
+def _keras_sparsity(model: Any) -> list[float]:
+    """The share of zeros of each decoder Linear weight of a keras-hub model (a quantized layer:
+    of the weight it computes with)."""
+    import keras
+    import numpy as np
+    from recipe_spec_keras.quantized import keras_weight
+
+    out = []
+    for block in model.backbone.transformer_layers:
+        for layer in block._flatten_layers(include_self=False, recursive=True):
+            if not isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense)):
+                continue
+            w = keras_weight(layer) if layer.quantization_mode else keras.ops.convert_to_numpy(layer.kernel)
+            out.append(float(np.mean(np.asarray(w) == 0)))
+    return out
+
+
 def spawn(python: str, impl: str, recipe: str, threads: int, samples: int) -> dict[str, Any]:
-    """:func:`run_once` in a fresh process of ``python``."""
+    """:func:`run_once` in a fresh process of ``python`` (``keras-<backend>``: with
+    ``KERAS_BACKEND`` set, XLA's and TensorFlow's thread pools at ``threads``)."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads),
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), str(REPO / ".shim"), os.environ.get("PYTHONPATH")])))
+    if impl.startswith("keras-"):
+        env["KERAS_BACKEND"] = impl.removeprefix("keras-")
+        env["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={threads}"
+        env["TF_NUM_INTRAOP_THREADS"], env["TF_NUM_INTEROP_THREADS"] = str(threads), "1"
     cmd = [python, __file__, "--one", impl, "--recipes", recipe, "--threads", str(threads), "--samples", str(samples)]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode:
         raise RuntimeError(f"{impl} {recipe} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _keras_default() -> str:
+    """``jax,tensorflow`` where keras-hub and both frameworks are installed here, else ``""``."""
+    import importlib.util
+
+    have = all(importlib.util.find_spec(m) for m in ("keras_hub", "jax", "tensorflow"))
+    return "jax,tensorflow" if have else ""
 
 
 def _llmcompressor_python(given: str | None) -> str | None:
@@ -196,14 +247,18 @@ def _llmcompressor_python(given: str | None) -> str | None:
     return None
 
 
-def _cell(values: list[float], fmt: str) -> str:
+def _cell(values: list[float | None], fmt: str) -> str:
+    if any(v is None for v in values):
+        return "-"
     if fmt == "s":  # seconds: two decimals under 10 s (round to nearest takes a fraction of one)
         return "/".join(f"{v:.2f}" if v < 10 else f"{v:.1f}" for v in (min(values), statistics.median(values)))
     return f"{fmt.format(min(values))}/{fmt.format(statistics.median(values))}"
 
 
-def table(runs: dict[tuple[str, str], list[dict[str, Any]]], recipes: list[str], measured: bool) -> list[str]:
-    """The printed table: per recipe, ours and theirs (min/median), and the ratio of medians."""
+def table(runs: dict[tuple[str, str], list[dict[str, Any]]], recipes: list[str], measured: bool,
+          keras: Sequence[str] = ()) -> list[str]:
+    """The printed table: per recipe, ours and theirs (min/median), and the ratio of medians;
+    each Keras backend's runs and their ratios to ours on PyTorch (``keras/ours``)."""
     lines = [f"{'recipe':12} {'impl':14} {'oneshot s':>13} {'per layer s':>13} {'setup s':>11} "
              f"{'peak RSS MiB':>13} {'CPU s':>11} {'sparsity':>8}"]
     for recipe in recipes:
@@ -228,7 +283,21 @@ def table(runs: dict[tuple[str, str], list[dict[str, Any]]], recipes: list[str],
 
                 lines.append(f"{recipe:12} {label:14} {ratio('oneshot_s'):>13} {ratio('per_layer_s'):>13} "
                              f"{ratio('setup_s'):>11} {ratio('peak_rss_mib'):>13} {ratio('cpu_s'):>11}")
-        elif recipe not in RECORDED:
+        for backend in keras:
+            ks = runs[(f"keras-{backend}", recipe)]
+            lines.append(f"{recipe:12} {'keras-' + backend:14} {_cell([r['oneshot_s'] for r in ks], 's'):>13} "
+                         f"{'-':>13} {'-':>11} {_cell([r['peak_rss_mib'] for r in ks], '{:.0f}'):>13} "
+                         f"{_cell([r['cpu_s'] for r in ks], 's'):>11} {ks[0]['sparsity']:8.4f}")
+            for label, pick in (("keras/ours", statistics.median), ("keras-min/min", min)):
+                def kratio(key: str, pick: Any = pick, ks: list[dict[str, Any]] = ks,
+                           ours: list[dict[str, Any]] = ours) -> str:
+                    return f"{pick(r[key] for r in ks) / pick(r[key] for r in ours):.2f}"
+
+                lines.append(f"{recipe:12} {label:14} {kratio('oneshot_s'):>13} {'-':>13} {'-':>11} "
+                             f"{kratio('peak_rss_mib'):>13} {kratio('cpu_s'):>11}")
+        if measured:
+            continue
+        if recipe not in RECORDED:
             lines.append(f"{recipe:12} {'llmc recorded':14} {'-':>13} {'-':>13} {'-':>11} {'-':>13}  (none recorded)")
         else:
             wall, rss = RECORDED[recipe]
@@ -249,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--without-llmcompressor", action="store_true",
                    help="do not run llm-compressor; show the README's recorded times")
     p.add_argument("--ours-python", default=sys.executable)
+    p.add_argument("--keras", default=None,
+                   help="Keras backends to run the keras-hub twin on (default: jax,tensorflow where keras-hub is "
+                        "installed; '' for none)")
     p.add_argument("--profile", default=None, help="run ours once under cProfile, stats to this file")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -264,11 +336,13 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
         return 0
     theirs = None if a.without_llmcompressor else _llmcompressor_python(a.llmcompressor_python)
+    keras = [k for k in (a.keras if a.keras is not None else _keras_default()).split(",") if k.strip()]
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     load_before = os.getloadavg()[0]
     for _ in range(a.runs):
         for recipe in recipes:
-            for impl, python in (("ours", a.ours_python), ("llmcompressor", theirs)):
+            impls = [("ours", a.ours_python), ("llmcompressor", theirs), *((f"keras-{k}", a.ours_python) for k in keras)]
+            for impl, python in impls:
                 if python:
                     result = spawn(python, impl, recipe, a.threads, a.samples)
                     print(json.dumps(result), file=sys.stderr, flush=True)  # each run as it ends
@@ -279,14 +353,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"one-shot speed: random Llama 14.7M, {a.samples} x 256 tokens, batch 1, {a.threads} threads, "
           f"{a.runs} run(s) each, min/median; {how}; load average (1 min) {load_before:.1f} before, "
           f"{os.getloadavg()[0]:.1f} after, on {os.cpu_count()} CPUs")
-    print("\n".join(table(runs, recipes, theirs is not None)))
-    print("\n".join(estimates(runs, recipes, a.samples, a.threads)))
+    print("\n".join(table(runs, recipes, theirs is not None, keras)))
+    print("\n".join(estimates(runs, recipes, a.samples, a.threads, keras)))
     return 0
 
 
 def estimates(runs: dict[tuple[str, str], list[dict[str, Any]]], recipes: list[str], samples: int,
-              threads: int) -> list[str]:
-    """Per recipe, the printed estimate (and its range) against our median measured time."""
+              threads: int, keras: Sequence[str] = ()) -> list[str]:
+    """Per recipe, the printed estimate (and its range) against our median measured time; for
+    each Keras backend, the estimate from NumPy's rates (the Keras host solves on NumPy arrays)
+    against its median."""
     import torch
     from recipe_spec_torch.masks import TORCH_OPS
 
@@ -298,17 +374,20 @@ def estimates(runs: dict[tuple[str, str], list[dict[str, Any]]], recipes: list[s
 
     torch.set_num_threads(threads)
     model, _ = build(samples)
-    lines = [f"{'estimate of':12} {'recipe':12} {'estimate s':>11} {'range s':>13} {'measured s':>11} "
+    lines = [f"{'estimate of':12} {'recipe':22} {'estimate s':>11} {'range s':>13} {'measured s':>11} "
              f"{'estimate/measured':>18}"]
     with tempfile.TemporaryDirectory() as folder:
         model.save_pretrained(folder)
         checkpoint = read_model(folder)
         rates = measure(TORCH_OPS, torch.from_numpy, width=checkpoint.hidden or 512, label="PyTorch")
+        numpy_rates = measure(width=checkpoint.hidden or 512, label="NumPy") if keras else None
         for recipe in recipes:
-            guess = estimate(runnable(loads(RECIPES[recipe])), checkpoint, samples, 256, rates=rates).seconds
-            measured = statistics.median(r["oneshot_s"] for r in runs[("ours", recipe)])
-            lines.append(f"{'estimate of':12} {recipe:12} {guess:11.1f} {guess / SPREAD:6.1f}-{guess * SPREAD:<6.1f} "
-                         f"{measured:11.2f} {guess / measured:18.2f}")
+            for impl, r in (("ours", rates), *((f"keras-{k}", numpy_rates) for k in keras)):
+                guess = estimate(runnable(loads(RECIPES[recipe])), checkpoint, samples, 256, rates=r).seconds
+                measured = statistics.median(run["oneshot_s"] for run in runs[(impl, recipe)])
+                name = recipe if impl == "ours" else f"{recipe}:{impl.removeprefix('keras-')}"
+                lines.append(f"{'estimate of':12} {name:22} {guess:11.1f} {guess / SPREAD:6.1f}-{guess * SPREAD:<6.1f} "
+                             f"{measured:11.2f} {guess / measured:18.2f}")
     return lines
 
 

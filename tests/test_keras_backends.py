@@ -29,7 +29,7 @@ FILES = ("test_keras_conformance.py", "test_keras_parity.py", "test_keras_masks.
          "test_keras_qat.py", "test_keras_resume.py", "test_keras_modifiers.py", "test_acdc.py",
          "test_keras_jax.py", "test_oneshot_keras.py", "test_keras_quantized.py",
          "test_smoothing_keras.py", "test_oneshot_quant_keras.py", "test_oneshot_preflight_keras.py",
-         "test_oneshot_inputs_keras.py")
+         "test_oneshot_inputs_keras.py", "test_oneshot_keras_compiled.py")
 BACKENDS = {"jax": "jax", "torch": "torch"}  # backend: the module it needs
 TIMEOUT_S = 1200
 

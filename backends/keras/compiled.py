@@ -154,6 +154,8 @@ class CompiledBlock:
         self.backend = compiled_backend()
         self._programs: dict[Any, Any] = {}
         self._index: dict[Any, int] = {}
+        #: A call could not be compiled: the blocks of this signature run eagerly.
+        self.refused = False
 
     def order(self, key: Any) -> int:
         """The index of ``key``'s input among the call's distinct inputs (after a call)."""
@@ -235,6 +237,7 @@ def run_compiled(program: CompiledBlock, block: Any, keys: Mapping[str, Any], in
         try:
             hidden, arrays = program(block, args, kwargs)
         except NotTraceable:
+            program.refused = True  # no block of its signature tries it again
             return done
         rows: dict[Any, Any] = {}
         for name in sorted(observers, key=lambda n: program.order(keys[n])):

@@ -178,7 +178,6 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
         self._index(model)
         self._grad: Any = None
         self._programs: dict[Any, Any] = {}
-        self._eager: set[str] = set()
         self._template: dict[Any, str] = {}
         warn_config_differences(model)  # a keras-hub backbone unlike its checkpoint's config.json
 
@@ -354,10 +353,8 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
         out: list[Any] = []
         compiled = self._compiled(block, observers, propagate, outputs, calls)
         if compiled is not None:
-            done = run_compiled(compiled[0], layer, compiled[1], inputs, observers, self._linear, out)
-            if done < len(inputs):  # a call that could not be compiled: this block runs eagerly
-                self._eager.add(block)
-            inputs = inputs[done:]
+            # a call that could not be compiled: it and the rest run eagerly
+            inputs = inputs[run_compiled(compiled[0], layer, compiled[1], inputs, observers, self._linear, out):]
         # a calibration pass needs the observed layers' inputs only (ObservedCalls)
         stop = ObservedCalls if ObservedCalls.apply(propagate, observers, outputs, calls) else None
         with self._observing(observers, outputs, calls, offload_calls, stop) as seen:
@@ -376,7 +373,7 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
                   calls: Mapping[str, CallRecorder] | None) -> tuple[CompiledBlock, dict[str, str]] | None:
         """The compiled call for this pass of ``block`` (:mod:`.compiled`), shared by the blocks of
         its signature, and the observers' names under it; None where the block runs eagerly."""
-        if outputs or calls or block in self._eager or not (observers or propagate) or compiled_backend() is None:
+        if outputs or calls or not (observers or propagate) or compiled_backend() is None:
             return None
         keys: dict[str, str] = {}
         for name in observers:
@@ -390,7 +387,8 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
             template = self._template.setdefault(key[0], block)
             layers = {rel: self._observed_layer(f"{template}.{rel}") for rel in keys.values()}
             self._programs[key] = CompiledBlock(self._layers[template], layers, propagate)
-        return self._programs[key], keys
+        refused = any(p.refused for k, p in self._programs.items() if k[0] == key[0])
+        return None if refused else (self._programs[key], keys)
 
     def _observed_layer(self, name: str) -> Any:
         lin = self._linear.get(name)
