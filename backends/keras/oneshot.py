@@ -66,7 +66,7 @@ from recipe_spec.oneshot.host import (
 )
 from recipe_spec.oneshot.matching import matches
 
-from .compiled import CompiledBlock, compiled_backend, run_compiled, signature
+from .compiled import CompiledBlock, compiled_backend, run_compiled, shared_cores, signature
 from .experts import LAYOUTS, ExpertLinear, expert_linears, module_name, refuse_unsplit, routers_of
 from .hub import hf_architecture, hf_tables, warn_config_differences
 from .inputs import feed, input_keys, preprocess
@@ -194,8 +194,9 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
                 v.bank.calibrate_all = bool(value)
 
     def __enter__(self) -> KerasCalibrationHost:
-        self._grad = _no_grad()
-        self._grad.__enter__()
+        self._grad = contextlib.ExitStack()
+        self._grad.enter_context(_no_grad())
+        self._grad.enter_context(shared_cores())  # the compiled calls' pool beside NumPy's (.compiled)
         return self
 
     def __exit__(self, *exc: Any) -> None:
