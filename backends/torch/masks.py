@@ -195,6 +195,12 @@ class TorchOps(InPlaceOps):
     def outer(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return torch.outer(a, b)
 
+    def gram(self, a: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(a, a.t())  # the whole product: llm-compressor's bits
+
+    def gram_matrix(self, h: torch.Tensor) -> torch.Tensor:
+        return h
+
     def scale_add(self, x: torch.Tensor, alpha: float, y: torch.Tensor) -> torch.Tensor:
         if alpha != 1.0:  # x·1 is x: no pass over x (GPTQ's plain sum adds with alpha 1)
             x.mul_(alpha)

@@ -10,6 +10,7 @@ and tests, never by ``import recipe_spec``.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -173,6 +174,19 @@ class NumpyOps(InPlaceOps):
     def outer(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return a[:, None] * b[None, :]  # a BLAS product of a column by a row is 3x slower here
 
+    def gram(self, a: np.ndarray) -> np.ndarray:
+        syrk = _blas("syrk", a)
+        if syrk is None:
+            return a @ a.T
+        # the upper triangle in Fortran order is the lower one of a C-ordered array: its sum with
+        # the running Hessian reads both in their own order
+        return syrk(1.0, a, lower=0).T  # type: ignore[no-any-return]
+
+    def gram_matrix(self, h: np.ndarray) -> np.ndarray:
+        if _blas("syrk", h) is None:
+            return h
+        return np.where(_lower_mask(h.shape[0]), h, h.T)
+
     def scale_add(self, x: np.ndarray, alpha: float, y: np.ndarray) -> np.ndarray:
         if alpha != 1.0:  # x·1 is x: no pass over x
             x *= alpha
@@ -260,6 +274,22 @@ def round_fp8_e4m3(x: np.ndarray) -> np.ndarray:
     _, exp = np.frexp(mag)  # mag = f·2^exp, f in [0.5, 1): its binade is 2^(exp - 1)
     step = np.ldexp(np.ones_like(mag), np.maximum(exp - 1, -6) - 3)
     return np.copysign(np.round(mag / step) * step, x).astype(x.dtype, copy=False)
+
+
+def _blas(name: str, like: np.ndarray) -> Any:
+    """SciPy's BLAS routine ``name`` for ``like``'s dtype, or None (as :func:`_lapack`)."""
+    if like.dtype not in (np.float32, np.float64) or like.ndim != 2:
+        return None
+    try:
+        from scipy.linalg import blas
+    except ImportError:
+        return None
+    return blas.get_blas_funcs((name,), (like,))[0]
+
+
+@functools.lru_cache(maxsize=8)
+def _lower_mask(n: int) -> np.ndarray:
+    return np.tri(n, dtype=bool)
 
 
 def _lapack(name: str, like: np.ndarray) -> Any:

@@ -140,8 +140,9 @@ class HessianStats(_RunningStats):
 
     @property
     def hessian(self) -> Array:
-        """The Hessian so far (all zeros before the first :meth:`add`); not a copy."""
-        return self._value
+        """The Hessian so far (all zeros before the first :meth:`add`); not a copy where the ops'
+        products are whole (:meth:`~.SolverOps.gram_matrix`)."""
+        return self._ops.gram_matrix(self._value)
 
     def add(self, x: Array, sequences: int | None = None, shared: SharedInput | None = None) -> None:
         """Add one forward call's input ``x`` (``[b, t, in]`` or ``[t, in]``); ``sequences``
@@ -153,8 +154,7 @@ class HessianStats(_RunningStats):
         scale = math.sqrt(2 / self.samples)
 
         def product() -> Array:
-            scaled = flat * scale
-            return ops.matmul(scaled, ops.permute_view(scaled, (1, 0)))
+            return ops.gram(flat * scale)
 
         prod = product() if shared is None else shared.product(x, ("sparsegpt", self.columns, scale), product)
         self._value = ops.scale_add(self._value, factor, prod)
@@ -176,7 +176,7 @@ class GPTQHessianStats(_RunningStats):
     @property
     def hessian(self) -> Array:
         """``H / n``, a new array (all zeros before the first :meth:`add`)."""
-        return self._value / max(self.samples, 1)
+        return self._ops.gram_matrix(self._value) / max(self.samples, 1)
 
     def add(self, x: Array, sequences: int | None = None, shared: SharedInput | None = None) -> None:
         """Add one forward call's input ``x`` (``[b, t, in]`` or ``[t, in]``); ``sequences``
@@ -187,8 +187,7 @@ class GPTQHessianStats(_RunningStats):
         ops = self._ops
 
         def product() -> Array:
-            scaled = flat * math.sqrt(2)
-            return ops.matmul(scaled, ops.permute_view(scaled, (1, 0)))
+            return ops.gram(flat * math.sqrt(2))
 
         prod = product() if shared is None else shared.product(x, ("gptq", self.columns), product)
         self._value = ops.scale_add(self._value, 1.0, prod)

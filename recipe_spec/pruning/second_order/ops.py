@@ -128,6 +128,16 @@ class SolverOps(FisherOps, QuantOps, Protocol):
         """The outer product ``a[i] · b[j]`` of two vectors, each entry one product (the bits
         of ``matmul`` of a column by a row)."""
 
+    def gram(self, a: Array) -> Array:
+        """``a·aᵀ`` of a 2-D array, in the form the Hessian sums add up: the whole product, or,
+        where the library has a symmetric product (NumPy: BLAS ``syrk``, half the work, the
+        lower triangle of its own ``matmul`` bit for bit), its lower triangle with zeros above.
+        :meth:`gram_matrix` makes the whole matrix of a sum of them."""
+
+    def gram_matrix(self, h: Array) -> Array:
+        """The whole symmetric matrix of a sum of :meth:`gram` products (``h`` itself where
+        they are whole products)."""
+
     def scale_add(self, x: Array, alpha: float, y: Array) -> Array:
         """``x·alpha + y``, rounded after each step (``x *= alpha; x += y``); takes ownership
         of ``x``; ``alpha`` 1 only adds (``x·1`` is ``x``, bit for bit). The running means
