@@ -201,9 +201,8 @@ class NumpyOps(InPlaceOps):
         potri = _lapack("potri", lower)
         if potri is not None:  # LAPACK's inverse from the factor (as torch.cholesky_inverse)
             inv, info = potri(lower, lower=1)
-            if info == 0:
-                low = np.tril(inv)
-                return low + np.tril(inv, -1).T
+            if info == 0:  # the lower triangle, mirrored
+                return np.where(_lower_mask(inv.shape[0]), inv, inv.T)
         inv = np.linalg.inv(lower)
         return inv.T @ inv
 
