@@ -65,7 +65,7 @@ def test_speed_benchmark_smoke() -> None:
     pytest.importorskip("transformers")
     pytest.importorskip("compressed_tensors")
     out = _run("benchmarks/oneshot_speed.py", "--recipes", "wanda50,gptq_w4a16,rtn_w8a8", "--samples", "2",
-               "--runs", "1", "--without-llmcompressor")
+               "--runs", "1", "--without-llmcompressor", "--keras", "")
     assert "README's recorded ones" in out
     rows = {name: [line.split() for line in out.splitlines() if line.startswith(name + " ")]
             for name in ("wanda50", "gptq_w4a16", "rtn_w8a8")}
@@ -80,6 +80,29 @@ def test_speed_benchmark_smoke() -> None:
                  if line.startswith("estimate of ") and "estimate s" not in line}
     assert set(estimates) == {"wanda50", "gptq_w4a16", "rtn_w8a8"}, out
     assert float(estimates["gptq_w4a16"][3]) > 0 and float(estimates["gptq_w4a16"][-1]) > 0, out
+
+
+@pytest.mark.slow
+def test_speed_benchmark_runs_the_keras_hub_twin_on_jax_and_tensorflow() -> None:
+    """The keras-hub twin of the speed anchor, fed keras-hub's own inputs, on each Keras
+    backend: the same share of GPTQ's grid zeros as the PyTorch run (the same grid points), its
+    ratio to the PyTorch run, and the estimate from NumPy's rates beside its time."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("compressed_tensors")
+    pytest.importorskip("keras_hub")
+    pytest.importorskip("jax")
+    out = _run("benchmarks/oneshot_speed.py", "--recipes", "gptq_w4a16", "--samples", "2", "--runs", "1",
+               "--without-llmcompressor", "--keras", "jax,tensorflow")
+    rows = {(r[0], r[1]): r for r in (line.split() for line in out.splitlines()) if len(r) > 2}
+    ours = rows[("gptq_w4a16", "ours")]
+    for backend in ("jax", "tensorflow"):
+        keras_row = rows[("gptq_w4a16", f"keras-{backend}")]
+        assert 0.0 < float(keras_row[-1]) < 0.5, out
+        assert abs(float(keras_row[-1]) - float(ours[-1])) < 0.01, out  # grid zeros of the same run, ±rounding
+        assert float(rows[("gptq_w4a16", "keras/ours")][2]) > 0, out
+        estimate = next(line.split() for line in out.splitlines()
+                        if line.startswith(f"estimate of  gptq_w4a16:{backend} "))
+        assert float(estimate[3]) > 0 and float(estimate[-1]) > 0, out
 
 
 @pytest.mark.slow

@@ -189,3 +189,20 @@ def test_a_block_that_cannot_be_traced_runs_eagerly() -> None:
     assert sum(float(np.mean(w == 0)) >= 0.5 for w in first) == 2  # both blocks' kernels pruned
     for a, b in zip(first, eager, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_numpys_blas_takes_half_the_cores_while_blocks_are_compiled_and_gets_them_back() -> None:
+    """Inside :func:`shared_cores` every BLAS library of the process runs on half the cores (at
+    least one) where block calls are compiled, and on what it had before once it is left."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from recipe_spec_keras.compiled import _cores, shared_cores
+
+    def blas_threads() -> set[int]:
+        return {i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"}
+
+    before = blas_threads()
+    with shared_cores():
+        inside = blas_threads()
+    assert blas_threads() == before
+    expected = {max(1, _cores() // 2)} if _compiles() else before
+    assert inside == expected, (inside, expected)

@@ -123,6 +123,30 @@ def test_torch_hessian_is_llm_compressors_bit_for_bit() -> None:
     assert torch.equal(stats.hessian, h) and stats.samples == n
 
 
+@pytest.mark.parametrize("columns", [8, 300])
+def test_numpy_hessian_sums_half_products_with_the_whole_products_bits(columns: int,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """NumPy adds BLAS ``syrk`` products (the lower triangle, zeros above) and mirrors the sum
+    when read: the Hessian is the one of whole ``matmul`` products, bit for bit, and symmetric."""
+    pytest.importorskip("scipy")
+    from recipe_spec.masks import numpy_ops
+
+    rng = np.random.default_rng(2)
+    batches = [rng.normal(size=(b, t, columns)).astype(np.float32) for b, t in [(1, 40), (3, 17), (2, 9)]]
+    half = HessianStats(NUMPY_OPS, columns, np.zeros(1, np.float32))
+    for x in batches:
+        half.add(x)
+    part = NUMPY_OPS.gram(np.ascontiguousarray(batches[0].reshape(-1, columns).T))
+    assert not np.triu(part, 1).any() and np.tril(part).any()  # the lower triangle only
+    mirrored = half.hessian
+    monkeypatch.setattr(numpy_ops, "_blas", lambda name, like: None)  # no SciPy: whole products
+    whole = HessianStats(NUMPY_OPS, columns, np.zeros(1, np.float32))
+    for x in batches:
+        whole.add(x)
+    np.testing.assert_array_equal(mirrored, whole.hessian)
+    np.testing.assert_array_equal(mirrored, mirrored.T)
+
+
 # -- the algorithm: a dense float64 transcription, and llm-compressor's code -----------------------
 def _dense_reference(w: np.ndarray, h: np.ndarray, sparsity: float, n: int, m: int, block: int,
                      damp: float = 0.01) -> tuple[np.ndarray, np.ndarray]:
