@@ -52,9 +52,8 @@ float ones (even after Keras's own ``model.quantize``), so the host saves ``mode
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +65,7 @@ from recipe_spec.quantization.args import PRESET_WEIGHTS, QuantArgs
 from recipe_spec.quantization.grid import dequantize, quantize
 from recipe_spec.quantization.scheme import PRESET_ACTIVATIONS, ActivationArgs
 
+from .compiled import int4_channel, int4_grouped
 from .layout import linear_axes
 
 __all__ = ["KerasMode", "QuantizationRefused", "QuantizedLayer", "keras_mode", "quantize_layer",
@@ -375,61 +375,15 @@ def keras_weight(layer: Any) -> np.ndarray:
         shape = (layer._orig_input_dim, layer._orig_output_dim) if dense else tuple(layer.original_kernel_shape)
         columns = int(shape[1] if dense else layer._int4_unpacked_column_size)
         if getattr(layer, "_int4_block_size", None) in (None, -1):
-            flat = _int4_channel()(layer._kernel.value, layer.kernel_scale.value, columns)
+            flat = int4_channel()(layer._kernel.value, layer.kernel_scale.value, columns)
         else:
-            flat = _int4_grouped()(layer._kernel.value, layer.kernel_scale.value, layer.kernel_zero.value,
+            flat = int4_grouped()(layer._kernel.value, layer.kernel_scale.value, layer.kernel_zero.value,
                                    layer.g_idx.value, columns)
         k = ops.reshape(flat, shape)
     else:
         raise ValueError(f"layer {layer.name!r} is not quantized (quantization_mode {mode!r})")
     k = np.asarray(ops.convert_to_numpy(k), dtype=np.float32)
     return _from_kernel(k, kin + kout, int(np.prod([k.shape[i] for i in kin])))
-
-
-def _compiled(fn: Callable[..., Any], static: int) -> Callable[..., Any]:
-    """``fn`` compiled once per shape where the backend compiles (JAX, TensorFlow), its last
-    ``static`` arguments fixed per program; eager calls of Keras's quantizers dispatch dozens
-    of operations each (a tenth of a second a layer on JAX)."""
-    backend = keras.backend.backend()
-    if backend == "jax":
-        import jax
-
-        n = fn.__code__.co_argcount
-        return jax.jit(fn, static_argnums=tuple(range(n - static, n)))
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        programs: dict[Any, Any] = {}
-
-        def call(*args: Any) -> Any:
-            fixed = args[len(args) - static:]
-            if fixed not in programs:
-                programs[fixed] = tf.function(lambda *a: fn(*a, *fixed), autograph=False)
-            return programs[fixed](*args[:len(args) - static])
-        return call
-    return fn
-
-
-def _unpack_channel(kernel: Any, scale: Any, columns: int) -> Any:
-    unpacked = keras.quantizers.unpack_int4(kernel, columns, axis=-1)
-    return keras.ops.divide(keras.ops.cast(unpacked, "float32"), scale)
-
-
-def _unpack_grouped(kernel: Any, scale: Any, zero: Any, g_idx: Any, columns: int) -> Any:
-    from keras.src.quantizers.quantizers import dequantize_with_sz_map
-
-    unpacked = keras.quantizers.unpack_int4(kernel, columns, axis=-1)
-    return dequantize_with_sz_map(unpacked, scale, zero, g_idx, group_axis=0)
-
-
-@functools.cache
-def _int4_channel() -> Callable[..., Any]:
-    return _compiled(_unpack_channel, 1)
-
-
-@functools.cache
-def _int4_grouped() -> Callable[..., Any]:
-    return _compiled(_unpack_grouped, 1)
 
 
 #: Why a keras-hub model holding weight-only int8 layers is not saved.
