@@ -20,7 +20,9 @@ share (``model.layers.0``), and modules come in the checkpoint's order.
 
 **Observers** replace a target's ``call`` on the instance during a pass (as
 :mod:`.quantization` does) and hand its input to the core as ``[tokens, in]`` float32. The
-model is called eagerly with ``training=False`` (torch: without gradients).
+model is called with ``training=False`` (torch: without gradients); on JAX and TensorFlow a
+block's calibration and propagation calls are compiled, the observed inputs returned as the
+program's outputs (:mod:`.compiled`), and run eagerly where they cannot be.
 
 **Blocks.** The repeated block is a set of sibling layers of one class that hold Linear
 layers, each fed by the one before (keras-hub's ``transformer_layers``; checked on the
