@@ -61,15 +61,15 @@ def _eager_inputs(block: object, layers: dict[str, object], args: tuple, kwargs:
 @needs_hub
 def test_a_compiled_block_call_gives_the_eager_calls_inputs_and_output(folder: pathlib.Path) -> None:
     """Every observed input of each block (q/k/v's one array among them) and the block's output
-    equal the eager call's within float rounding; the second block runs the first one's
-    program (one trace)."""
+    equal the eager call's within float rounding, 23 tokens each (on JAX the call is padded to
+    24, masked, and cut back); the second block runs the first one's program (one trace)."""
     if not _compiles():
         pytest.skip("Keras on torch runs every block call eagerly")
     from recipe_spec_keras.compiled import CompiledBlock, signature
 
     model = llama(folder)
     backbone = model.backbone
-    ids = np.asarray([s["input_ids"][:24] for s in samples(NAME)[:2]], "int32")
+    ids = np.asarray([s["input_ids"][:23] for s in samples(NAME)[:2]], "int32")  # JAX pads to 24 tokens
     mask = np.ones(ids.shape, bool)
     hidden = backbone.token_embedding(ids)
     blocks = backbone.transformer_layers
@@ -85,6 +85,7 @@ def test_a_compiled_block_call_gives_the_eager_calls_inputs_and_output(folder: p
         out, arrays = program(block, (hidden,), {"decoder_padding_mask": mask})
         eager_out, eager = _eager_inputs(block, sublayers(block), (hidden,), {"decoder_padding_mask": mask})
         assert arrays["q"] is arrays["k"]  # one input, one array: its statistics share their products
+        assert arrays["q"].shape[1] == 23 and np.shape(out)[1] == 23
         for key, value in eager.items():
             np.testing.assert_allclose(arrays[key], value, rtol=1e-5, atol=1e-5 * float(np.abs(value).max()))
         expected = keras.ops.convert_to_numpy(eager_out)
@@ -206,3 +207,25 @@ def test_numpys_blas_takes_half_the_cores_while_blocks_are_compiled_and_gets_the
     assert blas_threads() == before
     expected = {max(1, _cores() // 2)} if _compiles() else before
     assert inside == expected, (inside, expected)
+
+
+def test_bucket_lengths() -> None:
+    """Calls are padded to the next of 4, 5, 6, 7 or 8 x 2^k tokens: at most a quarter more."""
+    from recipe_spec_keras.compiled import bucket
+
+    table = {1: 1, 16: 16, 17: 20, 23: 24, 100: 112, 128: 128, 129: 160, 256: 256, 257: 320, 1000: 1024, 2049: 2560}
+    assert {n: bucket(n) for n in table} == table
+    assert all(n <= bucket(n) <= max(16, n * 1.25) for n in range(1, 5000))
+
+
+def test_only_calls_with_a_padding_mask_and_no_other_token_axis_are_padded() -> None:
+    from recipe_spec_keras.compiled import padded
+
+    hidden, mask = np.ones((1, 23, 4), np.float32), np.ones((1, 23), bool)
+    tokens, args, kwargs = padded((hidden,), {"decoder_padding_mask": mask})
+    assert tokens == 23 and args[0].shape == (1, 24, 4) and kwargs["decoder_padding_mask"].shape == (1, 24)
+    assert not args[0][:, 23:].any() and not kwargs["decoder_padding_mask"][:, 23:].any()
+    np.testing.assert_array_equal(args[0][:, :23], hidden)
+    assert padded((hidden,), {}) is None  # no padding mask: padded tokens would be attended to
+    assert padded((hidden,), {"mask": mask, "attention": np.ones((1, 23, 23), bool)}) is None
+    assert padded((hidden[:, :24].repeat(2, 1)[:, :24],), {"m": np.ones((1, 24), bool)}) is None  # on a bucket

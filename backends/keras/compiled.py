@@ -157,6 +157,10 @@ class CompiledBlock:
         self.template, self.layers, self.propagate = template, layers, propagate
         self.backend = compiled_backend()
         self._programs: dict[Any, Any] = {}
+        self._traced: set[Any] = set()
+        #: JAX: calls padded to a few lengths (:func:`padded`), off once a program's observed
+        #: inputs do not follow the tokens (:func:`run_compiled` then repeats the call unpadded).
+        self.buckets = True
         self._index: dict[Any, int] = {}
         #: A call could not be compiled: the blocks of this signature run eagerly.
         self.refused = False
@@ -203,24 +207,47 @@ class CompiledBlock:
 
     def result(self, launched: Any) -> tuple[Any, dict[Any, np.ndarray]]:
         """A launched call's output and its observed inputs as NumPy arrays (waiting for it)."""
-        hidden, tensors = launched.result() if isinstance(launched, Future) else launched
+        started, length, block, args, kwargs = launched
+        hidden, tensors = started.result() if isinstance(started, Future) else started
         arrays = [np.asarray(keras.ops.convert_to_numpy(t), dtype=np.float32) for t in tensors]
+        if length is not None:  # a padded call (:func:`bucket`): its first `length` tokens
+            size = bucket(length)
+            outputs = arrays if hidden is None else [*arrays, hidden]
+            if any(np.ndim(a) < 2 or np.shape(a)[1] != size for a in outputs):
+                self.buckets = False  # an observed input without the token axis second: unpadded
+                return self.result(self.launch(block, args, kwargs))
+            arrays = [a[:, :length] for a in arrays]
+            if hidden is not None:  # cut in host memory, as it was padded
+                hidden = np.ascontiguousarray(np.asarray(keras.ops.convert_to_numpy(hidden))[:, :length])
         return hidden, {k: arrays[at] for k, at in self._index.items()}
 
     def launch(self, block: Any, args: Sequence[Any], kwargs: dict[str, Any], worker: Executor | None = None) -> Any:
-        """Start ``block``'s call: JAX returns before the call is done; TensorFlow's runs on
-        ``worker`` once its program is made (a call that makes one runs here, so that a call
-        that cannot be traced is known at once). For :meth:`result`."""
+        """Start ``block``'s call: JAX returns before the call is done (its tokens padded to a
+        :func:`bucket` length where the call has a padding mask: :func:`padded`); TensorFlow's
+        runs on ``worker`` once its program is made (a call that makes one runs here, so that a
+        call that cannot be traced is known at once). For :meth:`result`."""
+        length, call = None, (args, kwargs)
+        if self.backend == "jax" and self.buckets:
+            found = padded(args, kwargs)
+            if found is not None:
+                length, *call = found
+        return self._launch(block, *call, worker), length, block, args, kwargs
+
+    def _launch(self, block: Any, args: Sequence[Any], kwargs: dict[str, Any], worker: Executor | None) -> Any:
         leaves: list[Any] = []
         skeleton = _flatten((tuple(args), dict(kwargs)), leaves)
-        shapes = tuple((tuple(np.shape(x)), str(getattr(x, "dtype", ""))) for x in leaves)
-        key = (skeleton, shapes)
+        # one program per structure, dtypes and ranks: jax.jit keeps one compilation per shape
+        # itself, and TensorFlow's function traces again with shapes relaxed to any length
+        kinds = tuple((np.ndim(x), str(getattr(x, "dtype", ""))) for x in leaves)
+        key = (skeleton, kinds)
         try:
             hash(key)
         except TypeError as e:  # an argument that is neither an array nor a plain value
             raise NotTraceable(str(e)) from e
         program = self._programs.get(key)
-        made = program is not None
+        shapes = (key, tuple(tuple(np.shape(x)) for x in leaves))
+        made = shapes in self._traced  # a call of a new shape may trace: here, where its error is caught
+        self._traced.add(shapes)
         if program is None:
             program = self._programs[key] = self._program(skeleton)
         if self.backend == "tensorflow":
@@ -243,6 +270,51 @@ class CompiledBlock:
             raise
         except Exception as e:
             raise NotTraceable(f"{type(e).__name__}: {e}") from e
+
+
+def bucket(length: int) -> int:
+    """The length a call of ``length`` tokens is padded to on JAX, so that calls of many lengths
+    share a few compiled programs: the next of 4, 5, 6, 7 or 8 x 2^k (at most a quarter more
+    tokens; 16 and fewer as they are)."""
+    if length <= 16:
+        return length
+    k = length.bit_length() - 3
+    return next(m << k for m in (4, 5, 6, 7, 8) if m << k >= length)
+
+
+def padded(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[int, tuple[Any, ...], dict[str, Any]] | None:
+    """A call whose tokens can be padded: its hidden states ``args[0]`` are ``[batch, tokens,
+    ...]`` and it has a padding mask (a ``[batch, tokens]`` bool or integer array); no other
+    array has the token axis. ``(tokens, args, kwargs)`` padded to :func:`bucket` of the tokens
+    (hidden states with zeros, masks with 0: the padded tokens are masked out as keys, and a
+    decoder's causal mask keeps them from every real token), or None."""
+    hidden = args[0] if args else None
+    if hidden is None or not _is_array(hidden) or np.ndim(hidden) < 3:
+        return None
+    tokens = int(np.shape(hidden)[1])
+    length = bucket(tokens)
+    if length == tokens:
+        return None
+    leaves: list[Any] = []
+    skeleton = _flatten((tuple(args[1:]), dict(kwargs)), leaves)
+    masks = []
+    for i, x in enumerate(leaves):
+        shape = tuple(np.shape(x))
+        if tokens not in shape[1:]:
+            continue
+        kind = np.dtype(str(getattr(x, "dtype", "float32")).replace("torch.", ""))
+        if len(shape) != 2 or shape[1] != tokens or not (kind == np.bool_ or np.issubdtype(kind, np.integer)):
+            return None  # the token axis elsewhere (an attention mask, positions): as it is
+        masks.append(i)
+    if not masks:
+        return None
+    def pad(x: Any) -> Any:  # in host memory: a JAX pad would compile once per length
+        a = np.asarray(keras.ops.convert_to_numpy(x))
+        return np.pad(a, [(0, 0), (0, length - tokens)] + [(0, 0)] * (a.ndim - 2))
+
+    leaves = [pad(x) if i in masks else x for i, x in enumerate(leaves)]
+    rest, kw = _unflatten(skeleton, leaves)
+    return tokens, (pad(hidden), *rest), kw
 
 
 def _cores() -> int:
