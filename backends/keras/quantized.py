@@ -65,8 +65,8 @@ from recipe_spec.quantization.args import PRESET_WEIGHTS, QuantArgs
 from recipe_spec.quantization.grid import dequantize, quantize
 from recipe_spec.quantization.scheme import PRESET_ACTIVATIONS, ActivationArgs
 
-from .compiled import int4_channel, int4_grouped
 from .layout import linear_axes
+from .quantized_reads import int4_channel, int4_grouped
 
 __all__ = ["KerasMode", "QuantizationRefused", "QuantizedLayer", "keras_mode", "quantize_layer",
            "describe_scheme", "report_table", "saved_config_is_lost", "keras_weight",
