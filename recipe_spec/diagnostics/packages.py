@@ -29,8 +29,8 @@ __all__ = ["EXTRAS", "MODULE_EXTRA", "install_command", "installed", "MissingPac
 # "!cpu" marks a distribution whose default build on Linux is the CUDA one (several GB).
 _EXTRAS = """
 torch         torch>=2.1!cpu
-keras         keras>=3.0 tensorflow-cpu>=2.16
-keras-jax     keras>=3.0 tensorflow-cpu>=2.16 jax[cpu]>=0.4.30
+keras         keras>=3.0 tensorflow-cpu>=2.16 threadpoolctl>=3.1
+keras-jax     keras>=3.0 tensorflow-cpu>=2.16 threadpoolctl>=3.1 jax[cpu]>=0.4.30
 keras-hub     keras-hub>=0.32 sentencepiece>=0.2                                           --no-deps
 plot          matplotlib>=3.7
 transformers  transformers>=4.40 accelerate>=0.26
