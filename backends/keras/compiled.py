@@ -216,8 +216,9 @@ class CompiledBlock:
                 self.buckets = False  # an observed input without the token axis second: unpadded
                 return self.result(self.launch(block, args, kwargs))
             arrays = [a[:, :length] for a in arrays]
-            if hidden is not None:  # cut in host memory, as it was padded
-                hidden = np.ascontiguousarray(np.asarray(keras.ops.convert_to_numpy(hidden))[:, :length])
+            if hidden is not None:  # cut where it was padded
+                hidden = (np.ascontiguousarray(np.asarray(keras.ops.convert_to_numpy(hidden))[:, :length])
+                          if _host_arrays() else hidden[:, :length])
         return hidden, {k: arrays[at] for k, at in self._index.items()}
 
     def launch(self, block: Any, args: Sequence[Any], kwargs: dict[str, Any], worker: Executor | None = None) -> Any:
@@ -307,13 +308,28 @@ def padded(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[int, tuple[Any,
         masks.append(i)
     if not masks:
         return None
-    def pad(x: Any) -> Any:  # in host memory: a JAX pad would compile once per length
-        a = np.asarray(keras.ops.convert_to_numpy(x))
-        return np.pad(a, [(0, 0), (0, length - tokens)] + [(0, 0)] * (a.ndim - 2))
+
+    def pad(x: Any) -> Any:
+        widths = [(0, 0), (0, length - tokens)] + [(0, 0)] * (np.ndim(x) - 2)
+        if not _host_arrays():  # on an accelerator: padded there (a small program per length)
+            import jax.numpy as jnp
+
+            return jnp.pad(x, widths)
+        return np.pad(np.asarray(keras.ops.convert_to_numpy(x)), widths)  # no program per length
 
     leaves = [pad(x) if i in masks else x for i, x in enumerate(leaves)]
     rest, kw = _unflatten(skeleton, leaves)
     return tokens, (pad(hidden), *rest), kw
+
+
+def _host_arrays() -> bool:
+    """Whether the backend's arrays live in host memory (JAX on its CPU backend; padding is
+    only done on JAX)."""
+    if keras.backend.backend() != "jax":
+        return True
+    import jax
+
+    return jax.default_backend() == "cpu"
 
 
 def _cores() -> int:
