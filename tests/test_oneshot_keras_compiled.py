@@ -229,3 +229,28 @@ def test_only_calls_with_a_padding_mask_and_no_other_token_axis_are_padded() -> 
     assert padded((hidden,), {}) is None  # no padding mask: padded tokens would be attended to
     assert padded((hidden,), {"mask": mask, "attention": np.ones((1, 23, 23), bool)}) is None
     assert padded((hidden[:, :24].repeat(2, 1)[:, :24],), {"m": np.ones((1, 24), bool)}) is None  # on a bucket
+
+
+class _Act(keras.layers.Layer):
+    def __init__(self, activation: str, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.dense = keras.layers.Dense(8, activation=activation, name="dense")
+
+    def build(self, input_shape: tuple) -> None:
+        self.dense.build(input_shape)
+
+    def call(self, x: object) -> object:
+        return self.dense(x)
+
+
+def test_blocks_share_a_program_only_when_they_compute_the_same() -> None:
+    """Two blocks of one class and the same variables, one Dense with ReLU and one with GELU,
+    are two structures (sharing a program would run the first one's activation for both);
+    two with ReLU are one; names do not count."""
+    from recipe_spec_keras.compiled import signature
+
+    relu, gelu, relu_again = _Act("relu", name="a"), _Act("gelu", name="b"), _Act("relu", name="c")
+    for block in (relu, gelu, relu_again):
+        block.build((1, 4, 8))
+    assert signature(relu) != signature(gelu)
+    assert signature(relu) == signature(relu_again)

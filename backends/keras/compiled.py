@@ -24,6 +24,7 @@ arguments); each block is traced once per distinct sequence length.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
@@ -106,10 +107,38 @@ class _Capture:
 _PLAIN = (bool, int, float, str, type(None))
 
 
+def _setting(value: Any) -> Any:
+    """A comparable form of an attribute: plain values as they are, functions and classes by
+    their qualified names, tuples and lists of those; None for anything else."""
+    if isinstance(value, _PLAIN):
+        return value
+    if isinstance(value, (tuple, list)):
+        items = tuple(_setting(v) for v in value)
+        return items if all(i is not None or v is None for i, v in zip(items, value, strict=True)) else None
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"{getattr(value, '__module__', '')}.{value.__qualname__}"
+    return None
+
+
 def _settings(layer: Any) -> tuple[Any, ...]:
-    """A layer's public plain attributes but its name (its configuration, as built)."""
-    return tuple(sorted((k, v) for k, v in vars(layer).items()
-                        if not k.startswith("_") and k not in ("name", "path") and isinstance(v, _PLAIN)))
+    """A layer's configuration as built: its ``get_config()`` but the name, where it gives one,
+    and its own attributes (not those every Keras layer has: :func:`_keras_internals`) that are
+    plain values, functions or classes (a ``Dense``'s activation, an attention's equations)."""
+    config: Any = None
+    try:
+        config = repr(sorted((k, v) for k, v in layer.get_config().items() if k != "name"))
+    except Exception:  # noqa: BLE001 - a layer whose get_config fails (keras-hub 0.32's Llama block)
+        config = None
+    internal = _keras_internals()
+    attributes = tuple(sorted((k, _setting(v)) for k, v in vars(layer).items()
+                              if k not in internal and _setting(v) is not None))
+    return config, attributes
+
+
+@functools.cache
+def _keras_internals() -> frozenset[str]:
+    """The attributes every Keras layer has (its name, path, call bookkeeping): not settings."""
+    return frozenset({"name", "path", *vars(keras.layers.Layer())})
 
 
 def signature(block: Any) -> Any:
