@@ -17,8 +17,11 @@ scale), no expert bank (its routed rows are data-dependent), no ``keras.distribu
 block whose call cannot be traced (Python control flow on values) is run eagerly from then on.
 Keras on torch runs eagerly (its eager calls are already the framework's own kernels).
 
-Programs are kept per block and per input structure (shapes, dtypes, the non-tensor
-arguments); each block is traced once per distinct sequence length.
+Programs are kept per block structure (:func:`signature`: the blocks of a decoder share
+one), pass (the observed layers, whether it propagates) and call structure (ranks, dtypes, the
+non-tensor arguments). JAX compiles a program once per shape, so a call with a padding mask is
+padded to one of a few lengths (:func:`bucket`, :func:`padded`); TensorFlow traces its function
+again with the shapes relaxed.
 """
 
 from __future__ import annotations
@@ -142,7 +145,7 @@ def _keras_internals() -> frozenset[str]:
 
 
 def signature(block: Any) -> Any:
-    """What makes two blocks one program: the classes and plain settings of the block and its
+    """What makes two blocks one program: the classes and settings of the block and its
     sub-layers (:func:`_settings`; names aside), and their variables (path under the block,
     shape, dtype, trainable or not) in order."""
     prefix = str(getattr(block, "path", "") or block.name)
@@ -186,8 +189,8 @@ class CompiledBlock:
         self.backend = compiled_backend()
         self._programs: dict[Any, Any] = {}
         self._traced: set[Any] = set()
-        #: JAX: calls padded to a few lengths (:func:`padded`), off once a program's observed
-        #: inputs do not follow the tokens (:func:`run_compiled` then repeats the call unpadded).
+        #: JAX: calls padded to a few lengths (:func:`padded`); off once an observed input or the
+        #: output does not keep the tokens second (:meth:`result` then repeats the call unpadded).
         self.buckets = True
         self._index: dict[Any, int] = {}
         #: A call could not be compiled: the blocks of this signature run eagerly.
