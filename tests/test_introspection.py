@@ -610,14 +610,14 @@ def test_missing_framework_messages(zoo, tmp_path, monkeypatch):
     monkeypatch.setattr(ms, "_installed", lambda module: False)
     (tmp_path / "w.keras").write_bytes(b"x")
     (tmp_path / "w.pt").write_bytes(b"x")
-    with pytest.raises(ModelSpecError, match=r'this model needs keras, which is not installed: pip install "keras>=3\.0" "tensorflow-cpu>=2\.16" \(from a clone of recipe-spec: pip install -c constraints\.txt -e "\.\[keras\]"\)'):
+    with pytest.raises(ModelSpecError, match=r'this model needs keras, which is not installed: pip install "keras>=3\.0" "tensorflow-cpu>=2\.16" "threadpoolctl>=3\.1" \(from a clone of recipe-spec: pip install -c constraints\.txt -e "\.\[keras\]"\)'):
         load_param_records(tmp_path / "w.keras")
     with pytest.raises(ModelSpecError, match=r'needs torch, which is not installed: pip install "torch>=2\.1" \(a machine without a GPU: its CPU build first, pip install torch --index-url https://download\.pytorch\.org/whl/cpu'):
         load_param_records(tmp_path / "w.pt")
     with pytest.raises(ModelSpecError, match=r'needs torch, which is not installed: pip install "torch>=2\.1" \(a machine without a GPU: its CPU build first, pip install torch --index-url https://download\.pytorch\.org/whl/cpu'):
         load_param_records(f"{zoo}.nets:build_torch")
     monkeypatch.setitem(sys.modules, "keras", None)  # `import keras` now fails as if not installed
-    with pytest.raises(ModelSpecError, match=r'importing rs_zoo_pkg.kzoo needs keras, which is not installed: pip install "keras>=3\.0" "tensorflow-cpu>=2\.16" \(from a clone of recipe-spec: pip install -c constraints\.txt -e "\.\[keras\]"\)'):
+    with pytest.raises(ModelSpecError, match=r'importing rs_zoo_pkg.kzoo needs keras, which is not installed: pip install "keras>=3\.0" "tensorflow-cpu>=2\.16" "threadpoolctl>=3\.1" \(from a clone of recipe-spec: pip install -c constraints\.txt -e "\.\[keras\]"\)'):
         (tmp_path / zoo / "kzoo.py").write_text("import keras\n")
         load_param_records(f"{zoo}.kzoo:build")
 
