@@ -139,7 +139,7 @@ def test_numpy_hessian_sums_half_products_with_the_whole_products_bits(columns: 
     part = NUMPY_OPS.gram(np.ascontiguousarray(batches[0].reshape(-1, columns).T))
     assert not np.triu(part, 1).any() and np.tril(part).any()  # the lower triangle only
     mirrored = half.hessian
-    monkeypatch.setattr(numpy_ops, "_blas", lambda name, like: None)  # no SciPy: whole products
+    monkeypatch.setattr(numpy_ops, "_scipy", lambda kind, name, like: None)  # no SciPy: whole products
     whole = HessianStats(NUMPY_OPS, columns, np.zeros(1, np.float32))
     for x in batches:
         whole.add(x)

@@ -38,7 +38,7 @@ import numpy as np
 import keras
 from recipe_spec.oneshot.host import Observer
 
-from .oneshot_calls import held, is_held, on_device, shared_rows, wrapped
+from .oneshot_calls import next_call, observe_input, on_device, wrapped
 
 __all__ = ["compiled_backend", "signature", "CompiledBlock", "run_compiled", "shared_cores", "NotTraceable",
            "bucket", "padded"]
@@ -93,7 +93,8 @@ class _Capture:
         self.tensors: list[Any] = []
         self.index: dict[Any, int] = {}
 
-    def make(self, key: Any) -> Callable[[Any], Any]:
+    def wrapper(self, key: Any) -> Callable[[Any], Any]:
+        """The ``make`` of :func:`~.oneshot_calls.wrapped` recording the input under ``key``."""
         def make(original: Any) -> Any:
             def call(inputs: Any, *args: Any, **kwargs: Any) -> Any:
                 if key not in self.index:
@@ -208,7 +209,7 @@ class CompiledBlock:
             for key, layer in self.layers.items():
                 by_layer.setdefault(id(layer), [layer]).append(key)
             for layer, *keys in by_layer.values():
-                stack.enter_context(wrapped(layer, capture.make(tuple(keys))))
+                stack.enter_context(wrapped(layer, capture.wrapper(tuple(keys))))
             yield capture
 
     def _outputs(self, result: Any, capture: _Capture) -> tuple[Any, tuple[Any, ...]]:
@@ -288,19 +289,15 @@ class CompiledBlock:
                       tuple(convert(v.value) for v in block.non_trainable_variables), tuple(convert(x) for x in leaves))
             if made and worker is not None:
                 return worker.submit(program, *values)
-            try:
-                with _as_written():
-                    return program(*values)
-            except NotTraceable:
-                raise
-            except Exception as e:  # a call that cannot be traced: run it eagerly
-                raise NotTraceable(f"{type(e).__name__}: {e}") from e
+        else:
+            values = (tuple(v.value for v in block.trainable_variables),
+                      tuple(v.value for v in block.non_trainable_variables), tuple(leaves))
         try:
-            return program(tuple(v.value for v in block.trainable_variables),
-                           tuple(v.value for v in block.non_trainable_variables), tuple(leaves))
+            with _as_written() if self.backend == "tensorflow" else contextlib.nullcontext():
+                return program(*values)
         except NotTraceable:
             raise
-        except Exception as e:
+        except Exception as e:  # a call that cannot be traced: run it eagerly
             raise NotTraceable(f"{type(e).__name__}: {e}") from e
 
 
@@ -334,7 +331,7 @@ def padded(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[int, tuple[Any,
         shape = tuple(np.shape(x))
         if tokens not in shape[1:]:
             continue
-        kind = np.dtype(str(getattr(x, "dtype", "float32")).replace("torch.", ""))
+        kind = np.dtype(x.dtype)  # NumPy's or JAX's (padding is done on JAX only)
         if len(shape) != 2 or shape[1] != tokens or not (kind == np.bool_ or np.issubdtype(kind, np.integer)):
             return None  # the token axis elsewhere (an attention mask, positions): as it is
         masks.append(i)
@@ -408,15 +405,9 @@ def run_compiled(program: CompiledBlock, block: Any, keys: Mapping[str, Any], in
         hidden, arrays = program.result(launched)
         rows: dict[Any, Any] = {}
         for name in sorted(observers, key=lambda n: program.order(keys[n])):
-            a, lin = arrays[keys[name]], linear.get(name)
-            if lin is None:
-                observers[name](a.reshape(-1, a.shape[-1]), int(a.shape[0]) if a.ndim > 2 else 1)
-                continue
-            rows_, sequences = shared_rows(lin, a, rows)
-            observers[name](rows_, sequences)
+            observe_input(linear.get(name), observers[name], arrays[keys[name]], rows)
         if program.propagate:
-            nxt = ((hidden, *args[1:]), kwargs) if args else (args, {**kwargs, "decoder_sequence": hidden})
-            out.append(held(nxt) if is_held(call) else nxt)
+            out.append(next_call(call, args, kwargs, hidden))
 
     # each call is launched before the one before it is observed: the next call's forward runs
     # (JAX: dispatched; TensorFlow: on a worker thread) while NumPy adds this one's statistics

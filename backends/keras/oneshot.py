@@ -73,7 +73,7 @@ from .experts import LAYOUTS, ExpertLinear, expert_linears, module_name, refuse_
 from .hub import hf_architecture, hf_tables, warn_config_differences
 from .inputs import feed, input_keys, preprocess
 from .layout import LinearAxes, linear_axes
-from .oneshot_calls import ModuleCalls, held, is_held, on_device, wrapped
+from .oneshot_calls import ModuleCalls, held, next_call, on_device, wrapped
 from .oneshot_state import ModelState
 from .params import numpy_value
 from .quantization import layer_paths
@@ -178,9 +178,8 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
         self._linear: dict[str, _Linear] = {}
         self._groups: dict[str, list[str]] = {}
         self._index(model)
-        self._grad: Any = None
+        self._contexts: Any = None
         self._programs: dict[Any, Any] = {}
-        self._template: dict[Any, str] = {}
         warn_config_differences(model)  # a keras-hub backbone unlike its checkpoint's config.json
 
     @property
@@ -196,13 +195,13 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
                 v.bank.calibrate_all = bool(value)
 
     def __enter__(self) -> KerasCalibrationHost:
-        self._grad = contextlib.ExitStack()
-        self._grad.enter_context(_no_grad())
-        self._grad.enter_context(shared_cores())  # the compiled calls' pool beside NumPy's (.compiled)
+        self._contexts = contextlib.ExitStack()
+        self._contexts.enter_context(_no_grad())
+        self._contexts.enter_context(shared_cores())  # the compiled calls' pool beside NumPy's (.compiled)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._grad.__exit__(*exc)
+        self._contexts.__exit__(*exc)
         if exc[0] is None and getattr(self, "_pending", None):
             self.finish()  # the run is over: the recorded layers become Keras's quantized layers
 
@@ -364,11 +363,8 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
             for call in inputs:
                 args, kwargs = on_device(call)
                 whole, result = observed_call(seen, layer, *args, **kwargs)
-                if not whole or not propagate:
-                    continue
-                hidden = result[0] if isinstance(result, (tuple, list)) else result
-                nxt = ((hidden, *args[1:]), kwargs) if args else (args, {**kwargs, "decoder_sequence": hidden})
-                out.append(held(nxt) if is_held(call) else nxt)
+                if whole and propagate:
+                    out.append(next_call(call, args, kwargs, result[0] if isinstance(result, (tuple, list)) else result))
         return out
 
     def _compiled(self, block: str, observers: Mapping[str, Observer], propagate: bool,
@@ -386,10 +382,9 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
             keys[name] = name[len(block) + 1:]
         layer = self._layers[block]
         key = (signature(layer), tuple(sorted(keys.values())), propagate)
-        if key not in self._programs:
-            template = self._template.setdefault(key[0], block)
-            layers = {rel: self._observed_layer(f"{template}.{rel}") for rel in keys.values()}
-            self._programs[key] = CompiledBlock(self._layers[template], layers, propagate)
+        if key not in self._programs:  # traced on this block; the later blocks of its signature reuse it
+            layers = {rel: self._observed_layer(name) for name, rel in keys.items()}
+            self._programs[key] = CompiledBlock(layer, layers, propagate)
         refused = any(p.refused for k, p in self._programs.items() if k[0] == key[0])
         return None if refused else (self._programs[key], keys)
 

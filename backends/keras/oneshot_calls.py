@@ -37,7 +37,7 @@ from recipe_spec.oneshot.host import CallRecorder, Observer
 
 from .params import numpy_value
 
-__all__ = ["ModuleCalls", "wrapped", "shared_rows", "output_rows", "held", "is_held", "on_device"]
+__all__ = ["ModuleCalls", "wrapped", "observe_input", "next_call", "shared_rows", "output_rows", "held", "is_held", "on_device"]
 
 #: A normalisation layer's multiplier, then its shift, by attribute name.
 _VECTOR = ("scale", "gamma")
@@ -127,18 +127,32 @@ def _input_call(entries: list[tuple[Any, Observer]], rows: dict[Any, Any], seen:
         def call(inputs: Any, *args: Any, **kwargs: Any) -> Any:
             reverse = reversible and bool(kwargs.get("reverse", args[0] if args else False))
             for lin, observe in entries:
-                if lin is None:
-                    a = _numpy(inputs)
-                    observe(a.reshape(-1, a.shape[-1]), int(a.shape[0]) if a.ndim > 2 else 1)
-                elif lin.reverse == reverse:
-                    rows_, sequences = shared_rows(lin, inputs, rows)
-                    if len(rows_):  # an expert no token of this call is routed to is not observed
-                        observe(rows_, sequences)
+                if lin is None or lin.reverse == reverse:
+                    observe_input(lin, observe, inputs, rows)
             if seen is not None:
                 seen.called(key)
             return original(inputs, *args, **kwargs)
         return call
     return make
+
+
+def observe_input(lin: Any, observe: Observer, inputs: Any, rows: dict[Any, Any]) -> None:
+    """Hand ``observe`` a layer's input: a Linear view's ``[tokens, in]`` rows
+    (:func:`shared_rows`), any other layer's last axis as columns."""
+    if lin is None:
+        a = _numpy(inputs)
+        observe(a.reshape(-1, a.shape[-1]), int(a.shape[0]) if a.ndim > 2 else 1)
+        return
+    rows_, sequences = shared_rows(lin, inputs, rows)
+    if len(rows_):  # an expert no token of this call is routed to is not observed
+        observe(rows_, sequences)
+
+
+def next_call(call: Any, args: Sequence[Any], kwargs: dict[str, Any], hidden: Any) -> Any:
+    """The next block's call after ``call`` (``args``/``kwargs`` on the device): ``hidden`` in
+    place of the hidden states, held in host memory where ``call`` was."""
+    nxt = ((hidden, *args[1:]), kwargs) if args else (args, {**kwargs, "decoder_sequence": hidden})
+    return held(nxt) if is_held(call) else nxt
 
 
 def shared_rows(lin: Any, inputs: Any, seen: dict[Any, Any]) -> tuple[Any, int]:

@@ -110,7 +110,7 @@ class NumpyOps(InPlaceOps):
         return np.linalg.inv(a)
 
     def cholesky(self, a: np.ndarray) -> np.ndarray | None:
-        potrf = _lapack("potrf", a)
+        potrf = _scipy("lapack", "potrf", a)
         if potrf is not None:  # SciPy's LAPACK: twice NumPy's speed here
             lower, info = potrf(a, lower=1, clean=1)
             return lower if info == 0 else None
@@ -175,7 +175,7 @@ class NumpyOps(InPlaceOps):
         return a[:, None] * b[None, :]  # a BLAS product of a column by a row is 3x slower here
 
     def gram(self, a: np.ndarray) -> np.ndarray:
-        syrk = _blas("syrk", a)
+        syrk = _scipy("blas", "syrk", a)
         if syrk is None:
             return a @ a.T
         # the upper triangle in Fortran order is the lower one of a C-ordered array: its sum with
@@ -183,7 +183,7 @@ class NumpyOps(InPlaceOps):
         return syrk(1.0, a, lower=0).T  # type: ignore[no-any-return]
 
     def gram_matrix(self, h: np.ndarray) -> np.ndarray:
-        if _blas("syrk", h) is None:
+        if _scipy("blas", "syrk", h) is None:  # gram() made whole products
             return h
         return np.where(_lower_mask(h.shape[0]), h, h.T)
 
@@ -198,7 +198,7 @@ class NumpyOps(InPlaceOps):
         return a
 
     def cholesky_inverse(self, lower: np.ndarray) -> np.ndarray:
-        potri = _lapack("potri", lower)
+        potri = _scipy("lapack", "potri", lower)
         if potri is not None:  # LAPACK's inverse from the factor (as torch.cholesky_inverse)
             inv, info = potri(lower, lower=1)
             if info == 0:  # the lower triangle, mirrored
@@ -275,32 +275,22 @@ def round_fp8_e4m3(x: np.ndarray) -> np.ndarray:
     return np.copysign(np.round(mag / step) * step, x).astype(x.dtype, copy=False)
 
 
-def _blas(name: str, like: np.ndarray) -> Any:
-    """SciPy's BLAS routine ``name`` for ``like``'s dtype, or None (as :func:`_lapack`)."""
-    if like.dtype not in (np.float32, np.float64) or like.ndim != 2:
-        return None
-    try:
-        from scipy.linalg import blas
-    except ImportError:
-        return None
-    return blas.get_blas_funcs((name,), (like,))[0]
-
-
 @functools.lru_cache(maxsize=8)
 def _lower_mask(n: int) -> np.ndarray:
     return np.tri(n, dtype=bool)
 
 
-def _lapack(name: str, like: np.ndarray) -> Any:
-    """SciPy's LAPACK routine ``name`` for ``like``'s dtype, or None without SciPy (it comes with
-    JAX and scikit-learn; NumPy's own routines are used otherwise)."""
+def _scipy(kind: str, name: str, like: np.ndarray) -> Any:
+    """SciPy's ``kind`` (``"blas"``, ``"lapack"``) routine ``name`` for ``like``'s dtype, or None
+    without SciPy (it comes with JAX and scikit-learn; NumPy's own routines are used otherwise)."""
     if like.dtype not in (np.float32, np.float64) or like.ndim != 2:
         return None
     try:
-        from scipy.linalg import lapack
+        from scipy.linalg import blas, lapack
     except ImportError:
         return None
-    return lapack.get_lapack_funcs((name,), (like,))[0]
+    module = blas if kind == "blas" else lapack
+    return getattr(module, f"get_{kind}_funcs")((name,), (like,))[0]
 
 
 #: The one instance the backends use.
