@@ -166,6 +166,10 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
     """A Keras 3 model held for one-shot compression (see the module docstring)."""
 
     ops = NUMPY_OPS
+    #: NumPy's BLAS runs one thread here (``shared_cores``) on whichever thread calls it, and
+    #: LAPACK leaves the interpreter's lock: a Hessian is factored beside the column loop
+    #: before it.
+    solves_ahead = True
 
     def __init__(self, model: Any):
         if not getattr(model, "built", True) or not model.weights:

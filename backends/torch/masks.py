@@ -192,8 +192,9 @@ class TorchOps(InPlaceOps):
     def row_norms(self, x: torch.Tensor) -> torch.Tensor:
         return torch.norm(x, p=2, dim=1)
 
-    def outer(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return torch.outer(a, b)
+    def subtract_outer(self, x: torch.Tensor, start: int, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        x[start:].sub_(torch.outer(a, b))  # a view: no copy back
+        return x
 
     def gram(self, a: torch.Tensor) -> torch.Tensor:
         return torch.matmul(a, a.t())  # the whole product: llm-compressor's bits
@@ -210,11 +211,8 @@ class TorchOps(InPlaceOps):
         a.diagonal().add_(values)
         return a
 
-    def cholesky_inverse(self, lower: torch.Tensor) -> torch.Tensor:
-        return torch.cholesky_inverse(lower)
-
-    def cholesky_upper(self, a: torch.Tensor) -> torch.Tensor | None:
-        r, info = torch.linalg.cholesky_ex(a, upper=True)
+    def inverse_upper_factor(self, lower: torch.Tensor) -> torch.Tensor | None:
+        r, info = torch.linalg.cholesky_ex(torch.cholesky_inverse(lower), upper=True)
         return None if bool(info.any()) else r
 
     def argsort_last(self, x: torch.Tensor) -> torch.Tensor:

@@ -64,6 +64,10 @@ class TorchCalibrationHost(ModelState):
     """A ``torch.nn.Module`` held for one-shot compression (see the module docstring)."""
 
     ops = TORCH_OPS
+    #: torch's thread count is the process's: the column loop sets it to one (``ops.serial``)
+    #: while it runs, so a factorisation made beside it would run on one thread, and MKL does
+    #: not promise the same bits on another thread count. One solve at a time.
+    solves_ahead = False
     #: llm-compressor's ``moe_calibrate_all_experts``: every expert sees every token while
     #: statistics are gathered (:mod:`.experts`); set before the context is entered
     calibrate_all_experts = True

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -171,8 +172,14 @@ class NumpyOps(InPlaceOps):
     def row_norms(self, x: np.ndarray) -> np.ndarray:
         return np.linalg.norm(x, axis=1)
 
-    def outer(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return a[:, None] * b[None, :]  # a BLAS product of a column by a row is 3x slower here
+    def subtract_outer(self, x: np.ndarray, start: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        # the products into a buffer kept per thread (a new array each step costs more than the
+        # arithmetic: fresh pages); a BLAS product of a column by a row is 3x slower here
+        products = _scratch(a.shape[0] * b.shape[0], x.dtype).reshape(a.shape[0], b.shape[0])
+        np.multiply(a[:, None], b[None, :], out=products)
+        target = x[start:]
+        np.subtract(target, products, out=target)
+        return x
 
     def gram(self, a: np.ndarray) -> np.ndarray:
         syrk = _scipy("blas", "syrk", a)
@@ -197,18 +204,16 @@ class NumpyOps(InPlaceOps):
         np.einsum("ii->i", a)[...] += values  # a writable view of the diagonal
         return a
 
-    def cholesky_inverse(self, lower: np.ndarray) -> np.ndarray:
-        potri = _scipy("lapack", "potri", lower)
-        if potri is not None:  # LAPACK's inverse from the factor (as torch.cholesky_inverse)
-            inv, info = potri(lower, lower=1)
-            if info == 0:  # the lower triangle, mirrored
-                return np.where(_lower_mask(inv.shape[0]), inv, inv.T)
+    def inverse_upper_factor(self, lower: np.ndarray) -> np.ndarray | None:
+        potri, potrf = _scipy("lapack", "potri", lower), _scipy("lapack", "potrf", lower)
+        if potri is not None and potrf is not None:  # LAPACK's inverse from the factor
+            inv, info = potri(lower, lower=1)  # (as torch.cholesky_inverse): its lower triangle
+            if info == 0:  # is all potrf reads: no mirror, and the inverse is factored in place
+                factor, info = potrf(inv, lower=1, clean=1, overwrite_a=1)
+                return np.ascontiguousarray(factor.T) if info == 0 else None
         inv = np.linalg.inv(lower)
-        return inv.T @ inv
-
-    def cholesky_upper(self, a: np.ndarray) -> np.ndarray | None:
-        lower = self.cholesky(a)
-        return None if lower is None else np.ascontiguousarray(lower.T)
+        factor = self.cholesky(inv.T @ inv)
+        return None if factor is None else np.ascontiguousarray(factor.T)
 
     def argsort_last(self, x: np.ndarray) -> np.ndarray:
         return np.argsort(x, axis=-1, kind="stable")
@@ -233,13 +238,13 @@ class NumpyOps(InPlaceOps):
 
     # -- the quantization grid (recipe_spec.quantization.ops.QuantOps) ----------------------------
     def round_even(self, x: np.ndarray) -> np.ndarray:
-        return np.round(x)
+        return np.rint(x)  # np.round's values (halves to even), without its Python wrapper
 
     def divide(self, x: np.ndarray, value: float) -> np.ndarray:
         return x / np.asarray(value, dtype=x.dtype)
 
     def clip(self, x: np.ndarray, low: float, high: float) -> np.ndarray:
-        return np.clip(x, low, high)
+        return np.minimum(np.maximum(x, low), high)  # np.clip's values, two ufuncs with no wrapper
 
     def minimum(self, x: np.ndarray, y: np.ndarray | float) -> np.ndarray:
         return np.minimum(x, y)
@@ -273,6 +278,22 @@ def round_fp8_e4m3(x: np.ndarray) -> np.ndarray:
     _, exp = np.frexp(mag)  # mag = f·2^exp, f in [0.5, 1): its binade is 2^(exp - 1)
     step = np.ldexp(np.ones_like(mag), np.maximum(exp - 1, -6) - 3)
     return np.copysign(np.round(mag / step) * step, x).astype(x.dtype, copy=False)
+
+
+_BUFFERS = threading.local()
+
+
+def _scratch(size: int, dtype: np.dtype) -> np.ndarray:
+    """A 1-D array of at least ``size`` entries of ``dtype``, reused by this thread (its
+    contents are the caller's until the next call)."""
+    key = np.dtype(dtype).str
+    held = getattr(_BUFFERS, "arrays", None)
+    if held is None:
+        held = _BUFFERS.arrays = {}
+    buffer = held.get(key)
+    if buffer is None or buffer.size < size:
+        buffer = held[key] = np.empty(size, dtype=dtype)
+    return buffer[:size]
 
 
 @functools.lru_cache(maxsize=8)

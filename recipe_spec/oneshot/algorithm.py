@@ -21,13 +21,13 @@ A smoothing algorithm (``role == "transform"``) runs its own pass over mappings
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..recipe.model import Modifier
 
-__all__ = ["Algorithm", "OneShotModifier", "LayerReport", "Solved", "register", "registered", "algorithm_named"]
+__all__ = ["Algorithm", "OneShotModifier", "LayerReport", "Prepared", "Solved", "register", "registered", "algorithm_named"]
 
 #: Every algorithm by name, filled by :func:`register` as each folder is imported (the
 #: folders import this module, never the other way round); :mod:`.algorithms` imports them all.
@@ -122,6 +122,10 @@ class LayerReport:
     grid: str = ""
 
 
+#: What :meth:`Algorithm.prepare` made ahead for one module, read by calling it.
+Prepared = Callable[[], Any]
+
+
 @dataclass(frozen=True)
 class Solved:
     """What a solve did to one module: its weight after (written to the host by the solve),
@@ -169,8 +173,18 @@ class Algorithm:
         gathers none. ``group``: the module's quantization config group (quantizers)."""
         return None
 
-    def solve(self, host: Any, mod: OneShotModifier, name: str, stats: Any, group: Any) -> Solved:
-        """Compress module ``name`` of ``host`` (write its weight back) from ``stats``."""
+    def prepare(self, ops: Any, mod: OneShotModifier, stats: Any, group: Any) -> Any:
+        """The part of one module's solve that reads its statistic alone (SparseGPT's and
+        GPTQ's Hessian factor: :func:`~.shared.obs.factor_hessian`), or None when there is
+        none. A host that asks for it (``solves_ahead``) has it made on a second thread while
+        the module before is solved; :meth:`solve` then gets it as ``prepared``."""
+        return None
+
+    def solve(self, host: Any, mod: OneShotModifier, name: str, stats: Any, group: Any,
+              prepared: Prepared | None = None) -> Solved:
+        """Compress module ``name`` of ``host`` (write its weight back) from ``stats``;
+        ``prepared``: what :meth:`prepare` made ahead, read by calling it (it raises what
+        :meth:`prepare` raised), None when nothing was."""
         raise NotImplementedError
 
     def stats_bytes(self, columns: int) -> int:

@@ -16,10 +16,10 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from .algorithm import LayerReport, OneShotModifier
+from .algorithm import LayerReport, OneShotModifier, Prepared
 from .algorithms import algorithm_of
 
-__all__ = ["LayerReport", "new_statistics", "compress_module"]
+__all__ = ["LayerReport", "new_statistics", "prepare_module", "compress_module"]
 
 _LOG = logging.getLogger("recipe_spec.oneshot")
 
@@ -31,6 +31,15 @@ def new_statistics(ops: Any, mod: OneShotModifier, columns: int, like: Any, clas
     and ``name``: the module's class names and name (which config group of a quantization
     modifier it falls in)."""
     return algorithm_of(mod).new_stats(ops, mod, _group(mod, name, classes), columns, like)
+
+
+def prepare_module(ops: Any, mod: OneShotModifier, name: str, stats: Any, classes: Sequence[str] = ()) -> Any:
+    """The part of module ``name``'s solve that reads its statistic alone
+    (:meth:`~.algorithm.Algorithm.prepare`), None when there is none or it has no group."""
+    group = _group(mod, name, classes)
+    if mod.quant is not None and group is None:
+        return None  # compress_module refuses it in its turn
+    return algorithm_of(mod).prepare(ops, mod, stats, group)
 
 
 def _zero_fraction(ops: Any, weight: Any) -> float:
@@ -47,14 +56,16 @@ def _group(mod: OneShotModifier, name: str, classes: Sequence[str]) -> Any:
     return mod.quant.group_of(name, classes) if mod.quant is not None else None
 
 
-def compress_module(host: Any, mod: OneShotModifier, name: str, stats: Any, classes: Sequence[str] = ()) -> LayerReport:
+def compress_module(host: Any, mod: OneShotModifier, name: str, stats: Any, classes: Sequence[str] = (),
+                    prepared: Prepared | None = None) -> LayerReport:
     """Compress module ``name`` of ``host`` by ``mod`` (``stats`` from :func:`new_statistics`):
-    its algorithm's solve writes the weight back (a quantizer records its grid on the host)."""
+    its algorithm's solve writes the weight back (a quantizer records its grid on the host).
+    ``prepared``: :func:`prepare_module`'s work for it, made ahead."""
     group = _group(mod, name, classes)
     if mod.quant is not None and group is None:
         raise ValueError(f"{mod.type} ({mod.where}): no config group quantizes {name}")
     samples = int(getattr(stats, "samples", 0) or 0)
-    solved = algorithm_of(mod).solve(host, mod, name, stats, group)
+    solved = algorithm_of(mod).solve(host, mod, name, stats, group, prepared)
     report = LayerReport(name, mod.type, _zero_fraction(host.ops, solved.weight), solved.loss, samples,
                          solved.note, solved.grid)
     loss = f", loss {solved.loss:.4g}" if solved.loss is not None else ""

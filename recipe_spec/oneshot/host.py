@@ -53,6 +53,10 @@ class CalibrationHost(Protocol):
 
     #: Array operations (:class:`~recipe_spec.pruning.second_order.ops.FisherOps`).
     ops: Any
+    #: Whether each module's Hessian factorisation may be made on a second thread while the
+    #: module before it is solved (the pipeline's ``_in_order``): where ``ops``' results do not
+    #: depend on the thread that computes them and a core is otherwise idle during the solves.
+    solves_ahead: bool
 
     def modules(self) -> Sequence[ModuleInfo]:
         """Every module in ``named_modules`` order (the model itself has the name ``""``)."""

@@ -23,6 +23,7 @@ layers outside every block (``lm_head``), or one module in the datafree pipeline
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import functools
 import logging
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .calibration import Calibration
-from .compress import LayerReport, compress_module, new_statistics
+from .compress import LayerReport, compress_module, new_statistics, prepare_module
 from .distributed import Collective, assign, calibrate, collective_of, own_batches, refuse_unshared
 from .host import CalibrationHost, ModuleInfo, inside, outermost
 from .modifiers import OneShotModifier, matches, select_modules
@@ -243,9 +244,7 @@ def _compress(host: CalibrationHost, mods: list[OneShotModifier], part: list[lis
     host's ``share``) before the next modifier reads them."""
     for i, (mod, names) in enumerate(zip(mods, part, strict=True)):
         if collective is None or not names:
-            for name in names:
-                report.layers.append(compress_module(host, mod, name, stats.pop((i, name), None),
-                                                     infos[name].classes))
+            report.layers += _in_order(host, mod, names, {n: stats.pop((i, n), None) for n in names}, infos)
             continue
         owner = assign(names, [int(infos[n].weight_shape[-1]) for n in names], collective.world)
         mine: dict[str, LayerReport] = {}
@@ -257,3 +256,24 @@ def _compress(host: CalibrationHost, mods: list[OneShotModifier], part: list[lis
             host.share(name, owner[name])  # type: ignore[attr-defined]
         everyone = collective.gather(mine)
         report.layers += [everyone[owner[name]][name] for name in names]
+
+
+def _in_order(host: CalibrationHost, mod: OneShotModifier, names: list[str], stats: dict[str, Any],
+              infos: dict[str, ModuleInfo]) -> list[LayerReport]:
+    """``mod`` compresses ``names`` one after another, freeing each statistic once used. A host
+    that asks for it (``solves_ahead``: its solves run on a library whose results do not depend
+    on the thread, and a core is idle while they run) has each module's
+    :func:`~.compress.prepare_module` work (a Hessian's factorisation, which runs without the
+    interpreter's lock) made on a second thread while the module before it is solved."""
+    if not getattr(host, "solves_ahead", False) or len(names) < 2:
+        return [compress_module(host, mod, n, stats.pop(n), infos[n].classes) for n in names]
+    out = []
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="recipe-spec-prepare") as pool:
+        ahead = pool.submit(prepare_module, host.ops, mod, names[0], stats[names[0]], infos[names[0]].classes)
+        for k, name in enumerate(names):
+            mine = ahead
+            if k + 1 < len(names):
+                after = names[k + 1]
+                ahead = pool.submit(prepare_module, host.ops, mod, after, stats[after], infos[after].classes)
+            out.append(compress_module(host, mod, name, stats.pop(name), infos[name].classes, mine.result))
+    return out

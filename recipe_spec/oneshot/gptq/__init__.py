@@ -10,9 +10,9 @@ from typing import Any
 
 from ...diagnostics.base import Diagnostic
 from ...recipe.model import Modifier, Recipe
-from ..algorithm import Algorithm, OneShotModifier, Solved, register
+from ..algorithm import Algorithm, OneShotModifier, Prepared, Solved, register
 from ..rtn import read_quantizer
-from ..shared.obs import SolverError
+from ..shared.obs import SolverError, factor_hessian
 from ..shared.quantize import grid_text, new_quant_statistics, record_quantized
 from .solve import gptq_quantize
 
@@ -35,7 +35,15 @@ class GPTQ(Algorithm):
     def new_stats(self, ops: Any, mod: OneShotModifier, group: Any, columns: int, like: Any) -> Any:
         return new_quant_statistics(ops, group, columns, like, hessian=True)
 
-    def solve(self, host: Any, mod: OneShotModifier, name: str, stats: Any, group: Any) -> Solved:
+    def prepare(self, ops: Any, mod: OneShotModifier, stats: Any, group: Any) -> Any:
+        if group is None or group.weights is None or stats is None or stats.hessian_stats is None \
+                or not stats.hessian_stats.samples:
+            return None  # solve says why, in its turn
+        ordered = group.actorder is not None and (group.actorder != "group" or group.weights.strategy == "group")
+        return factor_hessian(ops, stats.hessian, mod.dampening_frac, ordered=ordered)
+
+    def solve(self, host: Any, mod: OneShotModifier, name: str, stats: Any, group: Any,
+              prepared: Prepared | None = None) -> Solved:
         ops = host.ops
         weight = host.weight(name)
         if group.weights is None:
@@ -45,8 +53,10 @@ class GPTQ(Algorithm):
                              "module, so GPTQ has no Hessian")
         mask = ops.astype(weight, "bool") if mod.preserve_mask else None
         try:
-            result = gptq_quantize(ops, weight, stats.hessian, args=group.weights, block_size=mod.block_size,
-                                   dampening_frac=mod.dampening_frac, actorder=group.actorder, mask=mask)
+            factor = prepared() if prepared is not None else None
+            result = gptq_quantize(ops, weight, stats.hessian if factor is None else None, args=group.weights,
+                                   block_size=mod.block_size, dampening_frac=mod.dampening_frac,
+                                   actorder=group.actorder, mask=mask, factor=factor)
         except (SolverError, ValueError) as exc:
             raise type(exc)(f"{mod.type} ({mod.where}) on {name}: {exc}; no later layer was "
                             "compressed") from None

@@ -46,11 +46,15 @@ from ...quantization.args import QuantArgs
 from ...quantization.grid import check_weight_shape, fake_quantize, minmax_qparams
 from ..shared.obs import (
     DAMPENING_RETRIES,
+    HessianFactor,
     SolverError,
     blockwise_obs,
+    check_factor,
     check_finite,
-    factor_with_dead_columns,
+    check_hessian_shape,
+    factor_hessian,
     is_real,
+    zero_dead_columns,
 )
 
 __all__ = ["ACTORDERS", "QuantizeResult", "gptq_quantize"]
@@ -114,10 +118,11 @@ class _GridRule:
         return update
 
 
-def gptq_quantize(ops: SolverOps, weight: Array, hessian: Array, *, args: QuantArgs, block_size: int = 128,
+def gptq_quantize(ops: SolverOps, weight: Array, hessian: Array | None, *, args: QuantArgs, block_size: int = 128,
                   dampening_frac: float = 0.01, actorder: str | None = None, scale: Array | None = None,
                   zero_point: Array | None = None, g_idx: Sequence[int] | None = None,
-                  retries: int = DAMPENING_RETRIES, mask: Array | None = None) -> QuantizeResult:
+                  retries: int = DAMPENING_RETRIES, mask: Array | None = None,
+                  factor: HessianFactor | None = None) -> QuantizeResult:
     """Quantize one layer with GPTQ (see the module docstring) and return the updated weight.
 
     ``weight``: ``(out, in)``; ``hessian``: ``(in, in)``, ``H/n`` (neither is modified);
@@ -127,7 +132,8 @@ def gptq_quantize(ops: SolverOps, weight: Array, hessian: Array, *, args: QuantA
     a bool ``(out, in)`` array; where it is False the quantized value is 0 (0 is on every
     grid), so the zeros of a pruned weight survive and their error is fed to the columns after
     them, as SparseGPT with a fixed mask (recipe-spec's own; llm-compressor has no such
-    option)."""
+    option). ``factor``: the Hessian's :func:`~.obs.factor_hessian` made ahead with these
+    settings (``ordered`` for an activation order; ``hessian`` may then be None)."""
     shape = tuple(int(d) for d in weight.shape)
     check_weight_shape(shape, args)
     rows, cols = shape
@@ -137,9 +143,7 @@ def gptq_quantize(ops: SolverOps, weight: Array, hessian: Array, *, args: QuantA
         raise ValueError(f"dampening_frac must be a finite number >= 0, got {dampening_frac!r}")
     if actorder not in ACTORDERS:
         raise ValueError(f"actorder must be one of {', '.join(map(str, ACTORDERS))}, got {actorder!r}")
-    if tuple(hessian.shape) != (cols, cols):
-        raise ValueError(f"the Hessian has shape {list(hessian.shape)}, but a weight with {cols} input "
-                         f"columns needs [{cols}, {cols}]")
+    check_hessian_shape(hessian, factor, cols)
     if (scale is None) != (zero_point is None):
         raise ValueError("give both scale and zero_point, or neither (the observer computes both)")
     if actorder == "group" and args.strategy != "group":
@@ -148,18 +152,18 @@ def gptq_quantize(ops: SolverOps, weight: Array, hessian: Array, *, args: QuantA
 
     W = ops.copy(ops.astype(weight, "float32"))
     check_finite(ops, W, "weight")
-    H = ops.copy(ops.cast(hessian, W))
-    check_finite(ops, H, "Hessian")
+    if factor is None:
+        factor = factor_hessian(ops, hessian, dampening_frac, retries, ordered=actorder is not None, like=W)
+    else:
+        check_factor(factor, cols, dampening_frac, retries, actorder is not None)
     if scale is None and actorder != "group":
         # the observer reads the weight as the model holds it: a bfloat16 weight gets bfloat16
         # scales (compressed-tensors' calculate_qparams in the weight's dtype), used in float32
         scale, zero_point = minmax_qparams(ops, weight, args)
 
-    perm = None
-    if actorder is not None:
-        perm = ops.argsort_last(-ops.diagonal(H))  # descending, ties in column order
+    perm = factor.order
+    if perm is not None:
         W = ops.index_select(W, 1, perm)
-        H = ops.index_select(ops.index_select(H, 0, perm), 1, perm)
         if mask is not None:
             mask = ops.index_select(mask, 1, perm)
         order = [int(p) for p in perm]
@@ -171,8 +175,8 @@ def gptq_quantize(ops: SolverOps, weight: Array, hessian: Array, *, args: QuantA
     assert scale is not None and zero_point is not None
     scale, zero_point = ops.cast(scale, W), ops.cast(zero_point, W)
 
-    W, _, dead_count, Hinv, used, report = factor_with_dead_columns(ops, W, H, dampening_frac, retries)
-    del H
+    W = zero_dead_columns(ops, W, factor)
+    dead_count, Hinv, used, report = factor.dead_count, factor.Hinv, factor.used, factor.report
 
     W, loss = blockwise_obs(ops, W, Hinv, block_size, _GridRule(ops, args, scale, zero_point, groups, mask))
     out_groups = None

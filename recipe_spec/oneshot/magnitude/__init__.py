@@ -12,7 +12,7 @@ from ...diagnostics import codes
 from ...diagnostics.base import Diagnostic
 from ...masks.algorithms import compute_mask
 from ...recipe.model import Modifier, Recipe
-from ..algorithm import Algorithm, OneShotModifier, Solved, register
+from ..algorithm import Algorithm, OneShotModifier, Prepared, Solved, register
 from ..settings import b001, refuse_unrun, strings, value
 
 __all__ = ["Magnitude", "Constant", "MAGNITUDE", "CONSTANT"]
@@ -45,7 +45,8 @@ class Magnitude(Algorithm):
         return [OneShotModifier(m.type, self.name, m, strings(value(m, "targets")), sparsity=final,
                                 mask_type=structure)]
 
-    def solve(self, host: Any, mod: OneShotModifier, name: str, stats: Any, group: Any) -> Solved:
+    def solve(self, host: Any, mod: OneShotModifier, name: str, stats: Any, group: Any,
+              prepared: Prepared | None = None) -> Solved:
         weight = host.weight(name)
         new = host.ops.where(compute_mask(host.ops, weight, mod.sparsity, mod.mask_type), weight, 0.0)
         host.set_weight(name, new)
@@ -61,7 +62,8 @@ class Constant(Algorithm):
         refuse_unrun(recipe, m, errors)
         return [OneShotModifier(m.type, self.name, m, strings(value(m, "targets")))]
 
-    def solve(self, host: Any, mod: OneShotModifier, name: str, stats: Any, group: Any) -> Solved:
+    def solve(self, host: Any, mod: OneShotModifier, name: str, stats: Any, group: Any,
+              prepared: Prepared | None = None) -> Solved:
         return Solved(host.weight(name))
 
     def flops(self, rows: int, columns: int, tokens: int) -> tuple[float, float]:

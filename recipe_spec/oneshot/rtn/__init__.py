@@ -11,7 +11,7 @@ from typing import Any
 from ...diagnostics.base import Diagnostic
 from ...quantization.grid import minmax_qparams
 from ...recipe.model import Modifier, Recipe
-from ..algorithm import Algorithm, OneShotModifier, Solved, register
+from ..algorithm import Algorithm, OneShotModifier, Prepared, Solved, register
 from ..shared.quant_plan import resolve_quant
 from ..shared.quantize import grid_text, new_quant_statistics, record_quantized
 
@@ -45,7 +45,8 @@ class RoundToNearest(Algorithm):
     def new_stats(self, ops: Any, mod: OneShotModifier, group: Any, columns: int, like: Any) -> Any:
         return new_quant_statistics(ops, group, columns, like, hessian=False)
 
-    def solve(self, host: Any, mod: OneShotModifier, name: str, stats: Any, group: Any) -> Solved:
+    def solve(self, host: Any, mod: OneShotModifier, name: str, stats: Any, group: Any,
+              prepared: Prepared | None = None) -> Solved:
         ops = host.ops
         weight = host.weight(name)
         scale = zero = None

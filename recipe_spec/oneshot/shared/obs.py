@@ -137,7 +137,7 @@ def inverse_hessian_factor(ops: SolverOps, hessian: Array, dampening_frac: float
     for _ in range(retries + 1):
         damped = ops.add_diagonal(ops.copy(hessian), mean_diag * frac)
         lower = ops.cholesky(damped)
-        upper = None if lower is None else ops.cholesky_upper(ops.cholesky_inverse(lower))
+        upper = None if lower is None else ops.inverse_upper_factor(lower)
         if upper is not None and _all_finite(ops, upper):
             report = None if not failed else (
                 f"cholesky failed at dampening_frac {', '.join(_fmt(f) for f in failed)}; used {_fmt(frac)}")
@@ -150,20 +150,74 @@ def inverse_hessian_factor(ops: SolverOps, hessian: Array, dampening_frac: float
         "degenerate; use more or more varied calibration samples, or a larger dampening_frac")
 
 
-def factor_with_dead_columns(ops: SolverOps, W: Array, H: Array, dampening_frac: float,
-                             retries: int) -> tuple[Array, Array, int, Array, float, str | None]:
-    """The step SparseGPT and GPTQ share before their column loop: *dead* input columns
-    (``H[j, j] == 0``) get ``H[j, j] = 1`` and ``W[:, j] = 0``, then
-    :func:`inverse_hessian_factor`. Returns ``(W, dead, dead count, Hinv, dampening used,
-    report)``. ``H`` is the caller's working copy (its dead diagonal entries may be set)."""
-    cols = int(W.shape[1])
+@dataclass(frozen=True)
+class HessianFactor:
+    """What SparseGPT's and GPTQ's solves take from a layer's Hessian alone, before their
+    column loop (:func:`factor_hessian`): ``order``, the column order (GPTQ's activation order:
+    ``diag(H)`` descending, ties in column order; None: as given); ``dead``, the input columns
+    whose diagonal was zero (bool, in that order) and their count; ``Hinv``, the upper factor of
+    the dampened inverse in that order; the dampening ``used`` and the ``report`` (None when
+    the first dampening worked). ``settings``: ``(dampening_frac, retries, ordered)`` it was
+    made for. A host may have it made ahead, on a second thread, while the layer before is
+    solved (:meth:`~recipe_spec.oneshot.algorithm.Algorithm.prepare`)."""
+
+    columns: int
+    order: Array | None
+    dead: Array
+    dead_count: int
+    Hinv: Array
+    used: float
+    report: str | None
+    settings: tuple[float, int, bool]
+
+
+def factor_hessian(ops: SolverOps, hessian: Array, dampening_frac: float, retries: int = DAMPENING_RETRIES, *,
+                   ordered: bool = False, like: Array | None = None) -> HessianFactor:
+    """The step SparseGPT and GPTQ share before their column loop (``hessian``, ``(in, in)``,
+    is not modified): with ``ordered``, the columns sorted by ``diag(H)`` descending; *dead*
+    input columns (``H[j, j] == 0``) get ``H[j, j] = 1`` (the caller zeroes them in the weight);
+    then :func:`inverse_hessian_factor`. ``like``: a float32 array whose device it is worked on
+    (default: the Hessian's own)."""
+    if not is_real(dampening_frac) or not 0.0 <= float(dampening_frac) < math.inf:
+        raise ValueError(f"dampening_frac must be a finite number >= 0, got {dampening_frac!r}")
+    H = ops.copy(ops.cast(hessian, like) if like is not None else ops.astype(hessian, "float32"))
+    check_finite(ops, H, "Hessian")
+    order = None
+    if ordered:
+        order = ops.argsort_last(-ops.diagonal(H))  # descending, ties in column order
+        H = ops.index_select(ops.index_select(H, 0, order), 1, order)
     dead = ops.diagonal(H) == 0
     dead_count = ops.count_nonzero(dead)
     if dead_count:
         H = ops.add_diagonal(H, ops.cast(dead, H))
-        W = ops.where(ops.reshape(~dead, (1, cols)), W, 0.0)
     Hinv, used, report = inverse_hessian_factor(ops, H, dampening_frac, retries)
-    return W, dead, dead_count, Hinv, used, report
+    return HessianFactor(int(H.shape[0]), order, dead, dead_count, Hinv, used, report,
+                         (float(dampening_frac), int(retries), bool(ordered)))
+
+
+def check_factor(factor: HessianFactor, columns: int, dampening_frac: float, retries: int, ordered: bool) -> None:
+    """Refuse a :class:`HessianFactor` made for another layer width or other settings."""
+    wanted = (float(dampening_frac), int(retries), bool(ordered))
+    if factor.columns != columns or factor.settings != wanted:
+        raise ValueError(f"the Hessian factor was made for {factor.columns} columns with (dampening_frac, "
+                         f"retries, ordered) {factor.settings}, not {columns} with {wanted}")
+
+
+def check_hessian_shape(hessian: Array | None, factor: HessianFactor | None, cols: int) -> None:
+    """Refuse a Hessian (or, given only a factor, no Hessian) that does not fit ``cols`` input
+    columns."""
+    if hessian is None and factor is None:
+        raise ValueError("give the Hessian or its factor")
+    if hessian is not None and tuple(hessian.shape) != (cols, cols):
+        raise ValueError(f"the Hessian has shape {list(hessian.shape)}, but a weight with {cols} input "
+                         f"columns needs [{cols}, {cols}]")
+
+
+def zero_dead_columns(ops: SolverOps, W: Array, factor: HessianFactor) -> Array:
+    """``W`` (in the factor's column order) with its dead columns zeroed."""
+    if not factor.dead_count:
+        return W
+    return ops.where(ops.reshape(~factor.dead, (1, int(W.shape[1]))), W, 0.0)
 
 
 def _fmt(x: float) -> str:
@@ -171,10 +225,10 @@ def _fmt(x: float) -> str:
     return f"{x:.6g}"
 
 
-def sparsegpt_prune(ops: SolverOps, weight: Array, hessian: Array, *, sparsity: float,
+def sparsegpt_prune(ops: SolverOps, weight: Array, hessian: Array | None, *, sparsity: float,
                     prune_n: int = 0, prune_m: int = 0, block_size: int = 128,
                     dampening_frac: float = 0.01, preserve_mask: Array | bool | None = None,
-                    retries: int = DAMPENING_RETRIES) -> PruneResult:
+                    retries: int = DAMPENING_RETRIES, factor: HessianFactor | None = None) -> PruneResult:
     """Prune one layer with SparseGPT (see the module docstring) and return the updated weight.
 
     ``weight``: ``(out, in)``; ``hessian``: ``(in, in)`` from :class:`~.hessian.HessianStats`
@@ -183,7 +237,9 @@ def sparsegpt_prune(ops: SolverOps, weight: Array, hessian: Array, *, sparsity: 
     weight's own). ``preserve_mask`` (llm-compressor's ``preserve_sparsity_mask``): True keeps
     every weight that is already zero pruned; a bool array (True = kept) keeps its False
     entries pruned. Its N:M groups read the preserved zeros of their own columns (llm-compressor
-    reads the columns of the first block again in every later block)."""
+    reads the columns of the first block again in every later block). ``factor``: the
+    Hessian's :func:`factor_hessian` made ahead with these settings (``hessian`` may then be
+    None)."""
     check_prune_args(tuple(weight.shape), sparsity, prune_n, prune_m)
     rows, cols = (int(d) for d in weight.shape)
     if not isinstance(block_size, numbers.Integral) or isinstance(block_size, bool) or block_size < 1:
@@ -193,16 +249,15 @@ def sparsegpt_prune(ops: SolverOps, weight: Array, hessian: Array, *, sparsity: 
                          "so that every group of M columns lies in one block")
     if not is_real(dampening_frac) or not 0.0 <= float(dampening_frac) < math.inf:
         raise ValueError(f"dampening_frac must be a finite number >= 0, got {dampening_frac!r}")
-    if tuple(hessian.shape) != (cols, cols):
-        raise ValueError(f"the Hessian has shape {list(hessian.shape)}, but a weight with {cols} input "
-                         f"columns needs [{cols}, {cols}]")
+    check_hessian_shape(hessian, factor, cols)
     W = ops.copy(ops.astype(weight, "float32"))
     check_finite(ops, W, "weight")
-    H = ops.copy(ops.cast(hessian, W))
-    check_finite(ops, H, "Hessian")
-
-    W, dead, dead_count, Hinv, used, report = factor_with_dead_columns(ops, W, H, dampening_frac, retries)
-    del H
+    if factor is None:
+        factor = factor_hessian(ops, hessian, dampening_frac, retries, like=W)
+    else:
+        check_factor(factor, cols, dampening_frac, retries, False)
+    W = zero_dead_columns(ops, W, factor)
+    dead, dead_count, Hinv, used, report = factor.dead, factor.dead_count, factor.Hinv, factor.used, factor.report
 
     before = _preserved(ops, W, preserve_mask, sparsity, dead)
     rule = _MaskRule(ops, sparsity, prune_n, prune_m, before)
@@ -256,7 +311,7 @@ def blockwise_obs(ops: SolverOps, W: Array, Hinv: Array, block_size: int, rule: 
                 row = Hinv1[i, i:]
                 err = (T1[i] - q) / row[0]
                 # the rank-1 update: one product per entry (llm-compressor's bits), rows contiguous
-                T1 = ops.subtract(T1, (slice(i, None),), ops.outer(row, err))
+                T1 = ops.subtract_outer(T1, i, row, err)
                 qs.append(q)
                 errs.append(err)
         Err1 = ops.stack(errs, 1)

@@ -11,7 +11,7 @@ from typing import Any
 
 from ...diagnostics.base import Diagnostic
 from ...recipe.model import Modifier, Recipe
-from ..algorithm import Algorithm, OneShotModifier, Solved
+from ..algorithm import Algorithm, OneShotModifier, Prepared, Solved
 from ..owl.profile import read_sparsity
 from ..settings import b001, refuse_unrun, strings, value
 from .obs import PruneResult, SolverError
@@ -61,13 +61,17 @@ class PruningAlgorithm(Algorithm):
     def needs_data(self, mod: OneShotModifier) -> bool:
         return True
 
-    def prune(self, ops: Any, weight: Any, stats: Any, mod: OneShotModifier, sparsity: float) -> PruneResult:
-        """The pruned weight of one module from its statistic ``stats``."""
+    def prune(self, ops: Any, weight: Any, stats: Any, mod: OneShotModifier, sparsity: float,
+              prepared: Any = None) -> PruneResult:
+        """The pruned weight of one module from its statistic ``stats`` (``prepared``: what
+        :meth:`prepare` made of it, None when nothing was)."""
         raise NotImplementedError
 
-    def solve(self, host: Any, mod: OneShotModifier, name: str, stats: Any, group: Any) -> Solved:
+    def solve(self, host: Any, mod: OneShotModifier, name: str, stats: Any, group: Any,
+              prepared: Prepared | None = None) -> Solved:
         try:
-            result = self.prune(host.ops, host.weight(name), stats, mod, mod.levels.get(name, mod.sparsity))
+            made = prepared() if prepared is not None else None
+            result = self.prune(host.ops, host.weight(name), stats, mod, mod.levels.get(name, mod.sparsity), made)
         except (SolverError, ValueError) as exc:
             raise type(exc)(f"{mod.type} ({mod.where}) on {name}: {exc}; no later layer was "
                             "compressed") from None

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..algorithm import OneShotModifier, register
 from ..shared.hessian import HessianStats
-from ..shared.obs import PruneResult, sparsegpt_prune
+from ..shared.obs import PruneResult, factor_hessian, sparsegpt_prune
 from ..shared.pruning import PruningAlgorithm
 
 __all__ = ["SparseGPT", "SPARSEGPT"]
@@ -22,10 +22,15 @@ class SparseGPT(PruningAlgorithm):
     def new_stats(self, ops: Any, mod: OneShotModifier, group: Any, columns: int, like: Any) -> Any:
         return HessianStats(ops, columns, like)
 
-    def prune(self, ops: Any, weight: Any, stats: Any, mod: OneShotModifier, sparsity: float) -> PruneResult:
-        return sparsegpt_prune(ops, weight, stats.hessian, sparsity=sparsity, prune_n=mod.prune_n,
-                               prune_m=mod.prune_m, block_size=mod.block_size, dampening_frac=mod.dampening_frac,
-                               preserve_mask=True if mod.preserve_mask else None)
+    def prepare(self, ops: Any, mod: OneShotModifier, stats: Any, group: Any) -> Any:
+        return None if stats is None else factor_hessian(ops, stats.hessian, mod.dampening_frac)
+
+    def prune(self, ops: Any, weight: Any, stats: Any, mod: OneShotModifier, sparsity: float,
+              prepared: Any = None) -> PruneResult:
+        return sparsegpt_prune(ops, weight, stats.hessian if prepared is None else None, sparsity=sparsity,
+                               prune_n=mod.prune_n, prune_m=mod.prune_m, block_size=mod.block_size,
+                               dampening_frac=mod.dampening_frac, preserve_mask=True if mod.preserve_mask else None,
+                               factor=prepared)
 
     def stats_bytes(self, columns: int) -> int:
         return columns * columns * 4

@@ -23,7 +23,8 @@ class Wanda(PruningAlgorithm):
     def new_stats(self, ops: Any, mod: OneShotModifier, group: Any, columns: int, like: Any) -> Any:
         return WandaStats(ops, columns, like)
 
-    def prune(self, ops: Any, weight: Any, stats: Any, mod: OneShotModifier, sparsity: float) -> PruneResult:
+    def prune(self, ops: Any, weight: Any, stats: Any, mod: OneShotModifier, sparsity: float,
+              prepared: Any = None) -> PruneResult:  # Wanda prepares nothing: always None
         return wanda_prune(ops, weight, stats.row_scalars, sparsity=sparsity, prune_n=mod.prune_n,
                            prune_m=mod.prune_m)
 

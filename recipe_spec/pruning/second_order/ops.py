@@ -124,9 +124,11 @@ class SolverOps(FisherOps, QuantOps, Protocol):
     def row_norms(self, x: Array) -> Array:
         """The Euclidean norm of each row of a 2-D array (``torch.norm(x, p=2, dim=1)``)."""
 
-    def outer(self, a: Array, b: Array) -> Array:
-        """The outer product ``a[i] · b[j]`` of two vectors, each entry one product (the bits
-        of ``matmul`` of a column by a row)."""
+    def subtract_outer(self, x: Array, start: int, a: Array, b: Array) -> Array:
+        """``x`` with ``x[start:] -= a ⊗ b`` (``a``: one value per row from ``start``, ``b``: one
+        per column), each entry one product ``a[i] · b[j]`` (the bits of ``matmul`` of a column
+        by a row) subtracted once; takes ownership of ``x``. The block-wise OBS update's rank-1
+        step, thousands per layer: NumPy writes the products into a reused buffer."""
 
     def gram(self, a: Array) -> Array:
         """``a·aᵀ`` of a 2-D array, in the form the Hessian sums add up: the whole product, or,
@@ -147,12 +149,11 @@ class SolverOps(FisherOps, QuantOps, Protocol):
         """``a`` (square) with ``values`` (one per row, or one for all) added to its diagonal;
         takes ownership of ``a``."""
 
-    def cholesky_inverse(self, lower: Array) -> Array:
-        """``(L·Lᵀ)⁻¹`` from the lower Cholesky factor ``L`` (``torch.cholesky_inverse``)."""
-
-    def cholesky_upper(self, a: Array) -> Array | None:
-        """The upper triangular ``u`` with ``a = uᵀ·u``, or None when ``a`` is not positive
-        definite to working precision."""
+    def inverse_upper_factor(self, lower: Array) -> Array | None:
+        """The upper triangular ``u`` with ``uᵀ·u = (L·Lᵀ)⁻¹``, from the lower Cholesky factor
+        ``L``: ``torch.linalg.cholesky(torch.cholesky_inverse(L), upper=True)`` (LAPACK's
+        ``potri`` then ``potrf``, which read one triangle: NumPy does not mirror the inverse
+        in between); None when the inverse is not positive definite to working precision."""
 
     def argsort_last(self, x: Array) -> Array:
         """Indices that sort ``x`` ascending along its last axis; stable (equal values keep
