@@ -156,7 +156,7 @@ def test_strategy_is_inferred_as_compressed_tensors_does(config: dict[str, Any],
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"num_bits": 9}, "num_bits from 2 to 8"), ({"type": "float", "num_bits": 4}, "FP8"),
+    ({"num_bits": 9}, "num_bits from 2 to 8"), ({"type": "float", "num_bits": 6}, "FP8"),
     ({"type": "float", "symmetric": False}, "symmetric"), ({"strategy": "group"}, "positive group_size"),
     ({"strategy": "channel", "group_size": 8}, "needs strategy 'group'"), ({"strategy": "token"}, "one of"),
     ({"type": "uint"}, "'int' or 'float'")])

@@ -269,6 +269,13 @@ class TorchOps(InPlaceOps):
     def round_fp8_e4m3(self, x: torch.Tensor) -> torch.Tensor:
         return x.to(torch.float8_e4m3fn).to(x.dtype)
 
+    def frexp(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        m, e = torch.frexp(x)
+        return m, e.to(x.dtype)
+
+    def ldexp(self, m: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+        return torch.ldexp(m, e.to(torch.int32)).to(m.dtype)
+
     # -- smoothing (recipe_spec.oneshot.smoothquant.solve.SmoothingOps) ------------------------------
     def log2(self, x: torch.Tensor) -> torch.Tensor:
         return torch.log2(x)

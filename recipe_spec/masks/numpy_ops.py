@@ -261,6 +261,13 @@ class NumpyOps(InPlaceOps):
     def round_fp8_e4m3(self, x: np.ndarray) -> np.ndarray:
         return round_fp8_e4m3(x)
 
+    def frexp(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        m, e = np.frexp(x)
+        return m, e.astype(x.dtype)
+
+    def ldexp(self, m: np.ndarray, e: np.ndarray) -> np.ndarray:
+        return np.ldexp(m, e.astype(np.int32)).astype(m.dtype, copy=False)
+
     # -- smoothing (recipe_spec.oneshot.smoothquant.solve.SmoothingOps) ------------------------------
     def log2(self, x: np.ndarray) -> np.ndarray:
         return np.log2(x)

@@ -50,3 +50,10 @@ class QuantOps(ArrayOps, Protocol):
         """Each entry of ``x`` (within ``[-448, 448]``) rounded to the nearest
         ``float8_e4m3fn`` value, ties to even, returned in ``x``'s dtype: torch's
         ``x.to(torch.float8_e4m3fn).to(x.dtype)``."""
+
+    def frexp(self, x: Array) -> tuple[Array, Array]:
+        """``(m, e)`` with ``x = m · 2^e`` and ``0.5 <= |m| < 1`` (both 0 for 0), ``e`` whole
+        numbers in ``x``'s float dtype (``torch.frexp``, ``np.frexp``)."""
+
+    def ldexp(self, m: Array, e: Array) -> Array:
+        """``m · 2^e`` exactly (``e`` whole numbers in a float dtype), in ``m``'s dtype."""

@@ -127,6 +127,10 @@ def _group(recipe: Recipe, m: Modifier, name: str, scheme: Mapping[str, Any], ke
             refuse(f"the weight grid ({exc})", "Use int (2-8 bits) or FP8 weights with tensor, channel or "
                    "group scales.")
             return None
+        if weights.type == "float" and weights.num_bits == 4:
+            refuse("an FP4 (e2m1) weight grid", "Run FP4 schemes with llm-compressor; recipe_spec.oneshot runs int "
+                   "(2-8 bits) and FP8 weights.")
+            return None
     inputs, observer, constant = None, None, 0.01
     act = scheme.get("input_activations")
     if act is not None and act["dynamic"] is not True:
