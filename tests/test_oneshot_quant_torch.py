@@ -219,8 +219,6 @@ def test_quantization_error_cases_are_located_before_any_weight_changes(sub_case
 
 @pytest.mark.parametrize(("args", "what"), [
     ("scheme: NVFP4", "NVFP4"), ("scheme: W8A8\n      kv_cache_scheme: {num_bits: 8}", "kv_cache_scheme"),
-    ("config_groups:\n        g: {targets: [Linear], weights: {num_bits: 4, type: float, strategy: group, "
-     "group_size: 16}}", "FP4"),
     ("config_groups:\n        g: {targets: [Linear], weights: {num_bits: 8}, output_activations: {num_bits: 8}}",
      "output_activations"), ("scheme: W8A8\n      weight_observer: mse", "weight_observer")])
 def test_what_does_not_run_is_refused_with_b001(args: str, what: str) -> None:

@@ -248,6 +248,11 @@ class ModuleCalls:
                 return v
         return None
 
+    def observed(self, name: str) -> np.ndarray:
+        """A Linear layer's ``(out, in)`` weight as observers read it: float32 (NumPy has no
+        bfloat16; a bfloat16 Keras model's scales are computed from its float32 values)."""
+        return self.weight(name)
+
     def weight(self, name: str) -> np.ndarray:
         """A Linear layer's ``(out, in)`` weight, or a normalisation layer's scale vector
         (float32 copies)."""

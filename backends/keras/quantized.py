@@ -106,8 +106,8 @@ def describe_scheme(args: QuantArgs, activations: ActivationArgs | None) -> str:
     for name, weights in PRESET_WEIGHTS.items():
         if weights == args and PRESET_ACTIVATIONS.get(name, 0) == activations:
             return name
-    kind = "fp8" if args.type == "float" else f"int{args.num_bits}"
-    where = f"group {args.group_size}" if args.strategy == "group" else args.strategy
+    kind = f"fp{args.num_bits}" if args.type == "float" else f"int{args.num_bits}"
+    where = f"group {args.group_size}" if args.strategy in ("group", "tensor_group") else args.strategy
     sym = "symmetric" if args.symmetric else "asymmetric"
     acts = activations.describe() + " activations" if activations is not None else "float activations"
     return f"{kind} {where} {sym} weights, {acts}"
@@ -123,6 +123,10 @@ def keras_mode(args: QuantArgs, activations: ActivationArgs | None, *, layer: st
         raise QuantizationRefused(f"{layer}: Keras {keras.__version__} has no quantized layer for {scheme}: "
                                   f"{why}; {fix}")
 
+    if args.num_bits == 4 and args.type == "float" or args.mx:
+        refuse("Keras's quantized layers are int8, int4 and float8 (e4m3, one scale per tensor): none holds "
+               "FP4 (e2m1) weights or MX power-of-two group scales", "run this scheme on PyTorch, or pick a scheme "
+               "Keras holds: W8A8, W4A16, W4A16_ASYM, FP8, int8 or int4 per channel")
     if args.type == "float":
         if activations is None or activations.type != "float":
             refuse("its float8 layer always casts the inputs to FP8 (no FP8 weight-only layer)")

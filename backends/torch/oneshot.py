@@ -64,9 +64,8 @@ class TorchCalibrationHost(ModelState):
     """A ``torch.nn.Module`` held for one-shot compression (see the module docstring)."""
 
     ops = TORCH_OPS
-    #: torch's thread count is the process's: the column loop sets it to one (``ops.serial``)
-    #: while it runs, so a factorisation made beside it would run on one thread, and MKL does
-    #: not promise the same bits on another thread count. One solve at a time.
+    #: One solve at a time: the column loop sets torch's (process-wide) thread count to one, and
+    #: MKL does not promise a factorisation the same bits on another thread count.
     solves_ahead = False
     #: llm-compressor's ``moe_calibrate_all_experts``: every expert sees every token while
     #: statistics are gathered (:mod:`.experts`); set before the context is entered
@@ -352,10 +351,14 @@ class TorchCalibrationHost(ModelState):
             self._store.ensure(name, dirty)
 
     def weight(self, name: str) -> torch.Tensor:
+        w = self.observed(name)
+        return w if w.dtype == torch.float32 else w.float()
+
+    def observed(self, name: str) -> torch.Tensor:
         self._ensure(name)
         w = self._named[name].weight.detach()
         with self.ops.serial(w):  # a copy: the same bits on one thread, and no wait on a busy core
-            return w.float().clone()
+            return w.clone()
 
     def set_weight(self, name: str, value: torch.Tensor) -> None:
         self._ensure(name, dirty=True)

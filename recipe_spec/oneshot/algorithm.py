@@ -88,6 +88,9 @@ class OneShotModifier:
     quant: Any = None
     #: What the run does otherwise than the recipe's words say (AWQ's combined form, split)
     note: str = ""
+    #: NVFP4's global weight scale of each module compressed so far, shared by fused layers
+    #: (:func:`~.shared.global_scales.fused_global_scale` fills it during the run)
+    global_scales: dict[str, Any] = field(default_factory=dict)
 
     @property
     def needs_data(self) -> bool:

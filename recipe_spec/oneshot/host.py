@@ -108,6 +108,11 @@ class CalibrationHost(Protocol):
     def weight(self, name: str) -> Any:
         """The weight of module ``name`` as a float32 ``(out, in)`` array (a copy)."""
 
+    def observed(self, name: str) -> Any:
+        """The weight of Linear module ``name`` as the model holds it, ``(out, in)``, in its own
+        dtype where the backend's arrays have it (a copy): what a quantization observer reads,
+        as compressed-tensors computes a bfloat16 checkpoint's scales in bfloat16."""
+
     def set_weight(self, name: str, value: Any) -> None:
         """Write ``value`` (``(out, in)``) into module ``name``'s weight, in its own dtype."""
 

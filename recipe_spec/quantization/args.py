@@ -127,8 +127,7 @@ def _whole(x: object) -> bool:
 
 
 #: The weights of compressed-tensors' preset schemes (``scheme: W4A16`` ...; 0.19's
-#: ``PRESET_SCHEMES``), those on an int or FP8 grid with tensor, channel or group scales (not
-#: the block, FP4 and MX ones), read from :data:`recipe_spec.compressed_tensors.presets.PRESET_SCHEMES`; their activation
+#: ``PRESET_SCHEMES``), those recipe-spec runs (not the block scales, nor FP4 activations), read from :data:`recipe_spec.compressed_tensors.presets.PRESET_SCHEMES`; their activation
 #: halves are :data:`recipe_spec.compressed_tensors.config.PRESET_ACTIVATIONS`.
 PRESET_WEIGHTS: dict[str, QuantArgs] = {name: QuantArgs.from_config(scheme["weights"])
                                         for name, scheme in PRESET_SCHEMES.items()}

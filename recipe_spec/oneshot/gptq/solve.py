@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from ...masks.ops import Array
 from ...pruning.second_order.ops import SolverOps
 from ...quantization.args import QuantArgs
-from ...quantization.grid import check_weight_shape, fake_quantize, minmax_qparams
+from ...quantization.grid import check_weight_shape, fake_quantize, minmax_qparams, weight_global_scale
 from ..shared.obs import (
     DAMPENING_RETRIES,
     HessianFactor,
@@ -96,8 +96,8 @@ class _GridRule:
     """GPTQ's :class:`~.blockwise.ColumnRule`: ``q`` is the column on the grid of its group."""
 
     def __init__(self, ops: SolverOps, args: QuantArgs, scale: Array, zero_point: Array,
-                 groups: Sequence[int], mask: Array | None = None) -> None:
-        self._ops, self._args, self._groups, self._mask = ops, args, groups, mask
+                 groups: Sequence[int], mask: Array | None = None, global_scale: Array | None = None) -> None:
+        self._ops, self._args, self._groups, self._mask, self._global = ops, args, groups, mask, global_scale
         if args.strategy == "tensor":
             self._scales, self._zeros = [scale], [zero_point]
         else:
@@ -111,7 +111,7 @@ class _GridRule:
 
     def column(self, T1: Array, i: int) -> Array:
         g = self._groups[self._i1 + i]
-        q = fake_quantize(self._ops, T1[i], self._scales[g], self._zeros[g], self._args)
+        q = fake_quantize(self._ops, T1[i], self._scales[g], self._zeros[g], self._args, self._global)
         return q if self._mask is None else self._ops.where(self._mask[:, self._i1 + i], q, 0.0)
 
     def block_update(self, update: Array, i2: int) -> Array:
@@ -122,7 +122,7 @@ def gptq_quantize(ops: SolverOps, weight: Array, hessian: Array | None, *, args:
                   dampening_frac: float = 0.01, actorder: str | None = None, scale: Array | None = None,
                   zero_point: Array | None = None, g_idx: Sequence[int] | None = None,
                   retries: int = DAMPENING_RETRIES, mask: Array | None = None,
-                  factor: HessianFactor | None = None) -> QuantizeResult:
+                  factor: HessianFactor | None = None, global_scale: Array | None = None) -> QuantizeResult:
     """Quantize one layer with GPTQ (see the module docstring) and return the updated weight.
 
     ``weight``: ``(out, in)``; ``hessian``: ``(in, in)``, ``H/n`` (neither is modified);
@@ -133,7 +133,9 @@ def gptq_quantize(ops: SolverOps, weight: Array, hessian: Array | None, *, args:
     grid), so the zeros of a pruned weight survive and their error is fed to the columns after
     them, as SparseGPT with a fixed mask (recipe-spec's own; llm-compressor has no such
     option). ``factor``: the Hessian's :func:`~.obs.factor_hessian` made ahead with these
-    settings (``ordered`` for an activation order; ``hessian`` may then be None)."""
+    settings (``ordered`` for an activation order; ``hessian`` may then be None).
+    ``global_scale``: NVFP4's (``tensor_group``), shape ``(1,)`` (default: the weight's own);
+    each column is quantized with ``scale / global_scale``."""
     shape = tuple(int(d) for d in weight.shape)
     check_weight_shape(shape, args)
     rows, cols = shape
@@ -146,7 +148,7 @@ def gptq_quantize(ops: SolverOps, weight: Array, hessian: Array | None, *, args:
     check_hessian_shape(hessian, factor, cols)
     if (scale is None) != (zero_point is None):
         raise ValueError("give both scale and zero_point, or neither (the observer computes both)")
-    if actorder == "group" and args.strategy != "group":
+    if actorder == "group" and args.strategy not in ("group", "tensor_group"):
         actorder = None  # llm-compressor: group order needs group scales, else none
     groups = _group_index(args, cols, g_idx)
 
@@ -156,10 +158,14 @@ def gptq_quantize(ops: SolverOps, weight: Array, hessian: Array | None, *, args:
         factor = factor_hessian(ops, hessian, dampening_frac, retries, ordered=actorder is not None, like=W)
     else:
         check_factor(factor, cols, dampening_frac, retries, actorder is not None)
+    if args.strategy == "tensor_group" and global_scale is None:
+        global_scale = weight_global_scale(ops, weight)
+    if args.strategy != "tensor_group":
+        global_scale = None
     if scale is None and actorder != "group":
         # the observer reads the weight as the model holds it: a bfloat16 weight gets bfloat16
         # scales (compressed-tensors' calculate_qparams in the weight's dtype), used in float32
-        scale, zero_point = minmax_qparams(ops, weight, args)
+        scale, zero_point = minmax_qparams(ops, weight, args, global_scale)
 
     perm = factor.order
     if perm is not None:
@@ -169,7 +175,7 @@ def gptq_quantize(ops: SolverOps, weight: Array, hessian: Array | None, *, args:
         order = [int(p) for p in perm]
         if actorder == "group":
             if scale is None:
-                scale, zero_point = minmax_qparams(ops, W, args)
+                scale, zero_point = minmax_qparams(ops, W, args, global_scale)
         else:
             groups = [groups[p] for p in order]
     assert scale is not None and zero_point is not None
@@ -178,7 +184,10 @@ def gptq_quantize(ops: SolverOps, weight: Array, hessian: Array | None, *, args:
     W = zero_dead_columns(ops, W, factor)
     dead_count, Hinv, used, report = factor.dead_count, factor.Hinv, factor.used, factor.report
 
-    W, loss = blockwise_obs(ops, W, Hinv, block_size, _GridRule(ops, args, scale, zero_point, groups, mask))
+    if global_scale is not None:
+        global_scale = ops.cast(global_scale, W)
+    rule = _GridRule(ops, args, scale, zero_point, groups, mask, global_scale)
+    W, loss = blockwise_obs(ops, W, Hinv, block_size, rule)
     out_groups = None
     if perm is not None:
         W = ops.index_select(W, 1, ops.argsort_last(perm))
@@ -195,7 +204,7 @@ def gptq_quantize(ops: SolverOps, weight: Array, hessian: Array | None, *, args:
 
 def _group_index(args: QuantArgs, cols: int, g_idx: Sequence[int] | None) -> list[int]:
     """Each column's group (all 0 for tensor and channel scales)."""
-    if args.strategy != "group":
+    if args.strategy not in ("group", "tensor_group"):
         if g_idx is not None:
             raise ValueError(f"g_idx needs strategy 'group', not {args.strategy!r}")
         return [0] * cols

@@ -12,6 +12,7 @@ from ...diagnostics.base import Diagnostic
 from ...quantization.grid import minmax_qparams
 from ...recipe.model import Modifier, Recipe
 from ..algorithm import Algorithm, OneShotModifier, Prepared, Solved, register
+from ..shared.global_scales import fused_global_scale
 from ..shared.quant_plan import resolve_quant
 from ..shared.quantize import grid_text, new_quant_statistics, record_quantized
 
@@ -50,10 +51,11 @@ class RoundToNearest(Algorithm):
         ops = host.ops
         weight = host.weight(name)
         scale = zero = None
+        fused = fused_global_scale(host, mod, name, group)
         if group.weights is not None:  # extremes and elementwise steps: the same bits on one thread
-            with ops.serial(weight):
-                scale, zero = minmax_qparams(ops, weight, group.weights)
-        after = record_quantized(host, name, weight, None, scale, zero, stats)
+            with ops.serial(weight):  # the observer reads the weight in the model's dtype
+                scale, zero = minmax_qparams(ops, host.observed(name), group.weights, fused)
+        after = record_quantized(host, name, weight, None, scale, zero, stats, fused)
         return Solved(after, grid=grid_text(group))
 
 

@@ -39,6 +39,7 @@ from ...text.frozen import thaw
 from ..host import ModuleInfo
 from ..matching import matches, regex_match
 from ..settings import b001 as _b001
+from .global_scales import mixed_fused_sets
 from ..settings import declared, refuse_unrun, value
 
 __all__ = ["QuantGroup", "QuantPlan", "resolve_quant", "check_quant_shapes"]
@@ -118,18 +119,14 @@ def _group(recipe: Recipe, m: Modifier, name: str, scheme: Mapping[str, Any], ke
         if raw["observer"] not in _WEIGHT_OBSERVERS:
             refuse(f"weight observer {raw['observer']!r}", "Use memoryless_minmax (leave observer out).")
             return None
-        if raw["dynamic"] or raw["scale_dtype"] is not None:
-            refuse("dynamic weights or a scale_dtype", "Leave dynamic and scale_dtype out of weights.")
+        if raw["dynamic"]:
+            refuse("dynamic weights", "Leave dynamic out of weights (weight scales are computed once).")
             return None
         try:
             weights = QuantArgs.from_config({k: v for k, v in raw.items() if k != "group_size" or v != -1})
         except ValueError as exc:
-            refuse(f"the weight grid ({exc})", "Use int (2-8 bits) or FP8 weights with tensor, channel or "
-                   "group scales.")
-            return None
-        if weights.type == "float" and weights.num_bits == 4:
-            refuse("an FP4 (e2m1) weight grid", "Run FP4 schemes with llm-compressor; recipe_spec.oneshot runs int "
-                   "(2-8 bits) and FP8 weights.")
+            refuse(f"the weight grid ({exc})", "Use int (2-8 bits), FP8 or FP4 weights with tensor, channel, group "
+                   "or tensor_group scales.")
             return None
     inputs, observer, constant = None, None, 0.01
     act = scheme.get("input_activations")
@@ -204,7 +201,7 @@ def check_quant_shapes(recipe: Recipe, mods: Sequence[Any], modules: Sequence[Mo
         sizes: dict[str, int] = {}
         for info in modules:
             group = plan.group_of(info.name, info.classes) if info.prunable else None
-            if group is None or group.weights is None or group.weights.strategy != "group":
+            if group is None or group.weights is None or group.weights.strategy not in ("group", "tensor_group"):
                 continue
             size, columns = int(group.weights.group_size or 1), int(info.weight_shape[-1])
             if columns % size:
@@ -220,4 +217,11 @@ def check_quant_shapes(recipe: Recipe, mods: Sequence[Any], modules: Sequence[Mo
                 f"{', '.join(layers[:3])}{more}",
                 "Add these layers to `ignore`, or pick a group_size that divides their input features.",
                 span).in_file(recipe.path))
+        for members, left in mixed_fused_sets(plan, modules):
+            key = "scheme" if "scheme" in m.args else "config_groups" if "config_groups" in m.args else None
+            out.append(_b001(recipe, m, f"{m.type}: {', '.join(members)} share one NVFP4 global scale (a serving "
+                             f"kernel fuses them), but {', '.join(left)} {'is' if len(left) == 1 else 'are'} not "
+                             "quantized with the same tensor_group grid (llm-compressor 0.14 stops here with an "
+                             "AssertionError)", "Quantize all of them with the NVFP4 scheme, or leave all of them "
+                             "out (ignore:).", key))
     return out

@@ -162,13 +162,16 @@ def new_quant_statistics(ops: Any, group: QuantGroup | None, columns: int, like:
 
 
 def record_quantized(host: Any, name: str, weight: Any, new: Any, scale: Any, zero: Any,
-                     stats: QuantStats | None) -> Any:
+                     stats: QuantStats | None, global_scale: Any = None) -> Any:
     """Record module ``name``'s quantization on the host (``new``: a solver's weight, None to
     keep the float weight; ``scale``/``zero``: the weight's, None when weights are not
-    quantized; the input range from ``stats``); the weight after."""
+    quantized; ``global_scale``: NVFP4's, None for other grids; the input range from
+    ``stats``); the weight after."""
     values: dict[str, Any] = {}
     if scale is not None:
         values["weight_scale"], values["weight_zero_point"] = scale, zero
+    if global_scale is not None:
+        values["weight_global_scale"] = global_scale
     if stats is not None and stats.inputs is not None:
         values["input_scale"], values["input_zero_point"] = stats.inputs.qparams()
     host.set_quantized(name, new, values)
@@ -176,8 +179,11 @@ def record_quantized(host: Any, name: str, weight: Any, new: Any, scale: Any, ze
 
 
 def _args_text(args: Any) -> str:
-    kind = f"{args.type}{args.num_bits}" if args.type == "int" else "fp8"
-    where = f"group {args.group_size}" if args.strategy == "group" else args.strategy
+    kind = f"{args.type}{args.num_bits}" if args.type == "int" else f"fp{args.num_bits}"
+    if getattr(args, "mx", False):
+        kind = f"mx{kind}"
+    where = {"group": f"group {args.group_size}", "tensor_group": f"group {args.group_size} + global"}.get(
+        args.strategy, args.strategy)
     return f"{kind} {where}{'' if args.symmetric else ' asym'}"
 
 
