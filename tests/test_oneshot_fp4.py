@@ -1,5 +1,6 @@
 """FP4 and MX one-shot runs on PyTorch against llm-compressor 0.14's own (NVFP4A16, MXFP4A16,
-MXFP8A16; round to nearest and GPTQ; float32 and bfloat16 weights): the folder ``oneshot(output_dir=...)`` saves holds
+MXFP8A16, NVFP4 with its calibrated input global scale, MXFP4 and MXFP8 with dynamic inputs,
+an FP8 + NVFP4 mix; round to nearest and GPTQ; float32 and bfloat16 weights): the folder ``oneshot(output_dir=...)`` saves holds
 llm-compressor's tensors bit for bit (packed e2m1 nibbles, FP8 or E8M0 group scales, the global
 scales q/k/v and gate/up share) in its format; what cannot run is refused, located, before any
 weight changes: a fused set quantized only in part, and every FP4 / MX scheme on Keras.
@@ -60,10 +61,11 @@ def test_the_saved_folder_is_llm_compressors_bit_for_bit(run: str, tmp_path: pat
         assert torch.equal(ours[name].view(torch.uint8), value.view(torch.uint8)), name
     config = json.loads((tmp_path / "config.json").read_text())["quantization_config"]
     assert config["format"] == want["quantization_config"]["format"]
-    ours_w = config["config_groups"]["group_0"]["weights"]
-    theirs_w = want["quantization_config"]["config_groups"]["group_0"]["weights"]
-    for key in ("num_bits", "type", "strategy", "group_size", "symmetric", "scale_dtype", "actorder"):
-        assert ours_w[key] == theirs_w[key], key
+    assert set(config["config_groups"]) == set(want["quantization_config"]["config_groups"])
+    for group, body in want["quantization_config"]["config_groups"].items():
+        assert config["config_groups"][group]["format"] == body["format"], group
+        for slot in ("weights", "input_activations"):
+            assert config["config_groups"][group][slot] == body[slot], (group, slot)
 
 
 def test_q_k_v_and_gate_up_share_their_global_scale_and_the_others_have_their_own() -> None:
@@ -102,7 +104,7 @@ def test_a_fused_set_quantized_in_part_is_refused_before_weights_change() -> Non
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
 
 
-@pytest.mark.parametrize("scheme", ["NVFP4A16", "MXFP4A16", "MXFP8A16"])
+@pytest.mark.parametrize("scheme", ["NVFP4A16", "MXFP4A16", "MXFP8A16", "NVFP4", "MXFP4", "MXFP8"])
 def test_keras_refuses_fp4_and_mx_schemes_located_before_weights_change(scheme: str) -> None:
     keras = pytest.importorskip("keras")
     keras.utils.set_random_seed(1)
@@ -112,8 +114,9 @@ def test_keras_refuses_fp4_and_mx_schemes_located_before_weights_change(scheme: 
     model = keras.Model(ids, keras.layers.Dense(32, name="fc2")(x))
     before = [np.array(keras.ops.convert_to_numpy(v)) for v in model.weights]
     recipe = f"q_stage:\n  q_modifiers:\n    QuantizationModifier:\n      scheme: {scheme}\n      targets: [Dense]\n"
+    data = [{"input_ids": [1, 2, 3, 4], "attention_mask": [1, 1, 1, 1]}] * 2  # NVFP4 calibrates its inputs
     with pytest.raises(RecipeError) as err:
-        recipe_spec.oneshot(model=model, recipe=recipe, progress=False)
+        recipe_spec.oneshot(model=model, recipe=recipe, dataset=data, progress=False)
     (d,) = err.value.diagnostics
     assert d.code == "B001" and (d.line, d.column) == (4, 7), d
     assert scheme in d.message and "fc1" in d.message and "FP4" in d.message and "PyTorch" in d.message

@@ -1,11 +1,11 @@
 """compressed-tensors' preset schemes, once: each name with the compressed-tensors releases
 that have it (read at the tags v0.4.0, 0.5.0 ... 0.19.0) and, for the presets on an int or FP8
-grid with tensor, channel or group weight scales, or FP4 and MX weights alone (NVFP4A16,
-MXFP4A16, MXFP8A16), its contents as 0.19's constructor gives them (``None``: a grid recipe-spec
-does not run: block scales, FP4 activations, or one that quantizes nothing). Names are matched
-case-insensitively.
+grid with tensor, channel or group weight scales, and the FP4 and MX ones (NVFP4, MXFP4,
+MXFP8, with and without activations), its contents as 0.19's constructor gives them (``None``:
+a grid recipe-spec does not run: block scales, or one that quantizes nothing). Names are
+matched case-insensitively.
 
->>> PRESETS["W4A16"].scheme["weights"]["group_size"], PRESETS["NVFP4"].runs, PRESETS["MXFP4"].ct
+>>> PRESETS["W4A16"].scheme["weights"]["group_size"], PRESETS["FP8_BLOCK"].runs, PRESETS["MXFP4"].ct
 (128, False, '>=0.13')
 >>> PRESETS["W4A16"].group_size, PRESETS["W8A8"].group_size, PRESETS["NVFP4"].group_size
 (128, None, 16)
@@ -61,10 +61,18 @@ _W8A8 = {"weights": {"num_bits": 8, "type": "int", "strategy": "channel", "symme
                                "dynamic": True}}
 
 
-def _float_weights(bits: int, strategy: str, group_size: int, scale_dtype: str) -> dict[str, Any]:
-    """The weight-only FP4 / MX schemes: float weights, group scales rounded to ``scale_dtype``."""
-    return {"weights": {"num_bits": bits, "type": "float", "strategy": strategy, "group_size": group_size,
-                        "symmetric": True, "dynamic": False, "scale_dtype": scale_dtype}}
+def _float_weights(bits: int, strategy: str, group_size: int, scale_dtype: str,
+                   inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The FP4 / MX schemes: float weights, group scales rounded to ``scale_dtype``; ``inputs``:
+    the input activations' own fields over the weights' (None: weight-only)."""
+    weights = {"num_bits": bits, "type": "float", "strategy": strategy, "group_size": group_size,
+               "symmetric": True, "dynamic": False, "scale_dtype": scale_dtype}
+    if scale_dtype == "torch.uint8":  # the MX presets name it; NVFP4's comes from the validator (FP8)
+        weights["zp_dtype"] = scale_dtype
+    scheme: dict[str, Any] = {"weights": weights}
+    if inputs is not None:
+        scheme["input_activations"] = {**weights, **inputs}
+    return scheme
 
 
 _W2_W7 = ("W2A4", "W2A8", "W2A16", "W3A4", "W3A8", "W3A16", "W4A4", "W5A8", "W5A16", "W6A8",
@@ -89,16 +97,17 @@ PRESETS: dict[str, Preset] = {
     "W4A16_ASYM": Preset(">=0.10", {"weights": {"num_bits": 4, "type": "int", "strategy": "group",
                                                 "group_size": 128, "symmetric": False, "dynamic": False}}),
     "NVFP4A16": Preset(">=0.10", _float_weights(4, "tensor_group", 16, "torch.float8_e4m3fn")),
-    "NVFP4": Preset(">=0.10", weight_group=16),
+    "NVFP4": Preset(">=0.10", _float_weights(4, "tensor_group", 16, "torch.float8_e4m3fn",
+                                              {"dynamic": "local", "observer": "static_minmax"})),
     "FP8_BLOCK": Preset(">=0.11"),
     "MXFP4A16": Preset(">=0.13", _float_weights(4, "group", 32, "torch.uint8")),
-    "MXFP4": Preset(">=0.13", weight_group=32),
+    "MXFP4": Preset(">=0.13", _float_weights(4, "group", 32, "torch.uint8", {"dynamic": True})),
     "W4AFP8": Preset(">=0.14", {
         "weights": _int_wnam(4)["weights"],
         "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "symmetric": True,
                               "dynamic": True, "observer": None}}),
     "MXFP8A16": Preset(">=0.15", _float_weights(8, "group", 32, "torch.uint8")),
-    "MXFP8": Preset(">=0.15", weight_group=32),
+    "MXFP8": Preset(">=0.15", _float_weights(8, "group", 32, "torch.uint8", {"dynamic": True})),
     **{name: Preset(">=0.18", _int_wnam(int(name[1]), int(name[3:]))) for name in _W2_W7},
 }
 

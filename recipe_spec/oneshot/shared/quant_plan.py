@@ -131,15 +131,18 @@ def _group(recipe: Recipe, m: Modifier, name: str, scheme: Mapping[str, Any], ke
     inputs, observer, constant = None, None, 0.01
     act = scheme.get("input_activations")
     if act is not None and act["dynamic"] is not True:
-        if act["dynamic"] or act["strategy"] != "tensor" or act["observer"] not in _INPUT_OBSERVERS:
+        static = act["dynamic"] is False and act["strategy"] == "tensor"
+        nvfp4 = act["dynamic"] == "local" and act["strategy"] == "tensor_group"  # a calibrated global scale
+        if not (static or nvfp4) or act["observer"] not in _INPUT_OBSERVERS:
             refuse(f"static input activations with strategy {act['strategy']!r}, dynamic {act['dynamic']!r} "
-                   f"and observer {act['observer']!r}", "Use dynamic: true, or static per-tensor input "
-                   "activations with the minmax, static_minmax or memoryless_minmax observer.")
+                   f"and observer {act['observer']!r}", "Use dynamic: true, static per-tensor input activations "
+                   "or NVFP4's (tensor_group, dynamic: local), with the minmax, static_minmax or "
+                   "memoryless_minmax observer.")
             return None
         try:
             inputs = QuantArgs.from_config(act)
         except ValueError as exc:
-            refuse(f"the input activation grid ({exc})", "Use int (2-8 bits) or FP8 input activations.")
+            refuse(f"the input activation grid ({exc})", "Use int (2-8 bits), FP8 or FP4 input activations.")
             return None
         observer = act["observer"]
         kwargs = act.get("observer_kwargs") or {}

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...quantization.args import QuantArgs
+from ...quantization.fp4 import global_scale
 from ...quantization.grid import qparams
 from ..distributed import joined_extremes
 from .hessian import GPTQHessianStats
@@ -42,10 +43,20 @@ class InputRange:
         self.high: Any = None
 
     def add(self, x: Any) -> None:
-        """Observe one forward call's input (any shape)."""
-        flat = self._ops.reshape(x, (1, -1))
-        low = self._ops.reshape(self._ops.amin(flat, 1), (1,))
-        high = self._ops.reshape(self._ops.amax(flat, 1), (1,))
+        """Observe one forward call's input (any shape; NVFP4's ``tensor_group`` inputs: the range
+        of each group of ``group_size`` features over every token, as llm-compressor's observers
+        keep them, the global scale made from their extremes when read)."""
+        ops = self._ops
+        if self.args.strategy == "tensor_group":
+            size = int(self.args.group_size or 1)
+            groups = ops.reshape(x, (-1, int(x.shape[-1]) // size, size))
+            count = int(groups.shape[1])
+            low = ops.reshape(ops.amin(ops.reshape(ops.amin(groups, 2), (-1, count)), 0), (count,))
+            high = ops.reshape(ops.amax(ops.reshape(ops.amax(groups, 2), (-1, count)), 0), (count,))
+        else:
+            flat = ops.reshape(x, (1, -1))
+            low = ops.reshape(ops.amin(flat, 1), (1,))
+            high = ops.reshape(ops.amax(flat, 1), (1,))
         if self.low is None or self.observer == "memoryless_minmax":
             self.low, self.high = low, high
         elif self.observer == "static_minmax":
@@ -91,6 +102,21 @@ class InputRange:
         if self.low is None:
             raise ValueError("no calibration input reached this module")
         return qparams(self._ops, self.low, self.high, self.args)
+
+    def values(self) -> dict[str, Any]:
+        """The module's calibrated input parameters under compressed-tensors' names:
+        ``input_scale`` and ``input_zero_point`` (static per tensor), or ``input_global_scale``
+        alone (NVFP4's ``tensor_group`` inputs: the group scales are made at run time, the
+        global scale from the calibrated range, float32)."""
+        if self.args.strategy != "tensor_group":
+            scale, zero = self.qparams()
+            return {"input_scale": scale, "input_zero_point": zero}
+        if self.low is None:
+            raise ValueError("no calibration input reached this module")
+        ops = self._ops
+        low = ops.reshape(ops.amin(ops.reshape(self.low, (1, -1)), 1), (1,))
+        high = ops.reshape(ops.amax(ops.reshape(self.high, (1, -1)), 1), (1,))
+        return {"input_global_scale": ops.astype(global_scale(ops, low, high), "float32")}
 
 
 class QuantStats:
@@ -173,7 +199,7 @@ def record_quantized(host: Any, name: str, weight: Any, new: Any, scale: Any, ze
     if global_scale is not None:
         values["weight_global_scale"] = global_scale
     if stats is not None and stats.inputs is not None:
-        values["input_scale"], values["input_zero_point"] = stats.inputs.qparams()
+        values.update(stats.inputs.values())
     host.set_quantized(name, new, values)
     return new if new is not None else weight
 
