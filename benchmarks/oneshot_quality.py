@@ -85,8 +85,10 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_setting(setting: str, anchor: Path, limit_windows: int | None, samples: int = 256) -> dict[str, Any]:
-    """Load the model, compress it with ``setting``'s recipe, score it: one result dict."""
+def run_setting(setting: str, anchor: Path, limit_windows: int | None, samples: int = 256,
+                recipe: str | None = None) -> dict[str, Any]:
+    """Load the model, compress it with ``setting``'s recipe (``recipe``: this text instead of
+    the anchor's file), score it: one result dict."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -95,7 +97,7 @@ def run_setting(setting: str, anchor: Path, limit_windows: int | None, samples: 
     model = AutoModelForCausalLM.from_pretrained(str(anchor / "model"), dtype=torch.float32)
     elapsed = 0.0
     if setting != "dense":
-        recipe = (anchor / "recipes" / f"{setting}.yaml").read_text()
+        recipe = recipe if recipe is not None else (anchor / "recipes" / f"{setting}.yaml").read_text()
         ids = json.loads((anchor / "calibration.json").read_text())["samples"][:samples]
         dataset = [{"input_ids": s, "attention_mask": [1] * len(s)} for s in ids]
         start = time.perf_counter()

@@ -57,6 +57,21 @@ def test_quality_benchmark_smoke(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_fp4_quality_benchmark_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our side alone (no ``$LLMCOMPRESSOR_PYTHON``): a perplexity per setting, no ratio."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("compressed_tensors")
+    monkeypatch.delenv("LLMCOMPRESSOR_PYTHON", raising=False)
+    anchor = _small_anchor(tmp_path / "anchor")
+    out = _run("benchmarks/oneshot_quality_fp4.py", "--settings", "rtn_nvfp4a16,rtn_nvfp4", "--samples", "2",
+               "--limit-windows", "1", "--anchor", str(anchor))
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("rtn_")}
+    assert set(rows) == {"rtn_nvfp4a16", "rtn_nvfp4"}, out
+    assert all(float(r[1]) > 1.0 and r[2] == "nan" and r[3] == "-" for r in rows.values()), out
+    assert "not run, no $LLMCOMPRESSOR_PYTHON" in out and "quick run: 2 samples, 1 eval windows" in out
+
+
+@pytest.mark.slow
 def test_speed_benchmark_smoke() -> None:
     """Each setting in the quick mode, against the speed README's recorded figures: Wanda prunes
     half of every weight, GPTQ W4A16 puts some weights on the grid's 0 (not half), round to
