@@ -39,6 +39,7 @@ from recipe_spec.oneshot.matching import matches
 from .experts import LinearExperts, linearize, restore
 from .masks import TORCH_OPS
 from .oneshot_state import ModelState, refuse_meta
+from .rotations import Rotations
 from .streaming import module_list_blocks, store_of
 
 __all__ = ["TorchCalibrationHost"]
@@ -60,7 +61,7 @@ def _length(x: Any) -> int:
     return int(x.shape[-1]) if hasattr(x, "shape") else len(x)
 
 
-class TorchCalibrationHost(ModelState):
+class TorchCalibrationHost(Rotations, ModelState):
     """A ``torch.nn.Module`` held for one-shot compression (see the module docstring)."""
 
     ops = TORCH_OPS

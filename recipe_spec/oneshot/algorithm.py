@@ -86,6 +86,8 @@ class OneShotModifier:
     transform: Any = None
     #: A quantization modifier's plan (:class:`~.shared.quant_plan.QuantPlan`); None otherwise.
     quant: Any = None
+    #: A rotation modifier's compressed-tensors ``TransformConfig`` mapping (QuIP); None otherwise.
+    rotation: Any = None
     #: What the run does otherwise than the recipe's words say (AWQ's combined form, split)
     note: str = ""
     #: NVFP4's global weight scale of each module compressed so far, shared by fused layers

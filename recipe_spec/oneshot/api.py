@@ -298,6 +298,7 @@ def apply_oneshot(
         check_chain,
         check_mappings,
         check_model,
+        check_rotations,
         refuse_patterns,
         refuse_recipe_patterns,
     )
@@ -343,6 +344,7 @@ def apply_oneshot(
         # every check that does not need the compression, before the first module is touched
         check_mappings(recipe, host, mods)
         check_model(recipe, mods, host, sequential_targets)
+        check_rotations(recipe, host, mods)
         quantizers = [m for m in mods if m.quant is not None]
         problem = getattr(host, "save_problem", lambda quantized: None)(bool(quantizers))
         if output_dir is not None and problem is not None:
@@ -394,9 +396,6 @@ def _save_processor(processor: Any, folder: str) -> None:
     save = save if callable(save) else getattr(processor, "save_to_preset", None)
     if callable(save):
         save(folder)
-
-
-
 
 
 def _cannot_save(recipe: Recipe, mod: Any, problem: str) -> Any:

@@ -142,6 +142,12 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
          offload: bool, report: OneShotReport, progress: Progress | None = None,
          how: str = "auto") -> None:
     report.pipelines += [(m.type, pipeline) for m in mods]
+    for m in [m for m in mods if m.rotation is not None]:  # data-free, before what reads the weights
+        host.apply_rotations(m.rotation)  # type: ignore[attr-defined]
+        _LOG.info("%s: %s rotated its targets", m.where, m.type)
+    mods = [m for m in mods if m.rotation is None]
+    if not mods:
+        return
     if any(m.transform is not None for m in mods):
         report.smoothing += run_smoothing_pass(host, modules, mods, calibration, pipeline, sequential_targets,
                                                offload, progress, how)

@@ -49,7 +49,7 @@ from .host import ModuleInfo, outermost
 from .modifiers import OneShotModifier, select_modules
 
 __all__ = ["ArrayFacts", "check_arguments", "check_samples", "check_batches", "check_model", "check_mappings",
-           "refuse_patterns", "refuse_recipe_patterns", "LiveModel"]
+           "check_rotations", "refuse_patterns", "refuse_recipe_patterns", "LiveModel"]
 
 
 def _count(name: str, value: Any) -> None:
@@ -254,3 +254,17 @@ def check_chain(host: Any, sequential_targets: Sequence[str] | None, batch: Any)
         raise ValueError(f"{named}: {broken[1]} is not fed the output of {broken[0]}, so they cannot run one after "
                          "another; name the decoder-layer class (the blocks the model chains), or leave "
                          "sequential_targets out")
+
+
+def check_rotations(recipe: Recipe, host: Any, mods: Sequence[OneShotModifier]) -> None:
+    """A rotation the host cannot apply (a ValueError naming the layer) as a located
+    :class:`RecipeError`, before any weight changes."""
+    for m in mods:
+        if m.rotation is None:
+            continue
+        try:
+            host.check_rotations(m.rotation)
+        except ValueError as exc:
+            raise RecipeError([codes.B001(f"{m.type} cannot rotate this model: {exc}",
+                                          "Change the modifier's targets, transform_type or transform_block_size.",
+                                          m.entry.span).in_file(recipe.path)]) from None
