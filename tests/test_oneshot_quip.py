@@ -1,9 +1,11 @@
-"""QuIP rotations (``QuIPModifier``) on PyTorch against llm-compressor 0.14's own runs: Hadamard,
-random Hadamard and random-matrix rotations of the inputs (and outputs), a block size, then
-round to nearest or GPTQ W4A16; the saved folder holds llm-compressor's tensors byte for byte
-(the rotation matrices, the packed weights and scales) and its ``transform_config``. What
-cannot run is refused, located, before any weight changes: a block size that does not divide a
-layer, randomize, and Keras (no layer applies an online rotation).
+"""QuIP and SpinQuant rotations (``QuIPModifier``, ``SpinQuantModifier``) on PyTorch against
+llm-compressor 0.14's own runs: Hadamard, random Hadamard and random-matrix rotations of the
+inputs (and outputs), a block size; SpinQuant's R1, R2, R4 with its norm fusing and centred
+embeddings; then round to nearest or GPTQ W4A16. The saved folder holds llm-compressor's
+tensors byte for byte (the rotation matrices, the packed weights and scales, the embeddings,
+norms and lm_head) and its ``transform_config``. What cannot run is refused, located, before
+any weight changes: a block size that does not divide a layer, randomize, SpinQuant's R3 and
+its explicit transform_config, and Keras (no layer applies an online rotation).
 
 ``tests/fixtures/quip/`` holds llm-compressor's runs (``make_reference.py`` wrote them by running
 it on case ``10_staged_sparse24_gptq_w4a16``'s model and samples).
@@ -55,8 +57,7 @@ def test_the_saved_folder_is_llm_compressors_byte_for_byte(run: str, tmp_path: p
     want = REFERENCE["runs"][run]
     recipe_spec.oneshot(model=_model(), recipe=want["recipe"], dataset=_samples(), num_calibration_samples=16,
                         shuffle_calibration_samples=False, output_dir=str(tmp_path), progress=False)
-    ours = {k: v for k, v in safetensors_torch.load_file(str(tmp_path / "model.safetensors")).items()
-            if k.startswith("model.layers.")}
+    ours = safetensors_torch.load_file(str(tmp_path / "model.safetensors"))
     assert sorted(ours) == sorted(want["tensors"])
     for name, (shape, dtype, digest) in want["tensors"].items():
         assert list(ours[name].shape) == shape and str(ours[name].dtype).removeprefix("torch.") == dtype, name
@@ -86,14 +87,18 @@ def test_the_rotation_is_orthogonal_and_folded_into_the_weight() -> None:
     np.testing.assert_allclose(layer(x).detach().numpy(), want.detach().numpy(), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("args, where, words", [
-    ("transform_type: hadamard\n      transform_block_size: 48\n", "QuIPModifier", "does not divide its width"),
-    ("randomize: true\n", "randomize", "randomize"),
+@pytest.mark.parametrize("modifier, args, words", [
+    ("QuIPModifier", "transform_type: hadamard\n      transform_block_size: 48\n", "does not divide its width"),
+    ("QuIPModifier", "randomize: true\n", "randomize"),
+    ("SpinQuantModifier", "rotations: [R1, R3]\n", "R3"),
+    ("SpinQuantModifier", "transform_config: {config_groups: {}}\n", "transform_config"),
+    ("SpinQuantModifier", "mappings: {embedding: embed}\n", "mappings"),
+    ("SpinQuantModifier", "transform_block_size: 3\n", "does not divide"),
 ])
-def test_what_cannot_rotate_is_refused_located_before_weights_change(args: str, where: str, words: str) -> None:
+def test_what_cannot_rotate_is_refused_located_before_weights_change(modifier: str, args: str, words: str) -> None:
     model = _model()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    recipe = f"q_stage:\n  q_modifiers:\n    QuIPModifier:\n      {args}"
+    recipe = f"q_stage:\n  q_modifiers:\n    {modifier}:\n      {args}"
     with pytest.raises(RecipeError) as err:
         recipe_spec.oneshot(model=model, recipe=recipe, progress=False)
     d = err.value.diagnostics[0]
@@ -101,15 +106,16 @@ def test_what_cannot_rotate_is_refused_located_before_weights_change(args: str, 
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
 
 
-def test_keras_refuses_quip_located() -> None:
+@pytest.mark.parametrize("modifier", ["QuIPModifier", "SpinQuantModifier"])
+def test_keras_refuses_rotations_located(modifier: str) -> None:
     keras = pytest.importorskip("keras")
     ids = keras.Input(shape=(None,), dtype="int32")
     x = keras.layers.Embedding(40, 32)(ids)
     model = keras.Model(ids, keras.layers.Dense(32, name="fc")(x))
     before = [np.array(keras.ops.convert_to_numpy(v)) for v in model.weights]
-    recipe = "q_stage:\n  q_modifiers:\n    QuIPModifier:\n      transform_type: hadamard\n"
+    recipe = f"q_stage:\n  q_modifiers:\n    {modifier}:\n      transform_type: hadamard\n"
     with pytest.raises(RecipeError) as err:
         recipe_spec.oneshot(model=model, recipe=recipe, progress=False)
     (d,) = err.value.diagnostics
-    assert d.code == "B001" and d.line == 3 and "QuIPModifier" in d.message, d
+    assert d.code == "B001" and d.line == 3 and modifier in d.message, d
     assert all(np.array_equal(np.array(keras.ops.convert_to_numpy(v)), b) for v, b in zip(model.weights, before))

@@ -86,7 +86,7 @@ class OneShotModifier:
     transform: Any = None
     #: A quantization modifier's plan (:class:`~.shared.quant_plan.QuantPlan`); None otherwise.
     quant: Any = None
-    #: A rotation modifier's compressed-tensors ``TransformConfig`` mapping (QuIP); None otherwise.
+    #: A rotation modifier's work (:class:`~.shared.rotation.Rotation`: QuIP, SpinQuant); None otherwise.
     rotation: Any = None
     #: What the run does otherwise than the recipe's words say (AWQ's combined form, split)
     note: str = ""

@@ -216,30 +216,31 @@ AUTOROUND = declare(
                            "iters": 200},
 )
 
-_TRANSFORM_TYPE = arg("transform_type", "hadamard, random-hadamard or random-matrix.",
-                      enum=["hadamard", "random-hadamard", "random-matrix"])
-_TRANSFORM_COMMON = (
-    _TRANSFORM_TYPE,
-    arg("randomize", "Random rotations.", type="boolean"),
-    arg("learnable", "Trainable rotations.", type="boolean"),
-    arg("precision", "Dtype of the rotation.", type="string"),
-    arg("transform_block_size", "Block size of the rotation.", {"llmcompressor": ">=0.8"},
-        type=["integer", "null"]),
-    arg("transform_config", "Explicit compressed-tensors TransformConfig.",
-        type=["object", "null"]),
-)
-
 SPINQUANT = declare(
     "SpinQuantModifier", "SpinQuant rotations (data-free transform).", "transform",
     {"llmcompressor": ">=0.7"},
     (
-        arg("rotations", "Rotations to apply (R1, R2, R3, R4).", type="array",
-            items={"enum": ["R1", "R2", "R3", "R4"]}),
-        *_TRANSFORM_COMMON,
-        arg("mappings", "Model layer mapping.", type=["object", "null"]),
-        arg("norm_mappings", "Norm layer mappings.", type=["array", "null"]),
+        arg("rotations", "Rotations to apply (R1, R2, R3, R4; R3 is not run one-shot).", oneshot="runs",
+            type="array", items={"enum": ["R1", "R2", "R3", "R4"]}, default=["R1", "R2"]),
+        arg("transform_type", "hadamard, random-hadamard or random-matrix.", oneshot="runs",
+            enum=["hadamard", "random-hadamard", "random-matrix"], default="hadamard"),
+        arg("randomize", "Distinct random rotations per layer (llm-compressor 0.14 refuses true).",
+            oneshot="default", type="boolean", default=False),
+        arg("learnable", "Trainable rotations (llm-compressor 0.14 refuses true).", oneshot="default",
+            type="boolean", default=False),
+        arg("precision", "Dtype the rotations are applied in.", oneshot="runs", type="string",
+            default="torch.float64"),
+        arg("transform_block_size", "Block size of R1 and R4 (default: the layer's width).",
+            {"llmcompressor": ">=0.8"}, oneshot="runs", type=["integer", "null"], default=None),
+        arg("transform_config", "Explicit compressed-tensors TransformConfig (llm-compressor 0.14 stops on it).",
+            oneshot="default", type=["object", "null"], default=None),
+        arg("mappings", "Model layer mapping (default: the architecture's).", oneshot="default",
+            type=["object", "null"], default=None),
+        arg("norm_mappings", "Norm layer mappings (default: the architecture's).", oneshot="default",
+            type=["array", "null"], default=None),
     ),
     example={"rotations": ["R1", "R2"], "transform_type": "hadamard"},
+    oneshot_needs=frozenset({"oneshot", "transform:rotations"}),
 )
 
 QUIP = declare(
@@ -264,7 +265,7 @@ QUIP = declare(
         arg("ignore", "Layers not rotated.", oneshot="runs", **_STR_LIST, default="lm_head"),
     ),
     example={"transform_type": "random-hadamard", "targets": ["Linear"], "ignore": ["lm_head"]},
-    oneshot_needs=frozenset({"oneshot", "transform:quip"}),
+    oneshot_needs=frozenset({"oneshot", "transform:rotations"}),
 )
 
 SPECS: tuple[StageSpec, ...] = (

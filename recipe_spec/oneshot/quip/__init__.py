@@ -23,6 +23,7 @@ from ...recipe.model import Modifier, Recipe
 from ...text.frozen import thaw
 from ..algorithm import Algorithm, OneShotModifier, register
 from ..settings import b001, refuse_unrun, strings, value
+from ..shared.rotation import Rotation
 
 __all__ = ["QuIP", "QUIP", "quip_config"]
 
@@ -88,7 +89,7 @@ class QuIP(Algorithm):
 
     def read(self, recipe: Recipe, m: Modifier, errors: list[Diagnostic], version: Any) -> list[OneShotModifier]:
         config = _read(recipe, m, errors)
-        return [] if config is None else [OneShotModifier(m.type, self.name, m, (), rotation=config)]
+        return [] if config is None else [OneShotModifier(m.type, self.name, m, (), rotation=Rotation(config))]
 
 
 QUIP = register(QuIP())

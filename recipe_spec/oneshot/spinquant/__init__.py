@@ -1,0 +1,107 @@
+"""SpinQuant (``SpinQuantModifier``): rotations R1 (the residual stream: the embeddings' and
+each block's output layers' outputs, inverted at every layer that reads the stream), R2 (per
+attention head: ``v_proj``'s outputs, inverted at ``o_proj``'s inputs) and R4 (``down_proj``'s
+inputs, inverted online), as llm-compressor 0.14 builds them for a Llama-style model (its
+default mappings: ``embed_tokens``, ``q/k/v/o_proj``, ``up/gate/down_proj``, ``lm_head``), after
+untying the word embeddings, centering the embeddings and fusing each normalisation's scale
+into the layers it feeds (:class:`~.shared.rotation.Rotation`). ``transform_type`` (default
+``hadamard``), ``transform_block_size`` (R1 and R4; default each layer's width; R2 takes the
+head width), ``precision``. Refused, located: R3 (an online rotation inside attention that
+needs llm-compressor's attention hooks), other ``mappings`` / ``norm_mappings``,
+``transform_config`` (llm-compressor 0.14 stops on it: it skips the mappings the norm fusing
+reads), ``randomize`` and ``learnable`` (refused by llm-compressor 0.14).
+
+>>> spinquant_rotation(("R1", "R2"), "hadamard", "torch.float64", None).head_dim_groups
+('R2',)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...diagnostics.base import Diagnostic
+from ...recipe.model import Modifier, Recipe
+from ..algorithm import Algorithm, OneShotModifier, register
+from ..settings import b001, refuse_unrun, value
+from ..shared.rotation import Rotation
+
+__all__ = ["SpinQuant", "SPINQUANT", "spinquant_rotation", "LLAMA", "NORMS"]
+
+#: llm-compressor 0.14's default SpinQuant mapping (``LlamaForCausalLM``'s).
+LLAMA: dict[str, Any] = {
+    "embedding": "re:.*embed_tokens$", "attn_q": "re:.*q_proj$", "attn_k": "re:.*k_proj$",
+    "attn_v": "re:.*v_proj$", "attn_o": "re:.*o_proj$", "mlp_in": ("re:.*up_proj$", "re:.*gate_proj$"),
+    "mlp_out": ("re:.*down_proj$",), "lm_head": "lm_head"}
+#: Its default norm mapping: each norm and the Linear layers it feeds.
+NORMS = (("re:.*input_layernorm$", ("re:.*q_proj$", "re:.*k_proj$", "re:.*v_proj$")),
+         ("re:.*post_attention_layernorm$", ("re:.*up_proj$", "re:.*gate_proj$")),
+         ("model.norm", ("lm_head",)))
+_TYPES = ("hadamard", "random-hadamard", "random-matrix")
+
+
+def _group(kind: str, precision: str, size: int | None, apply: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"type": kind, "randomize": False, "requires_grad": False, "precision": precision, "head_dim": size,
+            "apply": [{"ignore": [], **a} for a in apply]}
+
+
+def spinquant_rotation(rotations: tuple[str, ...], kind: str, precision: str, block: int | None) -> Rotation:
+    """The rotations R1, R2, R4 (those of ``rotations``) as llm-compressor's ``on_initialize``
+    makes them, and the steps before them."""
+    m = LLAMA
+    groups: dict[str, Any] = {}
+    if "R1" in rotations:
+        groups["R1"] = _group(kind, precision, block, [
+            {"targets": [m["embedding"], m["attn_o"], *m["mlp_out"]], "location": "weight_output"},
+            {"targets": [m["attn_q"], m["attn_k"], m["attn_v"], *m["mlp_in"], m["lm_head"]],
+             "location": "weight_input", "inverse": True}])
+    if "R2" in rotations:
+        groups["R2"] = _group(kind, precision, None, [
+            {"targets": [m["attn_v"]], "location": "weight_output"},
+            {"targets": [m["attn_o"]], "location": "weight_input", "inverse": True}])
+    if "R4" in rotations:
+        groups["R4"] = _group(kind, precision, block, [
+            {"targets": list(m["mlp_out"]), "location": "input"},
+            {"targets": list(m["mlp_out"]), "location": "weight_input", "inverse": True}])
+    return Rotation({"config_groups": groups}, ("R2",) if "R2" in groups else (), untie=True,
+                    center=m["embedding"], norms=NORMS)
+
+
+def _read(recipe: Recipe, m: Modifier, errors: list[Diagnostic]) -> Rotation | None:
+    before = len(errors)
+    refuse_unrun(recipe, m, errors)
+    rotations = value(m, "rotations")
+    if isinstance(rotations, str) or not rotations:
+        rotations = ()
+    wanted = tuple(str(r).upper() for r in rotations)
+    if not wanted or any(r not in ("R1", "R2", "R3", "R4") for r in wanted):
+        errors.append(b001(recipe, m, f"{m.type} rotations {rotations!r} is not a list of R1, R2, R3, R4",
+                           "Write rotations: [R1, R2] (the default), or with R4.", "rotations"))
+    elif "R3" in wanted:
+        errors.append(b001(recipe, m, f"{m.type} rotation R3 is not run by recipe_spec.oneshot: it rotates queries "
+                           "and keys inside attention, through llm-compressor's attention hooks",
+                           "Leave R3 out (R1, R2 and R4 run), or run this recipe with llm-compressor.", "rotations"))
+    kind = value(m, "transform_type")
+    if kind not in _TYPES:
+        errors.append(b001(recipe, m, f"{m.type} transform_type {kind!r} is not one of {', '.join(_TYPES)}",
+                           "Write hadamard, random-hadamard or random-matrix.", "transform_type"))
+    size = value(m, "transform_block_size")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        errors.append(b001(recipe, m, f"{m.type} transform_block_size {size!r} is not a positive whole number",
+                           "Write a size that divides the hidden size, or leave it out.", "transform_block_size"))
+    if len(errors) > before:
+        return None
+    return spinquant_rotation(wanted, str(kind), str(value(m, "precision")), size)
+
+
+class SpinQuant(Algorithm):
+    name = "spinquant"
+    modifiers = ("SpinQuantModifier",)
+    role = "transform"
+    describe = "rotations: SpinQuant's R1/R2/R4 fused into the weights (norms fused and embeddings centred first)"
+
+    def read(self, recipe: Recipe, m: Modifier, errors: list[Diagnostic], version: Any) -> list[OneShotModifier]:
+        rotation = _read(recipe, m, errors)
+        return [] if rotation is None else [OneShotModifier(m.type, self.name, m, (), rotation=rotation)]
+
+
+SPINQUANT = register(SpinQuant())
