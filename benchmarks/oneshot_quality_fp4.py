@@ -1,9 +1,10 @@
-"""FP4 and MX one-shot quality on llm-compressor's quality anchor, side by side with
+"""FP4, MX and rotation one-shot quality on llm-compressor's quality anchor, side by side with
 llm-compressor 0.14's own run of the same recipe (measured here: the anchor's ``results.json``
-has no FP4 setting).
+has none of these settings).
 
 Each setting (NVFP4A16, MXFP4A16 and MXFP8A16 by round to nearest and GPTQ, NVFP4 with its
-calibrated input global scale, MXFP4 with dynamic inputs) runs in a fresh process for each
+calibrated input global scale, MXFP4 with dynamic inputs; QuIP and SpinQuant rotations before
+W4A16) runs in a fresh process for each
 side: the anchor's ``model/`` loaded in fp32, ``oneshot`` with the setting's recipe and the 256
 calibration samples in order (batch 1), then the anchor's ``perplexity.py`` on
 ``eval_public.json`` with the model as the run leaves it in memory (quantization on: each
@@ -47,6 +48,12 @@ SETTINGS: dict[str, str] = {
     "rtn_mxfp8a16": _recipe("QuantizationModifier", "MXFP8A16"),
     "rtn_nvfp4": _recipe("QuantizationModifier", "NVFP4"),
     "rtn_mxfp4": _recipe("QuantizationModifier", "MXFP4"),
+    # rotations, then W4A16 (the anchor's widths: 256 hidden, 64 per head, 768 in down_proj)
+    "quip_rtn_w4a16": "r_stage:\n  r_modifiers:\n    QuIPModifier: {}\n" + _recipe("QuantizationModifier", "W4A16"),
+    "spinquant_rtn_w4a16": "r_stage:\n  r_modifiers:\n    SpinQuantModifier: {}\n" + _recipe(
+        "QuantizationModifier", "W4A16"),
+    "spinquant_r4_gptq_w4a16": ("r_stage:\n  r_modifiers:\n    SpinQuantModifier:\n      rotations: [R1, R2, R4]\n"
+                                "      transform_block_size: 256\n") + _recipe("GPTQModifier", "W4A16"),
 }
 TOLERANCE = 1.01
 
@@ -123,14 +130,14 @@ def main(argv: list[str] | None = None) -> int:
         ratio = ours["ppl"] / theirs["ppl"] if theirs else None
         if ratio is not None and ratio > TOLERANCE:
             bad.append(f"{setting}: {ours['ppl']:.4f} > {TOLERANCE} x {theirs['ppl']:.4f}")
-        rows.append(f"{setting:16} {ours['ppl']:9.4f} {theirs['ppl'] if theirs else float('nan'):9.4f} "
+        rows.append(f"{setting:24} {ours['ppl']:9.4f} {theirs['ppl'] if theirs else float('nan'):9.4f} "
                     f"{'-' if ratio is None else f'{ratio:.4f}':>7} {ours['oneshot_s']:7.1f} "
                     f"{theirs['oneshot_s'] if theirs else float('nan'):7.1f}")
     quick = a.limit_windows or a.samples != 256
-    print(f"FP4/MX quality on {anchor.name}/ ({a.threads} threads; llm-compressor measured here"
+    print(f"FP4, MX and rotation quality on {anchor.name}/ ({a.threads} threads; llm-compressor measured here"
           f"{'' if theirs_python else ': not run, no $LLMCOMPRESSOR_PYTHON'}"
           f"{f', a quick run: {a.samples} samples, {a.limit_windows or 403} eval windows' if quick else ''})")
-    print(f"{'setting':16} {'ppl ours':>9} {'ppl llmc':>9} {'ratio':>7} {'ours s':>7} {'llmc s':>7}")
+    print(f"{'setting':24} {'ppl ours':>9} {'ppl llmc':>9} {'ratio':>7} {'ours s':>7} {'llmc s':>7}")
     print("\n".join(rows))
     if theirs_python:
         print("acceptance (within 1%): " + ("met" if not bad else "MISSED: " + "; ".join(bad)))
