@@ -169,3 +169,24 @@ def test_a_smoothing_mapping_that_resolves_to_no_layer_is_named(tmp_path: Path,
     assert found["line"] == 7 and "mappings[1]" in found["message"] and "re:.*gate_projj" in found["message"]
     assert "re:.*up_proj" not in found["message"].split("this model:")[1]
     assert _p006(head, folder, tmp_path, capsys) == []
+
+
+@pytest.mark.parametrize("body, named", [
+    # case 08: hidden 64, intermediate 128: every width a power of two
+    ("QuIPModifier:\n      transform_type: hadamard\n", set()),
+    # blocks of 48 divide no width of it
+    ("QuIPModifier:\n      transform_type: random-matrix\n      transform_block_size: 48\n", {"down_proj", "more"}),
+    ("SpinQuantModifier:\n      rotations: [R1, R4]\n      transform_block_size: 48\n", {"R1", "R4", "down_proj"}),
+])
+def test_a_rotation_that_does_not_fit_a_layer_is_named(body: str, named: set[str], tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """P014 from the headers alone: a block size that does not divide a rotated width (each
+    rotation group once, its layers named), none where every width takes it."""
+    folder = _checkpoint("08_rtn_fp8_dynamic", tmp_path / "model")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"q_stage:\n  q_modifiers:\n    {body}")
+    main(["lint", str(recipe), "--model", str(folder), "--compat", "llmcompressor==0.14", "--format", "json"])
+    found = [d for d in json.loads(capsys.readouterr().out)["files"][0]["diagnostics"] if d["code"] == "P014"]
+    text = " ".join(d["message"] for d in found)
+    assert all(n in text for n in named) and bool(found) == bool(named), found
+    assert all(d["line"] == 3 for d in found)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from .code_table import register as _code
 
-__all__ = ["P001", "P002", "P003", "P004", "P005", "P006", "P007", "P008", "P009", "P010", "P011", "P012", "P013"]
+__all__ = ["P001", "P002", "P003", "P004", "P005", "P006", "P007", "P008", "P009", "P010", "P011", "P012", "P013",
+           "P014"]
 
 P001 = _code(
     "P001", "error", "pattern matches no parameter",
@@ -130,4 +131,16 @@ P013 = _code(
     "params: ['sections.0.0.conv1.weight', 'sections.0.0.conv2.weight', ...]   # on torchvision's resnet50",
     "Rename the parameters as the mapping in the hint says (e.g. `sections.N.M -> layer(N+1).M`), "
     "or lint against the model the recipe was written for.",
+)
+P014 = _code(
+    "P014", "error", "a rotation does not fit a layer's width",
+    "QuIPModifier and SpinQuantModifier rotate each targeted layer's input (or output) width in "
+    "blocks of `transform_block_size` (default: the whole width), so the block must divide the "
+    "width, and a `hadamard` rotation needs a power of two (compressed-tensors builds no other "
+    "deterministic Hadamard matrix; `random-hadamard` takes a power of two times one of its known "
+    "sizes, `random-matrix` any size). llm-compressor finds out while rotating the loaded model. "
+    "`lint --model` names the layers from the checkpoint's headers.",
+    "quant_stage:\n  quant_modifiers:\n    QuIPModifier:\n      transform_type: hadamard   # intermediate_size 96\n",
+    "Pick a `transform_block_size` that divides every rotated width and is a power of two, or "
+    "use `transform_type: random-matrix`.",
 )

@@ -17,6 +17,10 @@ RECIPE --model DIR``): no weight is read, no quantization runs.
   ``mappings``, or the architecture's defaults) that resolves to no layer of the model
   (:func:`recipe_spec.oneshot.shared.smoothing.unresolved_for`), naming its patterns that match
   nothing.
+- :func:`rotation_findings`: **P014** for every layer a QuIP or SpinQuant rotation does not fit:
+  a block size that does not divide its width, or a ``hadamard`` rotation of a size that is not
+  a power of two (SpinQuant's per-head R2 is checked when the model runs: the head width is
+  the config's).
 - :func:`gptq_modifiers`: GPTQModifiers as :class:`~.modifiers.OneShotModifier` (kind
   ``gptq``) for the cost estimate (:func:`.estimate.estimate`: a Hessian of
   ``in_features² × 4`` bytes per target, as SparseGPT's).
@@ -40,7 +44,7 @@ from .gptq import GPTQ_ALGORITHM
 from .host import ModuleInfo
 from .modifiers import OneShotModifier, select_modules
 
-__all__ = ["WeightGroup", "weight_groups", "quant_findings", "mapping_findings",
+__all__ = ["WeightGroup", "weight_groups", "quant_findings", "mapping_findings", "rotation_findings",
            "gptq_modifiers"]
 
 QUANTIZERS = ("GPTQModifier", "QuantizationModifier")
@@ -216,4 +220,49 @@ def gptq_modifiers(recipe: Recipe, already: Sequence[OneShotModifier] = ()) -> l
         if m.type in GPTQ_ALGORITHM.modifiers and id(m) not in seen:
             targets = tuple(dict.fromkeys(t for g in weight_groups(m) for t in g.targets))
             out.append(_as_oneshot(m, GPTQ_ALGORITHM.name, targets or ("Linear",)))
+    return out
+
+
+def _width(info: ModuleInfo, location: str) -> int | None:
+    """The width a rotation at ``location`` spans: a Linear's input or output features, an
+    Embedding's rows or width (None: neither)."""
+    if len(info.weight_shape) != 2 or not (info.prunable or "Embedding" in info.classes):
+        return None
+    rows, cols = info.weight_shape
+    if info.prunable:  # (out, in)
+        return cols if location in ("input", "weight_input") else rows
+    return rows if location in ("input", "weight_input") else cols
+
+
+def rotation_findings(recipe: Recipe, mods: Sequence[OneShotModifier], modules: Sequence[ModuleInfo]) -> list[Diagnostic]:
+    """P014 for each layer a rotation of ``mods`` (QuIP, SpinQuant) does not fit, one per
+    modifier and rotation group (see the module docstring)."""
+    from .matching import matches
+
+    out: list[Diagnostic] = []
+    for mod in mods:
+        rotation = getattr(mod, "rotation", None)
+        if rotation is None:
+            continue
+        for group_name, group in rotation.config["config_groups"].items():
+            if group_name in rotation.head_dim_groups:
+                continue
+            bad: list[str] = []
+            for args in group["apply"]:
+                for info in modules:
+                    if not any(matches(t, info.name, info.classes) for t in args["targets"]) or any(
+                            matches(t, info.name, info.classes) for t in args.get("ignore") or []):
+                        continue
+                    width = _width(info, args["location"])
+                    size = group.get("head_dim") or width
+                    if width is None or size is None:
+                        continue
+                    if width % size or (group["type"] == "hadamard" and size & (size - 1)):
+                        bad.append(f"{info.name} ({width} wide, blocks of {size})")
+            if bad:
+                more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+                out.append(codes.P014(
+                    f"{mod.type} {group_name} ({group['type']}) does not fit {', '.join(dict.fromkeys(bad[:3]))}{more}",
+                    "Pick a transform_block_size that divides every rotated width and is a power of two, or "
+                    "use transform_type: random-matrix.", mod.entry.span).in_file(recipe.path))
     return out
