@@ -62,8 +62,6 @@ def test_the_saved_folder_is_llm_compressors_byte_for_byte(run: str, tmp_path: p
     for name, (shape, dtype, digest) in want["tensors"].items():
         assert list(ours[name].shape) == shape and str(ours[name].dtype).removeprefix("torch.") == dtype, name
         assert _digest(ours[name]) == digest, name
-    quantized = safetensors_torch.load_file(str(FIXTURE / f"{run}.safetensors"))
-    assert all(torch.equal(ours[k], v) for k, v in quantized.items())
     config = json.loads((tmp_path / "config.json").read_text())["quantization_config"]
     assert config["transform_config"] == want["quantization_config"]["transform_config"]
     assert config["config_groups"] == want["quantization_config"]["config_groups"]
