@@ -37,6 +37,10 @@ BASE: dict[str, dict[str, Any]] = {
     "SmoothQuantModifier": {"smoothing_strength": 0.5},
     "LogarithmicEqualizationModifier": {},
     "AWQModifier": {},
+    # a rotation's fit depends on the model's widths (P014, checked on the model): the base
+    # rotates nothing here (QuIP: no target matches; SpinQuant: R2 alone, on the head width)
+    "QuIPModifier": {"targets": "re:.*nothing$"},
+    "SpinQuantModifier": {"rotations": ["R2"]},
 }
 _QUANTIZER = "    QuantizationModifier: {scheme: W8A8, targets: Linear, ignore: [lm_head]}\n"
 _AFTER = {"AWQModifier": _QUANTIZER, "MagnitudePruningModifier": _QUANTIZER, "ConstantPruningModifier": _QUANTIZER}

@@ -316,8 +316,8 @@ def _not_run_in_one_shot() -> list[str]:
     from recipe_spec.stage_dialect import all_stage_names
 
     ran = {"AWQModifier", "ConstantPruningModifier", "GPTQModifier", "LogarithmicEqualizationModifier",
-           "MagnitudePruningModifier", "QuantizationModifier", "SmoothQuantModifier", "SparseGPTModifier",
-           "WandaPruningModifier"}  # schemas/backends.json, torch's oneshot_modifiers
+           "MagnitudePruningModifier", "QuantizationModifier", "QuIPModifier", "SmoothQuantModifier",
+           "SparseGPTModifier", "SpinQuantModifier", "WandaPruningModifier"}  # torch's oneshot_modifiers
     return [n for n in all_stage_names() if n not in ran]
 
 

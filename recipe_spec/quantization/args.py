@@ -7,7 +7,7 @@ weight's grid depends on.
 >>> QuantArgs.from_config({"num_bits": 4, "group_size": 128}).strategy
 'group'
 >>> preset_weights("W4A16")
-QuantArgs(num_bits=4, type='int', symmetric=True, strategy='group', group_size=128)
+QuantArgs(num_bits=4, type='int', symmetric=True, strategy='group', group_size=128, scale_dtype=None)
 >>> QuantArgs(num_bits=8).q_range
 (-128, 127)
 """

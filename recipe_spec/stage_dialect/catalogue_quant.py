@@ -216,22 +216,26 @@ AUTOROUND = declare(
                            "iters": 200},
 )
 
+#: The dtype names a rotation's ``precision`` takes (compressed-tensors' ``TorchDtype``).
+_PRECISIONS = ("torch.float64", "torch.float32", "torch.bfloat16", "torch.float16", "float64", "float32",
+               "bfloat16", "float16")
+
 SPINQUANT = declare(
     "SpinQuantModifier", "SpinQuant rotations (data-free transform).", "transform",
     {"llmcompressor": ">=0.7"},
     (
         arg("rotations", "Rotations to apply (R1, R2, R3, R4; R3 is not run one-shot).", oneshot="runs",
-            type="array", items={"enum": ["R1", "R2", "R3", "R4"]}, default=["R1", "R2"]),
+            type="array", items={"enum": ["R1", "R2", "R3", "R4"]}, minItems=1, default=["R1", "R2"]),
         arg("transform_type", "hadamard, random-hadamard or random-matrix.", oneshot="runs",
             enum=["hadamard", "random-hadamard", "random-matrix"], default="hadamard"),
         arg("randomize", "Distinct random rotations per layer (llm-compressor 0.14 refuses true).",
             oneshot="default", type="boolean", default=False),
         arg("learnable", "Trainable rotations (llm-compressor 0.14 refuses true).", oneshot="default",
             type="boolean", default=False),
-        arg("precision", "Dtype the rotations are applied in.", oneshot="runs", type="string",
+        arg("precision", "Dtype the rotations are applied in.", oneshot="runs", enum=list(_PRECISIONS),
             default="torch.float64"),
         arg("transform_block_size", "Block size of R1 and R4 (default: the layer's width).",
-            {"llmcompressor": ">=0.8"}, oneshot="runs", type=["integer", "null"], default=None),
+            {"llmcompressor": ">=0.8"}, oneshot="runs", type=["integer", "null"], minimum=1, default=None),
         arg("transform_config", "Explicit compressed-tensors TransformConfig (llm-compressor 0.14 stops on it).",
             oneshot="default", type=["object", "null"], default=None),
         arg("mappings", "Model layer mapping (default: the architecture's).", oneshot="default",
@@ -248,17 +252,17 @@ QUIP = declare(
     {"llmcompressor": ">=0.7"},
     (
         arg("rotations", "Sides rotated (v: inputs, u: outputs).", {"llmcompressor": ">=0.8"}, oneshot="runs",
-            type="array", items={"enum": ["v", "u"]}, default=["v"]),
+            type="array", items={"enum": ["v", "u"]}, minItems=1, default=["v"]),
         arg("transform_type", "hadamard, random-hadamard or random-matrix.", oneshot="runs",
             enum=["hadamard", "random-hadamard", "random-matrix"], default="random-hadamard"),
         arg("randomize", "Distinct random rotations per layer (llm-compressor 0.14 refuses true).",
             oneshot="default", type="boolean", default=False),
         arg("learnable", "Trainable rotations (llm-compressor 0.14 refuses true).", oneshot="default",
             type="boolean", default=False),
-        arg("precision", "Dtype the rotations are applied in.", oneshot="runs", type="string",
+        arg("precision", "Dtype the rotations are applied in.", oneshot="runs", enum=list(_PRECISIONS),
             default="torch.float64"),
         arg("transform_block_size", "Block size of the rotation (default: each layer's width).",
-            {"llmcompressor": ">=0.8"}, oneshot="runs", type=["integer", "null"], default=None),
+            {"llmcompressor": ">=0.8"}, oneshot="runs", type=["integer", "null"], minimum=1, default=None),
         arg("transform_config", "Explicit compressed-tensors TransformConfig (replaces the others).",
             oneshot="runs", type=["object", "null"], default=None),
         arg("targets", "Layers rotated.", oneshot="runs", **_STR_LIST, default="Linear"),

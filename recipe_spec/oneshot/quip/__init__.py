@@ -51,7 +51,7 @@ def quip_config(args: Mapping[str, Any]) -> dict[str, Any]:
     """The compressed-tensors ``TransformConfig`` mapping a QuIPModifier's arguments make
     (``transform_config`` as given, else one scheme per rotated side, ``v`` before ``u``)."""
     given = args.get("transform_config")
-    if given is not None:
+    if given:  # {} is left out, as every empty argument
         return dict(thaw(given))
     sides = [str(r).lower() for r in value(args, "rotations", "QuIPModifier")]
     return {"config_groups": {side: _scheme(args, side) for side in ("v", "u") if side in sides}}
@@ -74,10 +74,11 @@ def _read(recipe: Recipe, m: Modifier, errors: list[Diagnostic]) -> dict[str, An
                            "Write a size that divides the rotated layers' widths, or leave it out.",
                            "transform_block_size"))
     config = m.args.get("transform_config")
-    if config is not None and not isinstance(config, Mapping):
-        errors.append(b001(recipe, m, f"{m.type} transform_config is not a mapping",
-                           "Give compressed-tensors' TransformConfig fields (config_groups: ...).",
-                           "transform_config"))
+    if config and not (isinstance(config, Mapping) and isinstance(config.get("config_groups"), Mapping)
+                       and config["config_groups"]):
+        errors.append(b001(recipe, m, f"{m.type} transform_config is not a TransformConfig with config_groups",
+                           "Give compressed-tensors' TransformConfig fields (config_groups: {name: scheme}), or "
+                           "leave it out.", "transform_config"))
     return None if len(errors) > before else quip_config(m.args)
 
 
