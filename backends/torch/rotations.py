@@ -116,22 +116,17 @@ class Rotations:
         QuIP then unties them, as SpinQuant always does)."""
         from compressed_tensors.utils import match_named_modules
 
-        embeddings = {id(m) for m in (getattr(self.model, "get_input_embeddings", lambda: None)(),
-                                      getattr(self.model, "get_output_embeddings", lambda: None)()) if m is not None}
+        embeddings = {id(m) for m in self._embeddings()}
         return any(id(module) in embeddings for scheme in config.config_groups.values() for args in scheme.apply
                    for _, module in match_named_modules(self.model, args.targets, args.ignore))
 
     def _untie(self) -> None:
-        """The input and output word embeddings as two parameters (llm-compressor's
-        ``untie_word_embeddings``), the config saying so."""
-        inputs = getattr(self.model, "get_input_embeddings", lambda: None)()
-        outputs = getattr(self.model, "get_output_embeddings", lambda: None)()
-        if inputs is None or outputs is None:
-            return
-        for module in (inputs, outputs):
-            weight = module.weight
-            param = torch.nn.Parameter(weight.data.clone(), requires_grad=weight.requires_grad)
-            delattr(module, "weight")
-            module.register_parameter("weight", param)
-        if hasattr(self.model.config, "tie_word_embeddings"):
-            self.model.config.tie_word_embeddings = False
+        """The input and output word embeddings as two parameters, the config saying so
+        (llm-compressor's ``untie_word_embeddings``; the host's ``own_weight``)."""
+        for module in self._embeddings():
+            self.own_weight(module)  # type: ignore[attr-defined]
+
+    def _embeddings(self) -> list[torch.nn.Module]:
+        """The model's input and output word embeddings (those it names)."""
+        found = (getattr(self.model, name, lambda: None)() for name in ("get_input_embeddings", "get_output_embeddings"))
+        return [m for m in found if m is not None]

@@ -219,6 +219,15 @@ AUTOROUND = declare(
 #: The dtype names a rotation's ``precision`` takes (compressed-tensors' ``TorchDtype``).
 _PRECISIONS = ("torch.float64", "torch.float32", "torch.bfloat16", "torch.float16", "float64", "float32",
                "bfloat16", "float16")
+#: The arguments QuIP and SpinQuant share.
+_ROTATION_ARGS = (
+    arg("randomize", "Distinct random rotations per layer (llm-compressor 0.14 refuses true).",
+        oneshot="default", type="boolean", default=False),
+    arg("learnable", "Trainable rotations (llm-compressor 0.14 refuses true).", oneshot="default",
+        type="boolean", default=False),
+    arg("precision", "Dtype the rotations are applied in.", oneshot="runs", enum=list(_PRECISIONS),
+        default="torch.float64"),
+)
 
 SPINQUANT = declare(
     "SpinQuantModifier", "SpinQuant rotations (data-free transform).", "transform",
@@ -228,12 +237,7 @@ SPINQUANT = declare(
             type="array", items={"enum": ["R1", "R2", "R3", "R4"]}, minItems=1, default=["R1", "R2"]),
         arg("transform_type", "hadamard, random-hadamard or random-matrix.", oneshot="runs",
             enum=["hadamard", "random-hadamard", "random-matrix"], default="hadamard"),
-        arg("randomize", "Distinct random rotations per layer (llm-compressor 0.14 refuses true).",
-            oneshot="default", type="boolean", default=False),
-        arg("learnable", "Trainable rotations (llm-compressor 0.14 refuses true).", oneshot="default",
-            type="boolean", default=False),
-        arg("precision", "Dtype the rotations are applied in.", oneshot="runs", enum=list(_PRECISIONS),
-            default="torch.float64"),
+        *_ROTATION_ARGS,
         arg("transform_block_size", "Block size of R1 and R4 (default: the layer's width).",
             {"llmcompressor": ">=0.8"}, oneshot="runs", type=["integer", "null"], minimum=1, default=None),
         arg("transform_config", "Explicit compressed-tensors TransformConfig (llm-compressor 0.14 stops on it).",
@@ -255,12 +259,7 @@ QUIP = declare(
             type="array", items={"enum": ["v", "u"]}, minItems=1, default=["v"]),
         arg("transform_type", "hadamard, random-hadamard or random-matrix.", oneshot="runs",
             enum=["hadamard", "random-hadamard", "random-matrix"], default="random-hadamard"),
-        arg("randomize", "Distinct random rotations per layer (llm-compressor 0.14 refuses true).",
-            oneshot="default", type="boolean", default=False),
-        arg("learnable", "Trainable rotations (llm-compressor 0.14 refuses true).", oneshot="default",
-            type="boolean", default=False),
-        arg("precision", "Dtype the rotations are applied in.", oneshot="runs", enum=list(_PRECISIONS),
-            default="torch.float64"),
+        *_ROTATION_ARGS,
         arg("transform_block_size", "Block size of the rotation (default: each layer's width).",
             {"llmcompressor": ">=0.8"}, oneshot="runs", type=["integer", "null"], minimum=1, default=None),
         arg("transform_config", "Explicit compressed-tensors TransformConfig (replaces the others).",

@@ -23,12 +23,9 @@ from ...recipe.model import Modifier, Recipe
 from ...text.frozen import thaw
 from ..algorithm import Algorithm, OneShotModifier, register
 from ..settings import b001, refuse_unrun, strings, value
-from ..shared.rotation import Rotation
+from ..shared.rotation import Rotation, check_transform
 
 __all__ = ["QuIP", "QUIP", "quip_config"]
-
-_TYPES = ("hadamard", "random-hadamard", "random-matrix")
-
 
 def _scheme(args: Mapping[str, Any], side: str) -> dict[str, Any]:
     """One side's scheme: the rotation fused into the weight and its inverse online (``v``:
@@ -60,19 +57,11 @@ def quip_config(args: Mapping[str, Any]) -> dict[str, Any]:
 def _read(recipe: Recipe, m: Modifier, errors: list[Diagnostic]) -> dict[str, Any] | None:
     before = len(errors)
     refuse_unrun(recipe, m, errors)
-    kind = value(m, "transform_type")
-    if kind not in _TYPES:
-        errors.append(b001(recipe, m, f"{m.type} transform_type {kind!r} is not one of {', '.join(_TYPES)}",
-                           "Write hadamard, random-hadamard or random-matrix.", "transform_type"))
+    check_transform(recipe, m, errors)
     sides = value(m, "rotations")
     if isinstance(sides, str) or not sides or any(str(r).lower() not in ("v", "u") for r in sides):
         errors.append(b001(recipe, m, f"{m.type} rotations {sides!r} is not a list of v and u",
                            "Write rotations: [v] (the inputs), [u] (the outputs) or [v, u].", "rotations"))
-    size = value(m, "transform_block_size")
-    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-        errors.append(b001(recipe, m, f"{m.type} transform_block_size {size!r} is not a positive whole number",
-                           "Write a size that divides the rotated layers' widths, or leave it out.",
-                           "transform_block_size"))
     config = m.args.get("transform_config")
     if config and not (isinstance(config, Mapping) and isinstance(config.get("config_groups"), Mapping)
                        and config["config_groups"]):

@@ -26,21 +26,28 @@ FUSED_LAYER_NAMES = (("gate_proj", "up_proj"), ("q_proj", "k_proj", "v_proj"), (
                      ("w1", "w3"))
 
 
-def _fused_names(host: Any, mod: OneShotModifier, name: str) -> list[str]:
-    """``name`` and the siblings it shares a global scale with, in the set's order."""
+def _fused_set(name: str, infos: dict[str, ModuleInfo]) -> list[str] | None:
+    """The fused set (:data:`FUSED_LAYER_NAMES`) module ``name`` belongs to, when its parent has
+    every name of it; None otherwise."""
     parent, _, leaf = name.rpartition(".")
     prefix = f"{parent}." if parent else ""
-    infos = {i.name: i for i in host.modules()}
     for names in FUSED_LAYER_NAMES:
-        if leaf not in names or not all(prefix + n in infos for n in names):
-            continue
-        out = []
-        for n in names:
-            group = mod.quant.group_of(prefix + n, infos[prefix + n].classes)
-            if group is not None and group.weights is not None and group.weights.strategy == "tensor_group":
-                out.append(prefix + n)
-        return out if name in out else [name]
-    return [name]
+        if leaf in names and all(prefix + n in infos for n in names):
+            return [prefix + n for n in names]
+    return None
+
+
+def _tensor_group(plan: Any, info: ModuleInfo) -> bool:
+    group = plan.group_of(info.name, info.classes) if info.prunable else None
+    return group is not None and group.weights is not None and group.weights.strategy == "tensor_group"
+
+
+def _fused_names(host: Any, mod: OneShotModifier, name: str) -> list[str]:
+    """``name`` and the siblings it shares a global scale with, in the set's order."""
+    infos = {i.name: i for i in host.modules()}
+    members = _fused_set(name, infos)
+    grouped = [n for n in members or () if _tensor_group(mod.quant, infos[n])]
+    return grouped if name in grouped else [name]
 
 
 def fused_global_scale(host: Any, mod: OneShotModifier, name: str, group: Any) -> Any:
@@ -65,11 +72,6 @@ def fused_global_scale(host: Any, mod: OneShotModifier, name: str, group: Any) -
     return scale
 
 
-def _tensor_group(plan: Any, info: ModuleInfo) -> bool:
-    group = plan.group_of(info.name, info.classes) if info.prunable else None
-    return group is not None and group.weights is not None and group.weights.strategy == "tensor_group"
-
-
 def mixed_fused_sets(plan: Any, modules: Sequence[ModuleInfo]) -> list[tuple[list[str], list[str]]]:
     """The fused sets (:data:`FUSED_LAYER_NAMES` under one parent) where ``plan`` quantizes some
     layers with a ``tensor_group`` grid and not the others: ``(the set, those left out)``.
@@ -78,13 +80,10 @@ def mixed_fused_sets(plan: Any, modules: Sequence[ModuleInfo]) -> list[tuple[lis
     infos = {i.name: i for i in modules}
     out = []
     for info in modules:
-        parent, _, leaf = info.name.rpartition(".")
-        prefix = f"{parent}." if parent else ""
-        for names in FUSED_LAYER_NAMES:
-            if leaf != names[0] or not all(prefix + n in infos for n in names):
-                continue
-            members = [prefix + n for n in names]
-            grouped = [n for n in members if _tensor_group(plan, infos[n])]
-            if grouped and len(grouped) < len(members):
-                out.append((members, [n for n in members if n not in grouped]))
+        members = _fused_set(info.name, infos)
+        if members is None or info.name != members[0]:  # each set once, at its first layer
+            continue
+        grouped = [n for n in members if _tensor_group(plan, infos[n])]
+        if grouped and len(grouped) < len(members):
+            out.append((members, [n for n in members if n not in grouped]))
     return out

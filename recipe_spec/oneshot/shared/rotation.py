@@ -13,7 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Rotation"]
+from ...diagnostics.base import Diagnostic
+from ...recipe.model import Modifier, Recipe
+from ..settings import b001, value
+
+__all__ = ["Rotation", "TRANSFORM_TYPES", "check_transform"]
+
+#: The rotation kinds compressed-tensors builds.
+TRANSFORM_TYPES = ("hadamard", "random-hadamard", "random-matrix")
 
 
 @dataclass(frozen=True)
@@ -32,3 +39,17 @@ class Rotation:
         for name in self.head_dim_groups:
             groups[name]["head_dim"] = head_dim
         return {**self.config, "config_groups": groups}
+
+
+def check_transform(recipe: Recipe, m: Modifier, errors: list[Diagnostic]) -> None:
+    """A located B001 in ``errors`` for a ``transform_type`` compressed-tensors does not build
+    and a ``transform_block_size`` that is not a positive whole number (QuIP's and SpinQuant's
+    shared arguments)."""
+    kind = value(m, "transform_type")
+    if kind not in TRANSFORM_TYPES:
+        errors.append(b001(recipe, m, f"{m.type} transform_type {kind!r} is not one of {', '.join(TRANSFORM_TYPES)}",
+                           "Write hadamard, random-hadamard or random-matrix.", "transform_type"))
+    size = value(m, "transform_block_size")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        errors.append(b001(recipe, m, f"{m.type} transform_block_size {size!r} is not a positive whole number",
+                           "Write a size that divides every rotated width, or leave it out.", "transform_block_size"))

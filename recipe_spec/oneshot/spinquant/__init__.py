@@ -23,7 +23,7 @@ from ...diagnostics.base import Diagnostic
 from ...recipe.model import Modifier, Recipe
 from ..algorithm import Algorithm, OneShotModifier, register
 from ..settings import b001, refuse_unrun, value
-from ..shared.rotation import Rotation
+from ..shared.rotation import Rotation, check_transform
 
 __all__ = ["SpinQuant", "SPINQUANT", "spinquant_rotation", "LLAMA", "NORMS"]
 
@@ -36,7 +36,6 @@ LLAMA: dict[str, Any] = {
 NORMS = (("re:.*input_layernorm$", ("re:.*q_proj$", "re:.*k_proj$", "re:.*v_proj$")),
          ("re:.*post_attention_layernorm$", ("re:.*up_proj$", "re:.*gate_proj$")),
          ("model.norm", ("lm_head",)))
-_TYPES = ("hadamard", "random-hadamard", "random-matrix")
 
 
 def _group(kind: str, precision: str, size: int | None, apply: list[dict[str, Any]]) -> dict[str, Any]:
@@ -80,17 +79,11 @@ def _read(recipe: Recipe, m: Modifier, errors: list[Diagnostic]) -> Rotation | N
         errors.append(b001(recipe, m, f"{m.type} rotation R3 is not run by recipe_spec.oneshot: it rotates queries "
                            "and keys inside attention, through llm-compressor's attention hooks",
                            "Leave R3 out (R1, R2 and R4 run), or run this recipe with llm-compressor.", "rotations"))
-    kind = value(m, "transform_type")
-    if kind not in _TYPES:
-        errors.append(b001(recipe, m, f"{m.type} transform_type {kind!r} is not one of {', '.join(_TYPES)}",
-                           "Write hadamard, random-hadamard or random-matrix.", "transform_type"))
-    size = value(m, "transform_block_size")
-    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-        errors.append(b001(recipe, m, f"{m.type} transform_block_size {size!r} is not a positive whole number",
-                           "Write a size that divides the hidden size, or leave it out.", "transform_block_size"))
+    check_transform(recipe, m, errors)
     if len(errors) > before:
         return None
-    return spinquant_rotation(wanted, str(kind), str(value(m, "precision")), size)
+    return spinquant_rotation(wanted, str(value(m, "transform_type")), str(value(m, "precision")),
+                              value(m, "transform_block_size"))
 
 
 class SpinQuant(Algorithm):
