@@ -104,6 +104,26 @@ def test_what_cannot_rotate_is_refused_located_before_weights_change(modifier: s
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
 
 
+def test_a_run_that_fails_after_rotating_leaves_the_model_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rotation changed the embeddings, norms and layers and added the online rotations; a
+    failure in the quantization after it puts every weight back and removes what it added."""
+    from recipe_spec.oneshot import pipeline
+
+    model = _model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the disk is full (test)")
+
+    monkeypatch.setattr(pipeline, "compress_module", failing)
+    recipe = REFERENCE["runs"]["spin_r1r2r4_random_hadamard_rtn"]["recipe"]
+    with pytest.raises(RuntimeError, match="disk is full"):
+        recipe_spec.oneshot(model=model, recipe=recipe, progress=False)
+    after = model.state_dict()
+    assert set(after) == set(before) and all(torch.equal(v, before[k]) for k, v in after.items())
+    assert not hasattr(model, "transform_config")
+
+
 @pytest.mark.parametrize("modifier", ["QuIPModifier", "SpinQuantModifier"])
 def test_keras_refuses_rotations_located(modifier: str) -> None:
     keras = pytest.importorskip("keras")

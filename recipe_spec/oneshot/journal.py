@@ -65,6 +65,12 @@ class Journal:
         self._keep(name)
         self._host.share(name, src)
 
+    def apply_rotations(self, rotation: Any) -> None:
+        # a rotation changes the embeddings, norms and layers it fuses into: every module kept
+        for info in self._host.modules():
+            self._keep(info.name)
+        self._host.apply_rotations(rotation)
+
     def save(self, output_dir: str, recipe_text: str) -> Any:
         # saving may change every quantized module (compressed-tensors packs them)
         for name in getattr(self._host, "quantized_now", lambda: [])():
