@@ -36,6 +36,7 @@ from recipe_spec.oneshot.host import (
 )
 from recipe_spec.oneshot.matching import matches
 
+from .expert_pruning import ExpertPruning
 from .experts import LinearExperts, linearize, restore
 from .masks import TORCH_OPS
 from .oneshot_state import ModelState, refuse_meta
@@ -61,7 +62,7 @@ def _length(x: Any) -> int:
     return int(x.shape[-1]) if hasattr(x, "shape") else len(x)
 
 
-class TorchCalibrationHost(Rotations, ModelState):
+class TorchCalibrationHost(Rotations, ExpertPruning, ModelState):
     """A ``torch.nn.Module`` held for one-shot compression (see the module docstring)."""
 
     ops = TORCH_OPS
@@ -188,42 +189,6 @@ class TorchCalibrationHost(Rotations, ModelState):
             self.model(_move(batch, self.device))
 
     # -- running ---------------------------------------------------------------------------------
-    def chain_break(self, blocks: Sequence[str], batch: Any) -> tuple[str, str] | None:
-        """The first two consecutive ``blocks`` of which the second is not fed the first's
-        output in one forward pass of ``batch`` (or that the pass does not run); None when each
-        block takes the one before's output, as the sequential pipeline feeds them."""
-        seen: dict[str, tuple[Any, Any]] = {}
-
-        def first(value: Any) -> Any:
-            return value[0] if isinstance(value, (tuple, list)) and value else value
-
-        def pre(name: str) -> Any:
-            def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-                entry = args[0] if args else kwargs.get("hidden_states")
-                seen.setdefault(name, (entry, None))
-            return hook
-
-        def post(name: str) -> Any:
-            def hook(module: Any, args: tuple[Any, ...], output: Any) -> None:
-                if name in seen and seen[name][1] is None:
-                    seen[name] = (seen[name][0], first(output))
-            return hook
-
-        handles = [self._named[b].register_forward_pre_hook(pre(b), with_kwargs=True) for b in blocks]
-        handles += [self._named[b].register_forward_hook(post(b)) for b in blocks]
-        try:
-            self._forward(batch)
-        finally:
-            for handle in handles:
-                handle.remove()
-        for a, b in zip(blocks, blocks[1:], strict=False):
-            out, entry = seen.get(a, (None, None))[1], seen.get(b, (None, None))[0]
-            if not (isinstance(out, torch.Tensor) and isinstance(entry, torch.Tensor)):
-                return a, b
-            if entry is not out and (entry.shape != out.shape or not torch.equal(entry, out)):
-                return a, b
-        return None
-
     def capture(self, block: str, batches: Sequence[Any], offload: bool) -> list[Any]:
         calls: list[Any] = []
         where = torch.device("cpu") if offload else None
@@ -273,12 +238,14 @@ class TorchCalibrationHost(Rotations, ModelState):
 
     def run_block(self, block: str, inputs: Sequence[Any], observers: Mapping[str, Observer],
                   propagate: bool, outputs: Mapping[str, Observer] | None = None,
-                  calls: Mapping[str, CallRecorder] | None = None, offload_calls: bool = False) -> list[Any]:
+                  calls: Mapping[str, CallRecorder] | None = None, offload_calls: bool = False,
+                  routes: Mapping[str, Any] | None = None) -> list[Any]:
         module = self._named[block]
         # a calibration pass needs the observed layers' inputs only: once each has had its
         # input, the rest of the block is not run (ObservedCalls)
-        seen = ObservedCalls(list(observers)) if ObservedCalls.apply(propagate, observers, outputs, calls) else None
-        handles = self._hooks(observers, outputs, calls, offload_calls, seen)
+        seen = (ObservedCalls(list(observers)) if ObservedCalls.apply(propagate, observers, outputs or routes, calls)
+                else None)
+        handles = self._hooks(observers, outputs, calls, offload_calls, seen) + self.route_hooks(routes or {})
         out: list[Any] = []
         try:
             for call in inputs:
@@ -303,8 +270,9 @@ class TorchCalibrationHost(Rotations, ModelState):
 
     def run_model(self, batches: Sequence[Any], observers: Mapping[str, Observer],
                   outputs: Mapping[str, Observer] | None = None,
-                  calls: Mapping[str, CallRecorder] | None = None, offload_calls: bool = False) -> None:
-        handles = self._hooks(observers, outputs, calls, offload_calls)
+                  calls: Mapping[str, CallRecorder] | None = None, offload_calls: bool = False,
+                  routes: Mapping[str, Any] | None = None) -> None:
+        handles = self._hooks(observers, outputs, calls, offload_calls) + self.route_hooks(routes or {})
         try:
             for batch in batches:
                 self._forward(batch)

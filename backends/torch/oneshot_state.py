@@ -7,7 +7,8 @@ array of a calibration sample (shape, integer or not, smallest and largest value
 positions (``config.max_position_embeddings``); :meth:`~ModelState.non_finite` the parameters
 holding NaN or infinity; :meth:`~ModelState.quantized_names` the modules already quantized
 (a compressed-tensors scheme, or packed/quantized weights loaded from a compressed
-checkpoint). A model on the meta device is refused when the host is made.
+checkpoint); :meth:`~ModelState.chain_break` whether each repeated block is fed the one
+before's output. A model on the meta device is refused when the host is made.
 
 **Undo** (:mod:`recipe_spec.oneshot.journal`): :meth:`~ModelState.keep` copies a module's own
 parameters into host memory before their first change and :meth:`~ModelState.put_back`
@@ -71,6 +72,9 @@ class ModelState:
 
     model: torch.nn.Module
     _named: dict[str, torch.nn.Module]
+
+    def _forward(self, batch: Any) -> None:  # the host's own
+        raise NotImplementedError
     _tied_ids: set[int] | None = None
 
     def _ensure(self, name: str, dirty: bool = False) -> None:
@@ -152,6 +156,42 @@ class ModelState:
             config.tie_word_embeddings = False
 
     # -- undo ----------------------------------------------------------------------------------
+    def chain_break(self, blocks: Sequence[str], batch: Any) -> tuple[str, str] | None:
+        """The first two consecutive ``blocks`` of which the second is not fed the first's
+        output in one forward pass of ``batch`` (or that the pass does not run); None when each
+        block takes the one before's output, as the sequential pipeline feeds them."""
+        seen: dict[str, tuple[Any, Any]] = {}
+
+        def first(value: Any) -> Any:
+            return value[0] if isinstance(value, (tuple, list)) and value else value
+
+        def pre(name: str) -> Any:
+            def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+                entry = args[0] if args else kwargs.get("hidden_states")
+                seen.setdefault(name, (entry, None))
+            return hook
+
+        def post(name: str) -> Any:
+            def hook(module: Any, args: tuple[Any, ...], output: Any) -> None:
+                if name in seen and seen[name][1] is None:
+                    seen[name] = (seen[name][0], first(output))
+            return hook
+
+        handles = [self._named[b].register_forward_pre_hook(pre(b), with_kwargs=True) for b in blocks]
+        handles += [self._named[b].register_forward_hook(post(b)) for b in blocks]
+        try:
+            self._forward(batch)
+        finally:
+            for handle in handles:
+                handle.remove()
+        for a, b in zip(blocks, blocks[1:], strict=False):
+            out, entry = seen.get(a, (None, None))[1], seen.get(b, (None, None))[0]
+            if not (isinstance(out, torch.Tensor) and isinstance(entry, torch.Tensor)):
+                return a, b
+            if entry is not out and (entry.shape != out.shape or not torch.equal(entry, out)):
+                return a, b
+        return None
+
     def keep(self, name: str) -> dict[str, torch.Tensor]:
         self._ensure(name)
         module = self._named[name]

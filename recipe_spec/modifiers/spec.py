@@ -68,7 +68,8 @@ CAPABILITIES = frozenset({
     "masks", "scores:magnitude", "scores:mfac", "scores:obs", "scores:movement", "gradients",
     "lr", "weight_decay", "trainable", "layers", "quantization", "loss", "teacher", "acdc",
     "oneshot", "scores:sparsegpt", "scores:wanda", "checkpoint:huggingface", "scores:gptq",
-    "oneshot:quantize", "transform:smoothquant", "transform:awq", "transform:rotations", "integration:transformers",
+    "oneshot:quantize", "transform:smoothquant", "transform:awq", "transform:rotations", "prune:experts",
+    "integration:transformers",
     "integration:lightning",
 })
 

@@ -1,6 +1,6 @@
 """What every one-shot algorithm is: :class:`Algorithm`, the interface each folder of
 :mod:`recipe_spec.oneshot` (``sparsegpt/``, ``wanda/``, ``magnitude/``, ``gptq/``, ``rtn/``,
-``smoothquant/``, ``awq/``) implements once, and :class:`OneShotModifier`, one recipe entry as
+``smoothquant/``, ``awq/``, ``reap/``, ...) implements once, and :class:`OneShotModifier`, one recipe entry as
 an algorithm runs it. The registry (:mod:`.algorithms`) keys the algorithms by modifier name;
 the pipeline, the estimate and the checks dispatch through it, never by comparing names.
 
@@ -88,6 +88,8 @@ class OneShotModifier:
     quant: Any = None
     #: A rotation modifier's work (:class:`~.shared.rotation.Rotation`: QuIP, SpinQuant); None otherwise.
     rotation: Any = None
+    #: An expert-pruning modifier's work (:class:`~.reap.ExpertPruning`: REAP); None otherwise.
+    experts: Any = None
     #: What the run does otherwise than the recipe's words say (AWQ's combined form, split)
     note: str = ""
     #: NVFP4's global weight scale of each module compressed so far, shared by fused layers
@@ -150,7 +152,8 @@ class Algorithm:
     name: ClassVar[str] = ""
     #: The recipe modifiers it runs.
     modifiers: ClassVar[tuple[str, ...]] = ()
-    #: ``prune``, ``quantize`` or ``transform`` (a smoothing pass over mappings).
+    #: ``prune``, ``quantize``, ``transform`` (a smoothing pass over mappings, a rotation) or
+    #: ``experts`` (whole experts removed: :mod:`.reap`).
     role: ClassVar[str] = "prune"
     #: Targets may also be parameter selectors and ``__ALL_PRUNABLE__`` (the training-time
     #: modifiers' forms, read one-shot).

@@ -6,7 +6,8 @@ Ctrl-C, a disk that fills while the folder is written) is undone by :class:`Jour
 stands for the host while the pipeline runs, keeps a copy of each module's own parameters
 before their first change (``host.keep(name)``), and on :meth:`Journal.restore` writes them
 back (``host.put_back``) and removes what attaching quantization added to the model
-(``host.shell()`` taken before, ``host.restore_shell``).
+(``host.shell()`` taken before, ``host.restore_shell``), which also puts back experts a REAP
+run removed (each module kept is recorded under its name before the experts were numbered anew).
 
 The copies cost the memory of the modules changed (held where the host keeps them: host
 memory on PyTorch); ``oneshot(..., restore_on_error=False)`` runs without them. A host
@@ -38,6 +39,7 @@ class Journal:
         self._host = host
         self._kept: list[tuple[str, Any]] = []
         self._seen: set[str] = set()
+        self._renames: list[tuple[str, list[int]]] = []
         shell = getattr(host, "shell", None)
         self._shell = shell() if callable(shell) else None
 
@@ -45,9 +47,20 @@ class Journal:
         return getattr(self._host, name)
 
     def _keep(self, name: str) -> None:
-        if name not in self._seen:
-            self._seen.add(name)
-            self._kept.append((name, self._host.keep(name)))
+        first = self._first_name(name)
+        if first not in self._seen:
+            self._seen.add(first)
+            self._kept.append((first, self._host.keep(name)))
+
+    def _first_name(self, name: str) -> str:
+        """``name`` as the module was called before any experts were removed (REAP numbers the
+        experts kept anew: ``experts.5`` after dropping expert 3 of 8 was ``experts.6``)."""
+        for prefix, kept in reversed(self._renames):
+            if name.startswith(prefix):
+                index, _, rest = name[len(prefix):].partition(".")
+                if index.isdigit() and int(index) < len(kept):
+                    name = f"{prefix}{kept[int(index)]}" + (f".{rest}" if rest else "")
+        return name
 
     def set_weight(self, name: str, value: Any) -> None:
         self._keep(name)
@@ -71,6 +84,14 @@ class Journal:
             self._keep(info.name)
         self._host.apply_rotations(rotation)
 
+    def prune_experts(self, layer: Any, kept: Any) -> None:
+        # the experts' modules go and those kept are numbered anew: the shell puts the old ones
+        # back, and every name kept from now on is recorded under its number before
+        if self._shell is None:
+            raise RuntimeError("this host cannot undo removing experts: run with restore_on_error=False")
+        self._renames.append((f"{layer.experts}.", [int(k) for k in kept]))
+        self._host.prune_experts(layer, kept)
+
     def save(self, output_dir: str, recipe_text: str) -> Any:
         # saving may change every quantized module (compressed-tensors packs them)
         for name in getattr(self._host, "quantized_now", lambda: [])():
@@ -86,6 +107,7 @@ class Journal:
             self._host.put_back(name, kept)
         self._kept.clear()
         self._seen.clear()
+        self._renames.clear()
 
 
 def journalled(host: Any, enabled: bool = True) -> Any:

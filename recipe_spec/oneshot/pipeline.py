@@ -37,6 +37,7 @@ from .distributed import Collective, assign, calibrate, collective_of, own_batch
 from .host import CalibrationHost, ModuleInfo, inside, outermost
 from .modifiers import OneShotModifier, matches, select_modules
 from .owl.profile import layer_sparsities
+from .reap.run import ExpertWatch, layers_pruned, write_report
 from .shared.hessian import SharedInput
 from .shared.smoothing import run_smoothing_pass
 
@@ -63,6 +64,8 @@ class OneShotReport:
     smoothing: list[Any] = field(default_factory=list)
     #: What the run did otherwise than the recipe's words say (an older form run as its release ran it).
     notes: list[str] = field(default_factory=list)
+    #: The experts each mixture-of-experts layer kept (REAP), by layer, in their old numbering.
+    experts: dict[str, list[int]] = field(default_factory=dict)
 
     def sparsity(self) -> dict[str, float]:
         """Zero fraction per module after its last compression."""
@@ -93,6 +96,8 @@ def run_pipeline(host: CalibrationHost, mods: Sequence[OneShotModifier], calibra
             _LOG.info("%s: %s runs in the %s pipeline", mod.where, mod.type, mod.pipeline)
             _run(host, modules, [mod], calibration, mod.pipeline, sequential_targets, offload, report,
                  progress, distributed_statistics)
+            if mod.experts is not None:  # experts removed: the modules after are numbered anew
+                modules = list(host.modules())
     else:
         _run(host, modules, list(mods), calibration, pipeline, sequential_targets, offload, report,
              progress, distributed_statistics)
@@ -156,7 +161,7 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
     targets = [select_modules(modules, m) for m in mods]
     infos = {i.name: i for i in modules}
     for mod, names in zip(mods, targets, strict=True):
-        if not names:
+        if not names and mod.experts is None:
             _LOG.warning("%s: %s selects no prunable layer of this model", mod.where, mod.type)
     data = [m for m in mods if m.needs_data]
     if pipeline == "datafree" or not data:
@@ -177,7 +182,9 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
     collective = collective_of(host)
     batches = calibration.batches
     blocks = outermost(host.repeated_blocks(sequential_targets))
+    pruned = {i: layers_pruned(host, m) for i, m in enumerate(mods) if m.experts is not None}
     outside = [n for names in targets for n in names if not any(inside(n, b) for b in blocks)]
+    outside += [layer.name for found in pruned.values() for layer in found if not any(inside(layer.name, b) for b in blocks)]
     total = len(blocks) + (1 if outside else 0)
     _tell(progress, label, 0, total)
     done: set[str] = set()
@@ -186,10 +193,13 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
         for k, block in enumerate(blocks):
             part = [[n for n in names if inside(n, block)] for names in targets]
             stats = _observe(host, mods, part, infos)
-            if stats:
+            watch = ExpertWatch(mods, pruned, functools.partial(inside, root=block))
+            if stats or watch:
                 calibrate(stats, collective, how, functools.partial(host.run_block, block, inputs,
-                                                                   _observers(stats, host.ops), propagate=False))
+                                                                   _observers(stats, host.ops), propagate=False,
+                                                                   **_routes(watch)))
             _compress(host, mods, part, stats, report, infos, collective)
+            watch.prune(host, collective, report.experts)
             done.update(n for names in part for n in names)
             del stats
             if k + 1 < len(blocks):
@@ -197,12 +207,22 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
             _tell(progress, block, k + 1, total)
         del inputs
     rest = [[n for n in names if n not in done] for names in targets]
-    if any(rest):
+    watch = ExpertWatch(mods, pruned, lambda name: not any(inside(name, b) for b in blocks))
+    if any(rest) or watch:
         stats = _observe(host, mods, rest, infos)
-        if stats:
-            calibrate(stats, collective, how, functools.partial(host.run_model, batches, _observers(stats, host.ops)))
+        if stats or watch:
+            calibrate(stats, collective, how, functools.partial(host.run_model, batches, _observers(stats, host.ops),
+                                                               **_routes(watch)))
         _compress(host, mods, rest, stats, report, infos, collective)
-        _tell(progress, ", ".join(dict.fromkeys(n for names in rest for n in names)), total, total)
+        watch.prune(host, collective, report.experts)
+        _tell(progress, ", ".join(dict.fromkeys(outside)), total, total)
+    if pruned and (collective is None or collective.rank == 0):
+        write_report(mods, report.experts, pruned)
+
+
+def _routes(watch: ExpertWatch) -> dict[str, Any]:
+    """``routes=`` for a host run when ``watch`` has layers (a host without REAP is never given it)."""
+    return {"routes": watch.routes()} if watch else {}
 
 
 def _observe(host: CalibrationHost, mods: list[OneShotModifier], part: list[list[str]],

@@ -257,14 +257,24 @@ def check_chain(host: Any, sequential_targets: Sequence[str] | None, batch: Any)
 
 
 def check_rotations(recipe: Recipe, host: Any, mods: Sequence[OneShotModifier]) -> None:
-    """A rotation the host cannot apply (a ValueError naming the layer) as a located
-    :class:`RecipeError`, before any weight changes."""
+    """A rotation the host cannot apply (a ValueError naming the layer), or experts it cannot
+    prune as asked (:func:`~.reap.run.layers_pruned`), as a located :class:`RecipeError`, before
+    any weight changes."""
+    from .reap.run import layers_pruned
+
     for m in mods:
-        if m.rotation is None:
-            continue
         try:
-            host.check_rotations(m.rotation)
+            if m.rotation is not None:
+                host.check_rotations(m.rotation)
+            if m.experts is not None:
+                layers_pruned(host, m)
         except ValueError as exc:
-            raise RecipeError([codes.B001(f"{m.type} cannot rotate this model: {exc}",
-                                          "Change the modifier's targets, transform_type or transform_block_size.",
-                                          m.entry.span).in_file(recipe.path)]) from None
+            what, hint = (("rotate", "Change the modifier's targets, transform_type or transform_block_size.")
+                          if m.rotation is not None else
+                          ("prune the experts of", "Change the modifier's sparsity or ignore, or pass a "
+                           "mixture-of-experts model."))
+            key = next((k for k in ("ignore", "sparsity") if m.experts is not None and str(exc).startswith(k)
+                        and k in m.entry.args), None)
+            span = m.entry.key_span(key) if key is not None else m.entry.span
+            raise RecipeError([codes.B001(f"{m.type} cannot {what} this model: {exc}", hint,
+                                          span).in_file(recipe.path)]) from None

@@ -97,10 +97,15 @@ REAP = declare(
     "REAPPruningModifier", "REAP: prune whole experts of mixture-of-experts layers.",
     "pruning", {"llmcompressor": ">=0.13"},
     (
-        arg("sparsity", "Fraction of experts removed.", type="number", **_FRACTION),
-        arg("ignore", "Layers left alone.", type="array", items={"type": "string"}),
+        arg("sparsity", "Fraction of each layer's experts removed (the lowest router-weighted output norms).",
+            oneshot="runs", type="number", exclusiveMinimum=0, exclusiveMaximum=1, fraction=True),
+        arg("ignore", "Layers left alone: regular expressions searched in each MoE layer's name.", oneshot="runs",
+            type="array", items={"type": "string"}, default=[]),
+        arg("report_path", "A .json file written with the experts each layer kept.", {"llmcompressor": ">=0.14"},
+            oneshot="runs", type=["string", "null"], pattern="\\.json$", default=None),
     ),
     required={"sparsity": {"llmcompressor": ""}}, example={"sparsity": 0.25},
+    oneshot_needs=frozenset({"oneshot", "prune:experts"}),
 )
 
 SPECS: tuple[StageSpec, ...] = (SPARSEGPT, WANDA, REAP)
