@@ -41,7 +41,11 @@ BASE: dict[str, dict[str, Any]] = {
     # rotates nothing here (QuIP: no target matches; SpinQuant: R2 alone, on the head width)
     "QuIPModifier": {"targets": "re:.*nothing$"},
     "SpinQuantModifier": {"rotations": ["R2"]},
+    # expert pruning needs a mixture-of-experts model: its cases run on one (below)
+    "REAPPruningModifier": {"sparsity": 0.5},
 }
+#: The modifiers whose cases run on a mixture-of-experts model on PyTorch.
+_MOE = {"REAPPruningModifier"}
 _QUANTIZER = "    QuantizationModifier: {scheme: W8A8, targets: Linear, ignore: [lm_head]}\n"
 _AFTER = {"AWQModifier": _QUANTIZER, "MagnitudePruningModifier": _QUANTIZER, "ConstantPruningModifier": _QUANTIZER}
 _ABSENT = object()
@@ -134,11 +138,11 @@ def _stop(*args: Any, **kwargs: Any) -> None:
 
 
 def _agree(backend: str, model: Any, weights: Any, samples: Any, monkeypatch: pytest.MonkeyPatch,
-           stop: str = "pipeline.run_pipeline") -> list[str]:
+           stop: str = "pipeline.run_pipeline", only: Any = lambda name: True) -> list[str]:
     """The cases where ``validate --backend`` and ``oneshot`` disagree, and those where a
     refusal changed a weight. The run stops at ``stop`` (``module.function`` of
     :mod:`recipe_spec.oneshot`, a step of :func:`~recipe_spec.oneshot.api.apply_oneshot`): by
-    default where the pipeline would start."""
+    default where the pipeline would start. ``only(name)``: the modifiers whose cases run."""
     import importlib
 
     import recipe_spec
@@ -147,6 +151,8 @@ def _agree(backend: str, model: Any, weights: Any, samples: Any, monkeypatch: py
     monkeypatch.setattr(importlib.import_module(f"recipe_spec.oneshot.{module}"), name, _stop)
     wrong = []
     for name, key, value in CASES:
+        if not only(name):
+            continue
         text = _recipe(name, key, value)
         said = [d for d in validate(text, backend=backend) if d.severity is Severity.ERROR]
         try:
@@ -204,7 +210,26 @@ def test_validate_and_oneshot_agree_on_pytorch(monkeypatch: pytest.MonkeyPatch) 
                for _ in range(2)]
     weights = _Weights(lambda: [(n, float(p.detach().double().sum()), float(p.detach().double().square().sum()))
                                 for n, p in model.named_parameters()])
-    wrong = _agree("torch", model, weights, samples, monkeypatch)
+    wrong = _agree("torch", model, weights, samples, monkeypatch, only=lambda name: name not in _MOE)
+    assert not wrong, "\n".join(wrong[:20]) + f"\n({len(wrong)} in all)"
+
+
+def test_validate_and_oneshot_agree_on_a_mixture_of_experts_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Expert pruning's cases on a tiny Qwen3-MoE (4 experts, top 2, two layers)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.Qwen3MoeConfig(vocab_size=64, hidden_size=32, intermediate_size=64, moe_intermediate_size=32,
+                                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                                         head_dim=16, num_experts=4, num_experts_per_tok=2,
+                                         max_position_embeddings=32)
+    model = transformers.Qwen3MoeForCausalLM(config).eval()
+    g = torch.Generator().manual_seed(1)
+    samples = [{"input_ids": torch.randint(0, 64, (8,), generator=g), "attention_mask": torch.ones(8, dtype=torch.long)}
+               for _ in range(2)]
+    weights = _Weights(lambda: [(n, float(p.detach().double().sum()), float(p.detach().double().square().sum()))
+                                for n, p in model.named_parameters()])
+    wrong = _agree("torch", model, weights, samples, monkeypatch, only=lambda name: name in _MOE)
     assert not wrong, "\n".join(wrong[:20]) + f"\n({len(wrong)} in all)"
 
 

@@ -32,7 +32,7 @@ from .catalogue import variant_in
 from .catalogue_quant import smallest_grid
 from .oneshot_compat import oneshot_differences
 from .owl_checks import owl_diagnostics
-from .pattern_checks import arg_items, pattern_findings
+from .pattern_checks import SEARCHED, arg_items, pattern_findings
 from .reader import STAGE_KEYS, is_group_key, is_stage_key, numbered_stage
 from .versions import Compat, affects, newest, scope
 from .written_for import written_for
@@ -250,6 +250,9 @@ class _Checker:
         unquoted = source is None or "\\" not in source.yaml_text
         for m, items in zip(self.recipe.modifiers, self.strings(), strict=True):
             for keys, text, target, from_root in items:
+                if m.type in SEARCHED:  # a regular expression searched in a layer's name, as written
+                    self.searched(m, keys, text)
+                    continue
                 if not target or (unquoted and not pattern_findings(text, None, None, from_root)):
                     continue
                 path = m.args_path + keys
@@ -259,6 +262,18 @@ class _Checker:
                 span = loc.span if loc is not None else self.span(path)
                 for f in pattern_findings(text, style, raw, from_root):
                     self.add(f.code, f.message, f.hint, span, f.severity)
+
+    def searched(self, m: Any, keys: tuple[Any, ...], text: str) -> None:
+        """P005 for a string of a :data:`SEARCHED` modifier's ``ignore`` that is not a regular
+        expression (``re:`` in front read as the same pattern)."""
+        if keys[:1] != ("ignore",):
+            return
+        try:
+            re.compile(text.removeprefix("re:"))
+        except re.error as exc:
+            self.add(codes.P005, f"'{text}' is not a valid regular expression ({exc})",
+                     "Write a pattern searched in each MoE layer's name, e.g. 'layers\\.3\\.mlp$'.",
+                     self.span(m.args_path + keys))
 
     def written(self, span: Span) -> str | None:
         """The text of ``span`` as it stands in the file (a scalar with its quotes)."""

@@ -45,7 +45,7 @@ from ..text.patterns import PatternError
 from ..text.targets import explain, linear_pattern
 
 __all__ = ["PatternFinding", "pattern_findings", "pattern_items", "arg_strings", "arg_items",
-           "PATTERN_KEYS"]
+           "PATTERN_KEYS", "SEARCHED"]
 
 #: Arguments (at any depth: ``config_groups.<group>.targets``, SmoothQuant's nested
 #: ``mappings``, AWQ's ``smooth_layer``/``balance_layers``) whose strings are module targets.
@@ -54,6 +54,9 @@ PATTERN_KEYS = frozenset({"targets", "ignore", "sequential_targets", "mappings",
 #: Of those, the ones a tool may match inside a parent module (AWQ looks for its balance
 #: layers among the smooth layer's parent's submodules): not checked for root anchoring.
 _RELATIVE_KEYS = frozenset({"mappings", "norm_mappings", "smooth_layer", "balance_layers"})
+#: Modifiers whose ``ignore`` strings are regular expressions searched anywhere in a layer's name
+#: (llm-compressor's REAP: ``re.search`` of the text as written), not targets: only P005 applies.
+SEARCHED = frozenset({"REAPPruningModifier"})
 _SPECIAL = frozenset({"__ALL__", "__ALL_PRUNABLE__", "__ALL_QUANTIZABLE__"})
 #: Module names that sit inside a decoder layer in every Hugging Face LLM, never at the root.
 _INNER = frozenset({

@@ -60,7 +60,13 @@ class Reap(Algorithm):
         if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float)) or not 0 < sparsity < 1:
             errors.append(b001(recipe, m, f"{m.type} sparsity {sparsity!r} is not a fraction of the experts in (0, 1)",
                                "Write sparsity: 0.25 (a quarter of each layer's experts removed).", "sparsity"))
-        ignore = tuple(strings(value(m, "ignore")))
+        given = value(m, "ignore")
+        if not (isinstance(given, (list, tuple)) and all(isinstance(p, str) for p in given)):
+            errors.append(b001(recipe, m, f"{m.type} ignore {given!r} is not a list of patterns",
+                               "Write ignore: ['layers\\.3\\.mlp$'] (regular expressions searched in each MoE "
+                               "layer's name), or leave it out.", "ignore"))
+            given = []
+        ignore = tuple(strings(given))
         for pattern in ignore:
             try:
                 re.compile(pattern.removeprefix("re:"))
