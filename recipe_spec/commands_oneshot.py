@@ -345,14 +345,17 @@ def header_findings(recipe: Any, mods: Sequence[Any], model: Any) -> list[Diagno
     modifiers): an N:M structure or a ``sequential_targets`` the model cannot take
     (:func:`recipe_spec.oneshot.checkpoint.model_findings`: P004, P006), a quantization
     ``group_size`` that does not divide a target's ``in_features`` (P012), a smoothing mapping
-    that resolves to no layer (P006), a rotation that does not fit a layer (P014). ``lint --model DIR`` and ``oneshot`` both report them;
+    that resolves to no layer (P006), a rotation that does not fit a layer (P014), expert pruning
+    the model cannot take (P015). ``lint --model DIR`` and ``oneshot`` both report them;
     ``oneshot`` before torch is imported."""
     from .oneshot.checkpoint import model_findings
     from .oneshot.quant_lint import mapping_findings, quant_findings, rotation_findings
+    from .oneshot.reap.layers import expert_findings
 
     return (model_findings(recipe, mods, model) + quant_findings(recipe, model.modules)
             + mapping_findings(recipe, mods, model.modules, model.architecture)
-            + rotation_findings(recipe, mods, model.modules))
+            + rotation_findings(recipe, mods, model.modules)
+            + expert_findings(recipe, mods, model.config, model.modules))
 
 
 class _Tokenizer:

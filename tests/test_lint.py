@@ -40,8 +40,10 @@ def test_every_p_code_has_a_fixture() -> None:
     # tests/fixtures/rules/P008_core_patterns.yaml. P010 (a removed layer that changes the
     # shape) needs the layers' sizes, which only the PyTorch runtime knows at modify():
     # tests/test_fuzz_training.py. P012 (a quantization group size against a checkpoint's
-    # in_features) is lint --model's: tests/test_oneshot_quant_lint.py.
-    assert {c for c in CODES if c.startswith("P")} - {"P007", "P008", "P009", "P010", "P012", "P014"} == covered
+    # in_features) is lint --model's: tests/test_oneshot_quant_lint.py; so are P014 (a rotation)
+    # and P015 (expert pruning): tests/test_oneshot_reap.py.
+    assert {c for c in CODES if c.startswith("P")} - {"P007", "P008", "P009", "P010", "P012", "P014",
+                                                       "P015"} == covered
 
 
 def test_no_match_names_the_closest_parameters() -> None:

@@ -4,8 +4,9 @@ of ``moe/21_qwen3moe_gptq_w4a16``): each layer's saliency per expert, the expert
 folder's every tensor (by SHA-256) and its config's expert count; against a plain computation of
 the saliency formula and a model pruned by hand; and the refusals, before anything changes.
 
-As in ``test_oneshot_moe.py``, the conformance runs compare with the causal mask removed, as
-llm-compressor's traced pipeline calibrated these cases.
+As in ``test_oneshot_moe.py``, the Qwen3-MoE runs compare with the causal mask removed, as
+llm-compressor's traced pipeline calibrated that model; its DeepSeek-V3 run (a group-limited
+router) kept the mask, and compares with it.
 """
 
 from __future__ import annotations
@@ -29,20 +30,30 @@ from recipe_spec.diagnostics.base import RecipeError  # noqa: E402
 from recipe_spec.oneshot.reap import run as reap_run  # noqa: E402
 from recipe_spec.oneshot.reap.saliency import ExpertLayer, Saliency, drop_counts, kept  # noqa: E402
 
-REFERENCE = json.loads((pathlib.Path(__file__).parent / "fixtures" / "reap" / "reference.json").read_text())["runs"]
+FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "reap"
+REFERENCE = json.loads((FIXTURES / "reference.json").read_text())["runs"]
 CASE = json.loads((MOE / "21_qwen3moe_gptq_w4a16" / "case.json").read_text())
 
 
 def _model(dtype: str = "float32", folder: pathlib.Path | None = None) -> Any:
-    """The case's model from its seed; in another dtype, saved and read back in it, as the
-    reference's runs made it (transformers then keeps the rotary frequencies in float32)."""
-    config = {k: v for k, v in CASE["model_config"].items()
-              if k not in ("architectures", "transformers_version", "model_type")}
-    torch.manual_seed(CASE["seeds"]["model"])
-    model = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(**config)).float().eval()
-    if dtype == "float32":
+    """The case's model from its seed (``deepseek``: the generator's DeepSeek-V3, float32); with
+    a ``folder``, saved there in its dtype and read back, as the reference's runs made it
+    (transformers then keeps the rotary frequencies in float32, and fills DeepSeek-V3's
+    non-persistent buffers anew)."""
+    if dtype == "deepseek":
+        import make_reference as made
+
+        torch.manual_seed(made.DEEPSEEK_SEED)
+        model = transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config(**made.DEEPSEEK)).float().eval()
+        dtype = "float32"
+    else:
+        config = {k: v for k, v in CASE["model_config"].items()
+                  if k not in ("architectures", "transformers_version", "model_type")}
+        torch.manual_seed(CASE["seeds"]["model"])
+        model = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(**config)).float().eval()
+    if folder is None:
+        assert dtype == "float32"
         return model
-    assert folder is not None
     model.to(getattr(torch, dtype)).save_pretrained(folder)
     return transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype)).eval()
 
@@ -64,10 +75,12 @@ def _digest(t: Any) -> str:
 
 @pytest.fixture()
 def unmasked(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Attention without the causal mask, as llm-compressor's traced run computed it here."""
+    """Qwen3-MoE's attention without the causal mask, as llm-compressor's traced run computed it
+    here (its DeepSeek-V3 run kept the mask: that one compares with the mask on)."""
     import transformers.models.qwen3_moe.modeling_qwen3_moe as qwen3_moe
 
     monkeypatch.setattr(qwen3_moe, "create_causal_mask", lambda *args, **kwargs: None)
+    monkeypatch.syspath_prepend(str(FIXTURES))
 
 
 @pytest.fixture()
@@ -84,7 +97,7 @@ def saliencies(monkeypatch: pytest.MonkeyPatch) -> list[list[float]]:
     return seen
 
 
-@pytest.mark.parametrize("name", ["reap_25", "reap_50_routed", "reap_40_bf16", "reap_25_gptq"])
+@pytest.mark.parametrize("name", ["reap_25", "reap_50_routed", "reap_40_bf16", "reap_25_gptq", "reap_50_deepseek_groups"])
 def test_reap_saves_llmcompressors_folder_byte_for_byte(name: str, unmasked: None, saliencies: list[list[float]],
                                                         tmp_path: pathlib.Path) -> None:
     """The saliency of every expert (the same float64 bits), the experts kept, and every saved
@@ -101,10 +114,15 @@ def test_reap_saves_llmcompressors_folder_byte_for_byte(name: str, unmasked: Non
     ours = {k: [list(v.shape), str(v.dtype).removeprefix("torch."), _digest(v)] for k, v in saved.items()}
     assert ours == want["tensors"]
     config = json.loads((out / "config.json").read_text())
-    assert config["num_local_experts"] == want["config"]["num_local_experts"] == 8 - int(8 * float(
-        want["recipe"].split("sparsity: ")[1].split()[0]))
+    key = "n_routed_experts" if want["dtype"] == "deepseek" else "num_local_experts"
+    count = 8 - int(8 * float(want["recipe"].split("sparsity: ")[1].split()[0]))
+    assert config[key] == count
+    # llm-compressor 0.14 patches only num_experts / num_local_experts / moe_num_experts into the
+    # saved config.json: DeepSeek-V3's n_routed_experts stays 8, and its folder does not load
+    assert want["config"][key] == (8 if want["dtype"] == "deepseek" else count)
     if want["quantization_config"] is None:  # a dense folder: transformers reads it back as it is in memory
-        loaded = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=getattr(torch, want["dtype"])).eval()
+        dtype = torch.bfloat16 if want["dtype"] == "bfloat16" else torch.float32
+        loaded = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=dtype).eval()
         ids = torch.tensor([_samples()[0]["input_ids"]])
         with torch.no_grad():
             torch.testing.assert_close(loaded(ids).logits, model(ids).logits, rtol=0, atol=1e-5)
@@ -170,14 +188,16 @@ def test_which_experts_go() -> None:
     assert kept(saliency, 2, per_group=1, n_group=2) == [0, 2, 3, 5, 6, 7]  # groups [0..3], [4..7]
     plain = ExpertLayer("m.layers.0.mlp", "m.layers.0.mlp.experts", 8, 2)
     assert drop_counts(plain, 0.25) == (2, None) and drop_counts(plain, 0.4) == (3, None)
-    grouped = ExpertLayer("m", "m.experts", 8, 2, n_group=4, topk_group=2)
-    assert drop_counts(grouped, 0.4) == (4, 1)  # round(3 / 4) = 1 of each group of 2
+    grouped = ExpertLayer("m", "m.experts", 8, 2, n_group=2, topk_group=1)
+    assert drop_counts(grouped, 0.4) == (4, 2)  # round(3 / 2) = 2 of each group of 4
     with pytest.raises(ValueError, match="drops no expert of 8.*at least 0.125"):
         drop_counts(plain, 0.1)
     with pytest.raises(ValueError, match="leaves 1 experts.*top_k=2"):
         drop_counts(plain, 0.9)
     with pytest.raises(ValueError, match="drops no expert of each group"):
         drop_counts(grouped, 0.125)
+    with pytest.raises(ValueError, match="leaves 1 expert of each group of 2.*two best"):
+        drop_counts(ExpertLayer("m", "m.experts", 8, 2, n_group=4, topk_group=4), 0.5)
 
 
 def _refused(model: Any, recipe: str, match: str, **kwargs: Any) -> RecipeError:
@@ -287,3 +307,26 @@ def test_validate_reads_ignore_as_the_regular_expressions_reap_searches() -> Non
     bad = validate("s_stage:\n  s_modifiers:\n    REAPPruningModifier:\n      sparsity: 0.25\n"
                    "      ignore: ['layers.(1']\n")
     assert [(d.code, d.line) for d in bad] == [("P005", 5)]
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    ("      sparsity: 0.25\n", ""),
+    ("      sparsity: 0.9\n", "leaves 1 experts a token can reach in model.layers.0.mlp, fewer than the router's top_k=2"),
+    ("      sparsity: 0.1\n", "drops no expert of 8"),
+    ("      sparsity: 0.25\n      ignore: ['layers\\.1\\.mlp$']\n", "leaves model.layers.1.mlp with 8 experts"),
+])
+def test_lint_says_what_oneshot_would_refuse_from_the_checkpoint(args: str, said: str, tmp_path: pathlib.Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """P015 from the checkpoint's headers (its fused experts, counted as the run splits them) and
+    its config.json, at the modifier's line; the estimate counts its MoE layers."""
+    from recipe_spec.cli import main
+
+    _model().save_pretrained(tmp_path / "model")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("prune_stage:\n  prune_modifiers:\n    REAPPruningModifier:\n" + args)
+    main(["lint", str(recipe), "--model", str(tmp_path / "model"), "--format", "json"])
+    found = json.loads(capsys.readouterr().out)["files"][0]["diagnostics"]
+    assert [(d["code"], d["line"]) for d in found] == ([("P015", 3)] if said else [])
+    assert said in " ".join(d["message"] for d in found)
+    main(["lint", str(recipe), "--model", str(tmp_path / "model")])
+    assert ":3): 2 mixture-of-experts layers, sequential pipeline" in capsys.readouterr().out

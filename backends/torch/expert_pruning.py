@@ -22,26 +22,15 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from recipe_spec.oneshot.reap.layers import ROUTERS, routing, text_config
 from recipe_spec.oneshot.reap.saliency import ExpertLayer
 
 from .experts import LinearExperts
 
 __all__ = ["ExpertPruning"]
 
-#: llm-compressor 0.14's names (``reap/utils.py``): the block's router and experts attributes,
-#: the config's expert count, top_k and group-limited routing keys, a module's expert count.
-ROUTERS = ("router", "gate")
-COUNT_KEYS = ("num_experts", "num_local_experts", "moe_num_experts")
-TOP_K_KEYS = ("num_experts_per_tok", "top_k", "moe_top_k")
-GROUP_KEYS, TOP_K_GROUP_KEYS = ("n_group",), ("topk_group", "top_k_group")
+#: A module's expert count, as llm-compressor 0.14 updates it (``reap/utils.py``).
 MODULE_COUNT_KEYS = ("num_experts", "n_experts", "n_routed_experts")
-
-
-def _first(config: Any, keys: tuple[str, ...]) -> tuple[str | None, Any]:
-    for key in keys:
-        if hasattr(config, key):
-            return key, getattr(config, key)
-    return None, None
 
 
 class ExpertPruning:
@@ -50,30 +39,17 @@ class ExpertPruning:
     model: torch.nn.Module
     _named: dict[str, torch.nn.Module]
 
-    def _moe_config(self) -> Any:
-        config = getattr(self.model, "config", None)
-        return getattr(config, "text_config", None) or config
-
     def expert_layers(self) -> list[ExpertLayer]:
         if getattr(self, "_store", None) is not None:
             raise ValueError("a model streamed from its checkpoint block by block cannot lose experts: load it whole")
-        config = self._moe_config()
-        count_key, _ = _first(config, COUNT_KEYS)
-        top_key, top_k = _first(config, TOP_K_KEYS)
-        if config is None or count_key is None or top_key is None:
-            raise ValueError(f"the model's config does not say its expert count ({' or '.join(COUNT_KEYS)}) and "
-                             f"top_k ({' or '.join(TOP_K_KEYS)})")
-        _, n_group = _first(config, GROUP_KEYS)
-        _, topk_group = _first(config, TOP_K_GROUP_KEYS)
-        if (n_group is None) != (topk_group is None):
-            raise ValueError("the model's config gives one of n_group and topk_group without the other")
+        _, _, top_k, n_group, topk_group = routing(getattr(self.model, "config", None) or {})
         out = []
         for name, module in self._named.items():
             experts = getattr(module, "experts", None)
             router = next((r for r in ROUTERS if isinstance(getattr(module, r, None), torch.nn.Module)), None)
             if isinstance(experts, LinearExperts) and router is not None:
                 out.append(ExpertLayer(name, f"{name}.experts" if name else "experts", int(experts.num_experts),
-                                       int(top_k), n_group, topk_group))
+                                       top_k, n_group, topk_group))
         if not out:
             raise ValueError("the model has no mixture-of-experts block (a module holding split experts and a "
                              "router named router or gate)")
@@ -134,7 +110,6 @@ class ExpertPruning:
                     setattr(holder, key, len(kept))
         if isinstance(getattr(router, "out_features", None), int):
             router.out_features = len(kept)
-        config = self._moe_config()
-        count_key, _ = _first(config, COUNT_KEYS)
-        setattr(config, count_key, len(kept))
+        config = self.model.config
+        setattr(text_config(config), routing(config)[0], len(kept))
         self._named = dict(self.model.named_modules())

@@ -7,7 +7,7 @@ from __future__ import annotations
 from .code_table import register as _code
 
 __all__ = ["P001", "P002", "P003", "P004", "P005", "P006", "P007", "P008", "P009", "P010", "P011", "P012", "P013",
-           "P014"]
+           "P014", "P015"]
 
 P001 = _code(
     "P001", "error", "pattern matches no parameter",
@@ -143,4 +143,17 @@ P014 = _code(
     "quant_stage:\n  quant_modifiers:\n    QuIPModifier:\n      transform_type: hadamard   # intermediate_size 96\n",
     "Pick a `transform_block_size` that divides every rotated width and is a power of two, or "
     "use `transform_type: random-matrix`.",
+)
+P015 = _code(
+    "P015", "error", "expert pruning does not fit the model",
+    "REAPPruningModifier removes `int(experts x sparsity)` experts of every mixture-of-experts layer, "
+    "so the model must have such layers (numbered experts beside a router), the sparsity must drop "
+    "at least one expert and leave at least the router's `top_k` (`num_experts_per_tok`) a token "
+    "can reach, and `ignore` may not leave some layers whole: the config holds one expert count for "
+    "every layer, so a checkpoint pruned in part does not load (llm-compressor 0.14 saves it "
+    "anyway). `lint --model` reads the layers from the checkpoint's headers and the counts from "
+    "its `config.json`.",
+    "prune_stage:\n  prune_modifiers:\n    REAPPruningModifier:\n      sparsity: 0.9   # 8 experts, top 2\n",
+    "Lower the sparsity so that at least `top_k` experts stay (or raise it to drop at least one), "
+    "and prune every layer.",
 )

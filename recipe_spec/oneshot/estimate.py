@@ -103,7 +103,8 @@ class Estimate:
             if c.mappings is not None:
                 out += _smoothing_lines(c, self.cache_bytes)
             else:
-                out.append(f"  {mod.type} ({mod.where}): {c.targets} target layers, {c.pipeline} pipeline")
+                what = "mixture-of-experts layers" if mod.experts is not None else "target layers"
+                out.append(f"  {mod.type} ({mod.where}): {c.targets} {what}, {c.pipeline} pipeline")
                 if c.largest[1]:
                     what, rule = algorithm_of(mod).statistic
                     out.append(f"    {what} per target ({rule}): largest {_bytes(c.largest[1])} "
@@ -182,9 +183,25 @@ def _forward(block_params: int, model: CheckpointModel, tokens: int, seq_len: in
     return 2 * (2.0 * block_params * tokens + 4.0 * seq_len * (model.hidden or 0) * tokens)
 
 
+def _experts_cost(mod: OneShotModifier, model: CheckpointModel, tokens: int, seq_len: int,
+                  samples: int) -> ModifierCost:
+    """Expert pruning (REAP): the two forward passes of every block (whose mixture-of-experts
+    layers it prunes, ``targets``); its statistic is a sum and a count per expert."""
+    from .reap.layers import checkpoint_layers
+
+    try:
+        layers = len(checkpoint_layers(model.config, model.modules))
+    except ValueError:  # P015 says why
+        layers = 0
+    forward = _forward(max(model.block_params, default=0), model, tokens, seq_len)
+    return ModifierCost(mod, layers, "sequential", forward_flops=forward, blocks=len(model.blocks), calls=2 * samples)
+
+
 def _cost(mod: OneShotModifier, model: CheckpointModel, tokens: int, seq_len: int, samples: int) -> ModifierCost:
     if mod.transform is not None:
         return _smoothing_cost(mod, model, tokens, seq_len, samples)
+    if mod.experts is not None:
+        return _experts_cost(mod, model, tokens, seq_len, samples)
     shapes = {i.name: i.weight_shape for i in model.modules}
     names = select_modules(model.modules, mod)
     pipeline = mod.pipeline

@@ -20,9 +20,11 @@ from ..diagnostics.base import Diagnostic, Severity
 from ..params.checkpoint import ModelNames
 from ..recipe.model import Modifier, Recipe
 from .matching import MatchResult, PatternReport, kind_for_modifier, match
+from .pattern_checks import SEARCHED
 from .versions import Compat, newest
 
 __all__ = ["lint_stage_model"]
+
 
 _PATTERN_ARGS = ("targets", "ignore")
 
@@ -70,7 +72,7 @@ def lint_stage_model(recipe: Recipe, names: ModelNames, compat: Compat | None = 
     out: list[Diagnostic] = []
     tools = _tools(compat)
     for m in recipe.modifiers:
-        if not any(k in m.args for k in _PATTERN_ARGS):
+        if not any(k in m.args for k in _PATTERN_ARGS) or m.type in SEARCHED:  # REAP's: P015's
             continue
         kind = kind_for_modifier(m.type)
         targets = m.args.get("targets", ("Linear",) if kind == "quantization" else None)

@@ -98,8 +98,9 @@ def drop_counts(layer: ExpertLayer, sparsity: float) -> tuple[int, int | None]:
     """``(experts dropped per layer, per group)`` for ``sparsity`` (``int(count · sparsity)``;
     a group-limited router drops ``round(that / n_group)`` of each group, so the total is a
     multiple of ``n_group``, as llm-compressor 0.14); a ValueError that says what to change when
-    nothing would be dropped, when the groups do not divide the experts, or when fewer than
-    ``top_k`` experts would stay reachable."""
+    nothing would be dropped, when the groups do not divide the experts, when a group would keep
+    fewer than the two experts DeepSeek-V3's router scores it by (llm-compressor prunes the
+    first layer and then fails), or when fewer than ``top_k`` experts would stay reachable."""
     drop = int(layer.count * sparsity)
     if drop == 0:
         raise ValueError(f"sparsity {sparsity} drops no expert of {layer.count} (int({layer.count} x {sparsity}) = 0): "
@@ -115,6 +116,10 @@ def drop_counts(layer: ExpertLayer, sparsity: float) -> tuple[int, int | None]:
             raise ValueError(f"sparsity {sparsity} drops no expert of each group of {size} (n_group={layer.n_group}): "
                              f"give a sparsity of at least {layer.n_group / (2 * layer.count):.4g}")
         drop = per_group * layer.n_group
+        if size - per_group < 2:  # DeepSeek-V3's router scores a group by its two best experts
+            raise ValueError(f"sparsity {sparsity} leaves {size - per_group} expert of each group of {size} "
+                             f"(n_group={layer.n_group}), and the router scores each group by its two best: "
+                             "lower the sparsity")
         available = layer.topk_group * (size - per_group)
     if layer.top_k > available:
         raise ValueError(f"sparsity {sparsity} leaves {available} experts a token can reach in {layer.name}, fewer "
