@@ -331,7 +331,8 @@ def oneshot_command(args: argparse.Namespace) -> int:
                              sum(len(s) for s in chosen), rates=_rates(model)).lines()))
     try:
         loaded = _checkpoint_backend().load_checkpoint(args.model, quiet=not sys.stderr.isatty(),
-                                                         precision=args.precision)
+                                                         precision=args.precision,  # experts pruned: whole
+                                                         stream=not any(m.experts is not None for m in mods))
     except ImportError as exc:  # installed, yet it does not import (a broken install)
         raise UsageError(f"recipe-spec oneshot could not import what loading the checkpoint needs ({exc}); "
                          "reinstall torch and transformers") from None

@@ -2,7 +2,8 @@
 calibration samples, the recipe named on the command line; writes the model's final tensors
 and this process's count of decoder-layer forward calls to ``OUT/rank<r>.pt``. ``gptq-streamed``:
 GPTQ on the model saved as a checkpoint folder and passed as ``model="folder"`` (streamed
-block by block), its output folder only; a ``-sum`` suffix: ``distributed_statistics="sum"``.
+block by block), its output folder only; a ``-sum`` suffix: ``distributed_statistics="sum"``;
+``reap``: expert pruning of a tiny Qwen3-MoE (its experts kept in the file too).
 
     python -m torch.distributed.run --nproc-per-node 2 distributed_oneshot_worker.py RECIPE OUT
 """
@@ -31,6 +32,8 @@ RECIPES = {
                            "      ignore: [lm_head]\nq_stage:\n  q_modifiers:\n    SmoothQuantModifier:\n"
                            "      smoothing_strength: 0.8\n    QuantizationModifier:\n      scheme: FP8\n"
                            "      targets: [Linear]\n      ignore: [lm_head]\n",
+    # on a tiny Qwen3-MoE (8 experts, top 2) instead of the Llama
+    "reap": "s_stage:\n  s_modifiers:\n    REAPPruningModifier:\n      sparsity: 0.5\n",
 }
 
 
@@ -38,9 +41,15 @@ def main() -> None:
     recipe, out = sys.argv[1], sys.argv[2]
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        vocab_size=128, hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False))
+    if recipe == "reap":
+        model = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(
+            vocab_size=128, hidden_size=64, intermediate_size=128, moe_intermediate_size=64, num_hidden_layers=3,
+            num_attention_heads=2, num_key_value_heads=2, head_dim=32, num_experts=8, num_experts_per_tok=2,
+            max_position_embeddings=64))
+    else:
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            vocab_size=128, hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False))
     g = torch.Generator().manual_seed(1)
     data = [{"input_ids": torch.randint(4, 128, (24 + i % 5,), generator=g).tolist()} for i in range(16)]
     for d in data:
@@ -73,7 +82,8 @@ def main() -> None:
                         shuffle_calibration_samples=False, progress=False, distributed_statistics=how,
                         output_dir=os.path.join(out, "saved") if recipe == "gptq" else None)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    torch.save({"calls": calls[0], "state": state}, os.path.join(out, f"rank{rank}.pt"))
+    torch.save({"calls": calls[0], "state": state, "experts": recipe_spec.oneshot.last_report().experts},
+               os.path.join(out, f"rank{rank}.pt"))
 
 
 if __name__ == "__main__":

@@ -76,6 +76,19 @@ def test_pruning_over_two_processes_is_the_one_process_run(tmp_path: pathlib.Pat
     assert same / total >= 0.99
 
 
+def test_expert_pruning_over_two_processes_keeps_the_one_process_experts(tmp_path: pathlib.Path) -> None:
+    """REAP's saliency joined over two processes (each ran half the batches) keeps the experts the
+    one-process run keeps, in every process, with the same tensors."""
+    one, = _run("reap", tmp_path / "one", 1)
+    two = _run("reap", tmp_path / "two", 2)
+    assert all(r["calls"] <= 0.6 * one["calls"] for r in two)
+    assert len(one["experts"]) == 3 and all(len(k) == 4 for k in one["experts"].values())
+    for r in two:
+        assert r["experts"] == one["experts"]
+        assert r["state"].keys() == one["state"].keys()
+        assert all(torch.equal(r["state"][k], one["state"][k]) for k in one["state"])
+
+
 def _grids(one: pathlib.Path, two: pathlib.Path) -> tuple[int, int, bool]:
     """(grid values equal, grid values, every tensor equal) of two saved GPTQ W4A16 folders."""
     from compressed_tensors.compressors.pack_quantized import unpack_from_int32

@@ -330,3 +330,27 @@ def test_lint_says_what_oneshot_would_refuse_from_the_checkpoint(args: str, said
     assert said in " ".join(d["message"] for d in found)
     main(["lint", str(recipe), "--model", str(tmp_path / "model")])
     assert ":3): 2 mixture-of-experts layers, sequential pipeline" in capsys.readouterr().out
+
+
+def test_a_checkpoint_folder_is_loaded_whole_and_pruned(tmp_path: pathlib.Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """``oneshot(model="folder")`` and ``recipe-spec oneshot --model`` load a checkpoint whole
+    for expert pruning (the blocks' modules change), where they stream other recipes block by
+    block: the experts kept are the in-memory run's, the folder says 6 experts."""
+    from recipe_spec.cli import main
+
+    recipe = REFERENCE["reap_25"]["recipe"]
+    want = _run(_model(), recipe).experts
+    _model().save_pretrained(tmp_path / "model")
+    torch.set_num_threads(1)
+    recipe_spec.oneshot(model=str(tmp_path / "model"), recipe=recipe, dataset=_samples(), num_calibration_samples=16,
+                        shuffle_calibration_samples=False, progress=False, output_dir=tmp_path / "api")
+    assert recipe_spec.oneshot.last_report().experts == want
+    (tmp_path / "r.yaml").write_text(recipe)
+    (tmp_path / "ids.jsonl").write_text("".join(json.dumps({"input_ids": s["input_ids"]}) + "\n" for s in _samples()))
+    assert main(["oneshot", str(tmp_path / "r.yaml"), "--model", str(tmp_path / "model"), "--calibration",
+                 str(tmp_path / "ids.jsonl"), "--output", str(tmp_path / "cli")]) == 0
+    assert "the model loaded whole (expert pruning" in capsys.readouterr().out
+    for out in ("api", "cli"):
+        assert json.loads((tmp_path / out / "config.json").read_text())["num_local_experts"] == 6
+        assert load_file(str(tmp_path / out / "model.safetensors"))["model.layers.1.mlp.gate.weight"].shape == (6, 128)

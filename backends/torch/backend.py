@@ -128,25 +128,27 @@ class PyTorchBackend:
 
         return module_classes(config)
 
-    def load_checkpoint(self, folder: str, quiet: bool = False, precision: str = "auto") -> Any:
+    def load_checkpoint(self, folder: str, quiet: bool = False, precision: str = "auto", stream: bool = True) -> Any:
         """A Hugging Face causal-LM checkpoint folder as a ``transformers`` model in
         ``precision`` (``"auto"``: the checkpoint's own dtype, as llm-compressor loads it;
         capability ``checkpoint:huggingface``). Raises ``ImportError`` without transformers
         and ``ValueError`` with one line saying why transformers cannot load the folder.
-        ``quiet``: no progress bars of transformers' own."""
+        ``quiet``: no progress bars of transformers' own; ``stream``: as :meth:`load_pretrained`."""
         import transformers
 
         if quiet:
             transformers.utils.logging.disable_progress_bar()
-        return self.load_pretrained(folder, precision)
+        return self.load_pretrained(folder, precision, stream=stream)
 
     def load_pretrained(self, path: str, precision: str = "auto", config_name: str | None = None,
-                        trust_remote_code: bool = False) -> Any:
+                        trust_remote_code: bool = False, stream: bool = True) -> Any:
         """A Hugging Face checkpoint (a folder, or a hub id in the local cache) loaded as
-        llm-compressor's ``oneshot(model=path)`` loads it (:mod:`.pretrained`)."""
+        llm-compressor's ``oneshot(model=path)`` loads it (:mod:`.pretrained`); ``stream``: a
+        folder's blocks read one at a time as the run needs them (False: loaded whole, for a
+        run that changes a block's modules: expert pruning)."""
         from .pretrained import load_model
 
-        return load_model(path, precision, config_name, trust_remote_code)
+        return load_model(path, precision, config_name, trust_remote_code, stream)
 
     def load_processor(self, source: str, trust_remote_code: bool = False) -> Any:
         """The tokenizer or processor of a checkpoint folder (:mod:`.pretrained`)."""

@@ -234,8 +234,9 @@ def oneshot(
     refuse_invalid(loaded, compat=compat or "llmcompressor", quiet=_OTHER_TOOL)
     if output_dir is not None and isinstance(model, (str, os.PathLike)):  # not the checkpoint read
         check_output_dir(output_dir, overwrite_output_dir, source=model)
-    model, folder = load_model(model, config_name=config_name, precision=precision,
-                               trust_remote_code=trust_remote_code_model)
+    model, folder = load_model(model, config_name=config_name, precision=precision,  # experts pruned: whole
+                               trust_remote_code=trust_remote_code_model,
+                               whole=any(_role(m.type) == "experts" for m in loaded.modifiers))
     processor = resolve_processor(model, folder, tokenizer, processor, trust_remote_code_model,
                                   needed=is_text(dataset) or is_named(dataset))
     dataset, text = named_input(dataset, processor, text, {

@@ -24,11 +24,12 @@ def _loader() -> Any:
 
 
 def load_model(model: Any, *, config_name: str | None = None, precision: str = "auto",
-               trust_remote_code: bool = False) -> tuple[Any, str | None]:
+               trust_remote_code: bool = False, whole: bool = False) -> tuple[Any, str | None]:
     """``model`` and the checkpoint folder (or cached hub id) it was loaded from, None for an
     object: a str or PathLike is loaded as llm-compressor loads it
-    (``AutoModelForCausalLM.from_pretrained(path, dtype=precision)``); ``config_name`` and a
-    ``precision`` other than ``"auto"`` apply to a path only (ValueError with an object)."""
+    (``AutoModelForCausalLM.from_pretrained(path, dtype=precision)``), its blocks streamed
+    from the folder unless ``whole``; ``config_name`` and a ``precision`` other than
+    ``"auto"`` apply to a path only (ValueError with an object)."""
     if not isinstance(model, (str, os.PathLike)):
         for name, value, default, fix in (
                 ("config_name", config_name, None, "load the model with the config you want"),
@@ -43,7 +44,7 @@ def load_model(model: Any, *, config_name: str | None = None, precision: str = "
                          "or the model object (AutoModelForCausalLM.from_pretrained(...))")
     backend = _loader()
     try:
-        loaded = backend.load_pretrained(path, precision, config_name, trust_remote_code)
+        loaded = backend.load_pretrained(path, precision, config_name, trust_remote_code, stream=not whole)
     except ValueError as exc:
         where = "a checkpoint folder that" if os.path.isdir(path) else (
             "not a folder here, and a hub id that is not in the local cache (nothing is downloaded); it")

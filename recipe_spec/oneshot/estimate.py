@@ -91,7 +91,10 @@ class Estimate:
         blocks = f"{len(m.blocks)} x {m.decoder_class or 'block'}" if m.blocks else "no repeated block"
         out = [f"one-shot estimate for {m.path} ({m.architecture}, {blocks}, hidden {m.hidden or '?'}), "
                f"{self.samples} samples x {self.seq_len} tokens:"]
-        if m.weight_bytes:
+        if m.weight_bytes and any(c.modifier.experts is not None for c in self.costs):
+            out.append(f"  weights in host memory: {_bytes(m.weight_bytes)}, the model loaded whole (expert pruning "
+                       "removes modules from its blocks, which a model streamed block by block cannot)")
+        elif m.weight_bytes:
             largest = max(m.block_bytes, default=0)
             outside = m.weight_bytes - sum(m.block_bytes)
             out.append(f"  weights in host memory: {_bytes(largest + outside)} (the largest block, "
