@@ -19,7 +19,7 @@ CAPABILITIES = frozenset({
     "masks", "scores:magnitude", "scores:mfac", "scores:obs", "gradients", "lr", "weight_decay",
     "trainable", "layers", "quantization", "loss", "teacher", "acdc", "scores:movement",
     "oneshot", "scores:sparsegpt", "scores:wanda", "checkpoint:huggingface", "scores:gptq",
-    "oneshot:quantize", "transform:smoothquant", "transform:awq", "transform:rotations", "prune:experts",
+    "oneshot:quantize", "transform:smoothquant", "transform:awq", "transform:rotations", "prune:experts", "quantize:autoround",
     "integration:transformers",
     "integration:lightning",
 })

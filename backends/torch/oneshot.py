@@ -36,6 +36,7 @@ from recipe_spec.oneshot.host import (
 )
 from recipe_spec.oneshot.matching import matches
 
+from .autoround import AutoRoundTuning
 from .expert_pruning import ExpertPruning
 from .experts import LinearExperts, linearize, restore
 from .masks import TORCH_OPS
@@ -62,7 +63,7 @@ def _length(x: Any) -> int:
     return int(x.shape[-1]) if hasattr(x, "shape") else len(x)
 
 
-class TorchCalibrationHost(Rotations, ExpertPruning, ModelState):
+class TorchCalibrationHost(Rotations, ExpertPruning, AutoRoundTuning, ModelState):
     """A ``torch.nn.Module`` held for one-shot compression (see the module docstring)."""
 
     ops = TORCH_OPS

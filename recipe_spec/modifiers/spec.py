@@ -68,7 +68,7 @@ CAPABILITIES = frozenset({
     "masks", "scores:magnitude", "scores:mfac", "scores:obs", "scores:movement", "gradients",
     "lr", "weight_decay", "trainable", "layers", "quantization", "loss", "teacher", "acdc",
     "oneshot", "scores:sparsegpt", "scores:wanda", "checkpoint:huggingface", "scores:gptq",
-    "oneshot:quantize", "transform:smoothquant", "transform:awq", "transform:rotations", "prune:experts",
+    "oneshot:quantize", "transform:smoothquant", "transform:awq", "transform:rotations", "prune:experts", "quantize:autoround",
     "integration:transformers",
     "integration:lightning",
 })

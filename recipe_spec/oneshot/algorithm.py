@@ -90,6 +90,8 @@ class OneShotModifier:
     rotation: Any = None
     #: An expert-pruning modifier's work (:class:`~.reap.ExpertPruning`: REAP); None otherwise.
     experts: Any = None
+    #: A block-tuning quantizer's settings (:class:`~.autoround.Tuning`: AutoRound); None otherwise.
+    tuning: Any = None
     #: What the run does otherwise than the recipe's words say (AWQ's combined form, split)
     note: str = ""
     #: NVFP4's global weight scale of each module compressed so far, shared by fused layers

@@ -10,7 +10,19 @@ registered in its ``__init__`` and its name in the import here.
 from __future__ import annotations
 
 # each folder registers its algorithms when imported: a new one is one more name here
-from . import awq, gptq, magnitude, quip, reap, rtn, smoothquant, sparsegpt, spinquant, wanda  # noqa: F401
+from . import (  # noqa: F401
+    autoround,
+    awq,
+    gptq,
+    magnitude,
+    quip,
+    reap,
+    rtn,
+    smoothquant,
+    sparsegpt,
+    spinquant,
+    wanda,
+)
 from .algorithm import Algorithm, OneShotModifier, algorithm_named, registered
 
 __all__ = ["ALGORITHMS", "BY_MODIFIER", "algorithm_of"]

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .autoround import tune
 from .calibration import Calibration
 from .compress import LayerReport, compress_module, new_statistics, prepare_module
 from .distributed import Collective, assign, calibrate, collective_of, own_batches, refuse_unshared
@@ -85,6 +86,7 @@ def run_pipeline(host: CalibrationHost, mods: Sequence[OneShotModifier], calibra
     report = OneShotReport(order=calibration.order if calibration is not None else None)
     modules = list(host.modules())
     collective = collective_of(host)
+    _refuse_untunable(host, modules, mods, sequential_targets, collective)
     if collective is not None:
         refuse_unshared(mods, _sample_stats(host, modules, mods))
         if calibration is not None:  # from here on, this process's batches
@@ -188,10 +190,15 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
     total = len(blocks) + (1 if outside else 0)
     _tell(progress, label, 0, total)
     done: set[str] = set()
+    tuned = [i for i, m in enumerate(mods) if m.tuning is not None]
+    carries: dict[int, dict[str, Any]] = {i: {} for i in tuned}
     if blocks:
         inputs = host.capture(blocks[0], batches, offload)
         for k, block in enumerate(blocks):
             part = [[n for n in names if inside(n, block)] for names in targets]
+            ahead = None  # with AutoRound, llm-compressor feeds each block the one before as it was
+            if any(part[i] for i in tuned) and k + 1 < len(blocks):
+                ahead = host.run_block(block, inputs, {}, propagate=True)
             stats = _observe(host, mods, part, infos)
             watch = ExpertWatch(mods, pruned, functools.partial(inside, root=block))
             if stats or watch:
@@ -199,11 +206,15 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
                                                                    _observers(stats, host.ops), propagate=False,
                                                                    **_routes(watch)))
             _compress(host, mods, part, stats, report, infos, collective)
+            for i in tuned:
+                if part[i]:
+                    report.layers += tune(host, mods[i], block, part[i], inputs, carries[i],
+                                          {n: infos[n].classes for n in part[i]})
             watch.prune(host, collective, report.experts)
             done.update(n for names in part for n in names)
             del stats
             if k + 1 < len(blocks):
-                inputs = host.run_block(block, inputs, {}, propagate=True)
+                inputs = ahead if ahead is not None else host.run_block(block, inputs, {}, propagate=True)
             _tell(progress, block, k + 1, total)
         del inputs
     rest = [[n for n in names if n not in done] for names in targets]
@@ -218,6 +229,25 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
         _tell(progress, ", ".join(dict.fromkeys(outside)), total, total)
     if pruned and (collective is None or collective.rank == 0):
         write_report(mods, report.experts, pruned)
+
+
+def _refuse_untunable(host: CalibrationHost, modules: list[ModuleInfo], mods: Sequence[OneShotModifier],
+                      sequential_targets: Sequence[str] | None, collective: Collective | None) -> None:
+    """A ValueError, before any pass, for a block-tuning modifier (AutoRound) that targets a
+    layer outside every decoder block (llm-compressor never tunes it) or runs over several
+    processes."""
+    tuned = [m for m in mods if m.tuning is not None]
+    if not tuned:
+        return
+    if collective is not None:
+        raise ValueError(f"{tuned[0].type} ({tuned[0].where}) is not run over several processes: run it in one")
+    blocks = outermost(host.repeated_blocks(sequential_targets))
+    for mod in tuned:
+        outside = [n for n in select_modules(modules, mod) if not any(inside(n, b) for b in blocks)]
+        if outside:
+            raise ValueError(f"{mod.type} ({mod.where}) tunes decoder blocks one at a time; {', '.join(outside[:3])} "
+                             f"{'is' if len(outside) == 1 else 'are'} outside every block: add "
+                             f"{'it' if len(outside) == 1 else 'them'} to ignore (e.g. lm_head)")
 
 
 def _routes(watch: ExpertWatch) -> dict[str, Any]:
@@ -269,6 +299,8 @@ def _compress(host: CalibrationHost, mods: list[OneShotModifier], part: list[lis
     :func:`~.distributed.assign` gives it, its results then shared with the others (the
     host's ``share``) before the next modifier reads them."""
     for i, (mod, names) in enumerate(zip(mods, part, strict=True)):
+        if mod.tuning is not None:  # tuned block by block (:func:`.autoround.tune`)
+            continue
         if collective is None or not names:
             report.layers += _in_order(host, mod, names, {n: stats.pop((i, n), None) for n in names}, infos)
             continue

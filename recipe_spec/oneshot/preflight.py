@@ -257,9 +257,9 @@ def check_chain(host: Any, sequential_targets: Sequence[str] | None, batch: Any)
 
 
 def check_rotations(recipe: Recipe, host: Any, mods: Sequence[OneShotModifier]) -> None:
-    """A rotation the host cannot apply (a ValueError naming the layer), or experts it cannot
-    prune as asked (:func:`~.reap.run.layers_pruned`), as a located :class:`RecipeError`, before
-    any weight changes."""
+    """A rotation the host cannot apply (a ValueError naming the layer), experts it cannot prune
+    as asked (:func:`~.reap.run.layers_pruned`), or a block tuning it cannot run (AutoRound
+    without auto-round), as a located :class:`RecipeError`, before any weight changes."""
     from .reap.run import layers_pruned
 
     for m in mods:
@@ -268,9 +268,12 @@ def check_rotations(recipe: Recipe, host: Any, mods: Sequence[OneShotModifier]) 
                 host.check_rotations(m.rotation)
             if m.experts is not None:
                 layers_pruned(host, m)
+            if m.tuning is not None:
+                host.check_tuning()
         except ValueError as exc:
             what, hint = (("rotate", "Change the modifier's targets, transform_type or transform_block_size.")
                           if m.rotation is not None else
+                          ("tune", "Install auto-round, or quantize with GPTQModifier.") if m.tuning is not None else
                           ("prune the experts of", "Change the modifier's sparsity or ignore, or pass a "
                            "mixture-of-experts model."))
             key = next((k for k in ("ignore", "sparsity") if m.experts is not None and str(exc).startswith(k)
