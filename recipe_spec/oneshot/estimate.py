@@ -200,11 +200,25 @@ def _experts_cost(mod: OneShotModifier, model: CheckpointModel, tokens: int, seq
     return ModifierCost(mod, layers, "sequential", forward_flops=forward, blocks=len(model.blocks), calls=2 * samples)
 
 
+def _tuned_cost(mod: OneShotModifier, model: CheckpointModel, tokens: int, seq_len: int,
+                samples: int) -> ModifierCost:
+    """Block tuning (AutoRound): per block, the two forward passes, and ``iters`` steps each a
+    forward and a backward pass (about three forward passes) of ``batch_size`` samples."""
+    names = select_modules(model.modules, mod)
+    block = max(model.block_params, default=0)
+    batch = min(samples, mod.tuning.batch_size) * seq_len
+    tuning = mod.tuning.iters * 3 * 2.0 * block * batch
+    return ModifierCost(mod, len(names), "sequential", forward_flops=_forward(block, model, tokens, seq_len),
+                        solve_flops=tuning, blocks=len(model.blocks), calls=2 * samples)
+
+
 def _cost(mod: OneShotModifier, model: CheckpointModel, tokens: int, seq_len: int, samples: int) -> ModifierCost:
     if mod.transform is not None:
         return _smoothing_cost(mod, model, tokens, seq_len, samples)
     if mod.experts is not None:
         return _experts_cost(mod, model, tokens, seq_len, samples)
+    if mod.tuning is not None:
+        return _tuned_cost(mod, model, tokens, seq_len, samples)
     shapes = {i.name: i.weight_shape for i in model.modules}
     names = select_modules(model.modules, mod)
     pipeline = mod.pipeline

@@ -12,9 +12,10 @@ gives each quantized Linear under compressed-tensors' names (``weight_scale``,
 Arguments: the quantization modifier's (``scheme`` / ``config_groups``, ``targets``,
 ``ignore``), ``iters`` (0: auto-round's optimised round to nearest), ``lr`` (None: auto-round's
 ``1 / iters``), ``batch_size``, ``enable_torch_compile``, ``disable_opt_rtn``. Run: integer
-weight-only schemes (W4A16, W8A16, their asymmetric forms, explicit ``config_groups``). Refused,
-located: activation quantization and float grids (auto-round's activation and FP4 paths are not
-run here), ``device_ids`` (auto-round's multi-device dispatch), targets outside the decoder
+schemes by group or channel (W4A16, W8A16, their asymmetric forms, explicit ``config_groups``),
+with dynamic input activations too (W8A8: the activations are quantized as the model runs, so
+the tuning is the weights'). Refused, located: static input activations and float grids
+(auto-round's activation calibration and FP8/FP4 paths are not run here), ``device_ids`` (auto-round's multi-device dispatch), targets outside the decoder
 blocks (llm-compressor never tunes them and saves them with untouched scales).
 
 >>> from recipe_spec.oneshot.autoround import Tuning
@@ -56,14 +57,18 @@ def _read(recipe: Recipe, m: Modifier, errors: list[Diagnostic]) -> list[OneShot
     if resolved is None:
         return []
     plan, _ = resolved
+    key = "scheme" if "scheme" in m.args else "config_groups"
     for group in plan.groups:
         w = group.weights
-        if group.inputs is not None or w is None or w.type != "int" or w.strategy not in ("group", "channel"):
-            key = "scheme" if "scheme" in m.args else "config_groups"
-            errors.append(b001(recipe, m, f"{m.type} runs integer weight-only schemes (W4A16, W8A16, their "
-                               f"asymmetric forms) on this backend; config group {group.name} is not one",
-                               "Use an integer weight-only scheme, or quantize activations with a QuantizationModifier "
-                               "or GPTQModifier.", key))
+        if group.inputs is not None:
+            errors.append(b001(recipe, m, f"{m.type}: config group {group.name} quantizes static input activations, "
+                               "which auto-round calibrates on a path recipe_spec.oneshot does not run",
+                               "Make the activations dynamic (W8A8), or calibrate them with a QuantizationModifier or "
+                               "GPTQModifier.", key))
+        elif w is None or w.type != "int" or w.strategy not in ("group", "channel"):
+            errors.append(b001(recipe, m, f"{m.type} tunes integer weights by group or channel (W4A16, W8A16, W8A8, "
+                               f"their asymmetric forms) on this backend; config group {group.name} is not one",
+                               "Use an integer scheme, or quantize with a QuantizationModifier or GPTQModifier.", key))
     iters, batch, lr = value(m, "iters"), value(m, "batch_size"), value(m, "lr")
     if isinstance(iters, bool) or not isinstance(iters, int) or iters < 0:
         errors.append(b001(recipe, m, f"{m.type} iters {iters!r} is not a count", "Write iters: 200.", "iters"))
