@@ -62,7 +62,7 @@ def _saved(name: str, tmp_path: pathlib.Path) -> tuple[Any, dict[str, Any], dict
 
 
 @pytest.mark.parametrize("name", ["w4a16_iters20", "w4a16_iters10_batch4_lr", "w8a16_iters10", "group32_iters10",
-                                  "w4a16_iters0", "w4a16_iters10_bf16"])
+                                  "w4a16_iters0", "w4a16_iters10_bf16", "mixed_w2_w4_iters10"])
 def test_autoround_saves_llmcompressors_folder(name: str, tmp_path: pathlib.Path) -> None:
     """Every packed weight, scale, zero point and other tensor is llm-compressor's, byte for byte;
     on a float32 model llm-compressor's decoder norms are bfloat16 (auto-round ran the block in

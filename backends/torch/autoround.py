@@ -153,10 +153,12 @@ class AutoRoundTuning:
             raise ValueError(f"AutoRoundModifier runs through auto-round, which does not import here ({exc}): "
                              "pip install 'recipe-spec[autoround]' (auto-round 0.15)") from None
 
-    def tune_block(self, block: str, calls: list[Any], names: list[str], schemes: dict[str, Any],
+    def tune_block(self, block: str, calls: list[Any], names: list[str], schemes: dict[str, Any], default: Any,
                    settings: Any, carry: dict[str, Any]) -> dict[str, dict[str, torch.Tensor]]:
         """Tune block ``block`` on its cached ``calls``: ``names`` (its Linear layers quantized,
-        full names) with ``schemes[name]`` (compressed-tensors' weight arguments); ``settings``:
+        full names) with ``schemes[name]`` (compressed-tensors' weight arguments; ``default``:
+        the modifier's first config group's, auto-round's scheme, the others its
+        ``layer_config``); ``settings``:
         the modifier's (:class:`recipe_spec.oneshot.autoround.Tuning`); ``carry``: auto-round's
         quantized output of the block before (``q_input``), updated. Returns each quantized
         layer's weight (dequantized) and ``weight_scale`` / ``weight_zero_point``, recorded by
@@ -176,7 +178,7 @@ class AutoRoundTuning:
             qparams[name] = {k: layer._parameters.pop(k) for k in _QPARAMS if k in layer._parameters}
         local = {n[len(prefix):]: n for n in names}
         linears = [n for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)]
-        default = _ar_scheme(schemes[names[0]]) if names else None
+        default = _ar_scheme(default)
         try:
             wrapped = _OneBlock(module, getattr(self.model, "config", None))
             layer_config = {f"model.layers.0.{n}": _ar_scheme(schemes[full]) for n, full in local.items()
@@ -184,7 +186,7 @@ class AutoRoundTuning:
             skip = [f"model.layers.0.{n}" for n in linears if n not in local]
             with torch.enable_grad():
                 preset = settings.preset if settings.preset in PRESET_SCHEMES else None
-                ar = AutoRound(model=wrapped, tokenizer="", scheme=preset or Scheme(**(default or {})),
+                ar = AutoRound(model=wrapped, tokenizer="", scheme=preset or Scheme(**default),
                                layer_config=layer_config or None, iters=settings.iters, lr=settings.lr,
                                enable_torch_compile=settings.compile, batch_size=settings.batch_size,
                                device_map=None, ignore_layers=",".join(skip), disable_opt_rtn=settings.disable_opt_rtn,

@@ -94,7 +94,8 @@ def tune(host: Any, mod: OneShotModifier, block: str, names: list[str], calls: A
     through the host, record each layer's grid, and report it; ``carry``: what the tuning
     passes from block to block (auto-round's quantized input)."""
     groups = {n: mod.quant.group_of(n, classes[n]) for n in names}
-    results = host.tune_block(block, calls, names, {n: g.weights for n, g in groups.items()}, mod.tuning, carry)
+    results = host.tune_block(block, calls, names, {n: g.weights for n, g in groups.items()},
+                              mod.quant.groups[0].weights, mod.tuning, carry)
     out = []
     for name in names:
         r = results[name]
