@@ -141,9 +141,10 @@ def test_a_target_outside_the_decoder_blocks_is_refused() -> None:
     the scales made before tuning); refused, naming it, before anything changes."""
     model = _model()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    with pytest.raises(ValueError, match="lm_head is outside every block: add it to ignore"):
+    with pytest.raises(RecipeError, match="lm_head is outside every block") as caught:
         _run(model, "quant_stage:\n  quant_modifiers:\n    AutoRoundModifier:\n      scheme: W4A16\n"
                     "      targets: [Linear]\n      iters: 0\n")
+    assert caught.value.diagnostics[0].line == 3 and "Add it to ignore" in caught.value.diagnostics[0].hint
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
     assert not any(hasattr(m, "weight_scale") for m in model.modules())
 

@@ -108,7 +108,7 @@ def test_index_says_what_recipe_spec_does() -> None:
     (gptq,) = stage_variants("GPTQModifier")
     assert runs_as(gptq) == "validated and linted; runs in `recipe_spec.oneshot` on the `keras` and `torch` backends"
     (autoround,) = stage_variants("AutoRoundModifier")
-    assert runs_as(autoround) == "validated and linted; run by llm-compressor"
+    assert runs_as(autoround) == "validated and linted; runs in `recipe_spec.oneshot` on the `torch` backend"
     (distil,) = stage_variants("OutputDistillationModifier")
     assert "not run" in runs_as(distil)
 

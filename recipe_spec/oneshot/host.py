@@ -14,6 +14,12 @@ Two optional methods let the calibration data come in the model's own forms
 (:mod:`.calibration_inputs`): ``input_keys()`` (``{model input name: sample key}``, e.g.
 ``{"token_ids": "input_ids"}``) and ``preprocess(texts)`` (text as samples, None without a
 tokeniser); the Keras host has both.
+
+A host with a capability beyond these supplies its methods: ``prune:experts`` (REAP,
+:mod:`.reap.run`): ``expert_layers()``, a ``routes=`` observer mapping on ``run_block`` and
+``run_model``, ``prune_experts(layer, kept)``; ``quantize:autoround`` (:mod:`.autoround`):
+``check_tuning()`` and ``tune_block(block, calls, names, schemes, default, settings, carry)``;
+``transform:rotations``: ``check_rotations`` and ``apply_rotations``.
 """
 
 from __future__ import annotations

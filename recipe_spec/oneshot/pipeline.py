@@ -86,7 +86,6 @@ def run_pipeline(host: CalibrationHost, mods: Sequence[OneShotModifier], calibra
     report = OneShotReport(order=calibration.order if calibration is not None else None)
     modules = list(host.modules())
     collective = collective_of(host)
-    _refuse_untunable(host, modules, mods, sequential_targets, collective)
     if collective is not None:
         refuse_unshared(mods, _sample_stats(host, modules, mods))
         if calibration is not None:  # from here on, this process's batches
@@ -229,25 +228,6 @@ def _run(host: CalibrationHost, modules: list[ModuleInfo], mods: list[OneShotMod
         _tell(progress, ", ".join(dict.fromkeys(outside)), total, total)
     if pruned and (collective is None or collective.rank == 0):
         write_report(mods, report.experts, pruned)
-
-
-def _refuse_untunable(host: CalibrationHost, modules: list[ModuleInfo], mods: Sequence[OneShotModifier],
-                      sequential_targets: Sequence[str] | None, collective: Collective | None) -> None:
-    """A ValueError, before any pass, for a block-tuning modifier (AutoRound) that targets a
-    layer outside every decoder block (llm-compressor never tunes it) or runs over several
-    processes."""
-    tuned = [m for m in mods if m.tuning is not None]
-    if not tuned:
-        return
-    if collective is not None:
-        raise ValueError(f"{tuned[0].type} ({tuned[0].where}) is not run over several processes: run it in one")
-    blocks = outermost(host.repeated_blocks(sequential_targets))
-    for mod in tuned:
-        outside = [n for n in select_modules(modules, mod) if not any(inside(n, b) for b in blocks)]
-        if outside:
-            raise ValueError(f"{mod.type} ({mod.where}) tunes decoder blocks one at a time; {', '.join(outside[:3])} "
-                             f"{'is' if len(outside) == 1 else 'are'} outside every block: add "
-                             f"{'it' if len(outside) == 1 else 'them'} to ignore (e.g. lm_head)")
 
 
 def _routes(watch: ExpertWatch) -> dict[str, Any]:

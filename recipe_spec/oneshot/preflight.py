@@ -160,6 +160,7 @@ def check_model(recipe: Recipe, mods: Sequence[OneShotModifier], host: Any,
                     else " (name the class of its repeated block)")
             raise ValueError(problem + hint)
     found: list[Diagnostic] = list(model_findings(recipe, mods, model))  # type: ignore[arg-type]
+    found += _untunable(recipe, mods, host, sequential_targets)
     quantized = set(getattr(host, "quantized_names", lambda: [])())
     # a quantized layer counts as the Linear it was (a host may no longer list it as prunable)
     as_linear = tuple(dataclasses.replace(i, prunable=True) if i.name in quantized else i for i in model.modules)
@@ -254,6 +255,34 @@ def check_chain(host: Any, sequential_targets: Sequence[str] | None, batch: Any)
         raise ValueError(f"{named}: {broken[1]} is not fed the output of {broken[0]}, so they cannot run one after "
                          "another; name the decoder-layer class (the blocks the model chains), or leave "
                          "sequential_targets out")
+
+
+def _untunable(recipe: Recipe, mods: Sequence[OneShotModifier], host: Any,
+               sequential_targets: Sequence[str] | None) -> list[Diagnostic]:
+    """B001 for a block-tuning modifier (AutoRound) that targets a layer outside every decoder
+    block (llm-compressor attaches its scheme and never tunes it) or runs over several
+    processes."""
+    from .distributed import collective_of
+    from .host import inside, outermost
+
+    found: list[Diagnostic] = []
+    tuned = [m for m in mods if m.tuning is not None]
+    if not tuned:
+        return found
+    blocks = outermost(host.repeated_blocks(sequential_targets))
+    modules = list(host.modules())
+    for mod in tuned:
+        outside = [n for n in select_modules(modules, mod) if not any(inside(n, b) for b in blocks)]
+        if outside:
+            found.append(codes.B001(
+                f"{mod.type} tunes decoder blocks one at a time; {_few(outside)} "
+                f"{'is' if len(outside) == 1 else 'are'} outside every block",
+                f"Add {'it' if len(outside) == 1 else 'them'} to ignore (lm_head, usually).",
+                mod.entry.span).in_file(recipe.path))
+        if collective_of(host) is not None:
+            found.append(codes.B001(f"{mod.type} is not run over several processes",
+                                    "Run this recipe in one process.", mod.entry.span).in_file(recipe.path))
+    return found
 
 
 def check_rotations(recipe: Recipe, host: Any, mods: Sequence[OneShotModifier]) -> None:
