@@ -1,10 +1,10 @@
-"""FP4, MX and rotation one-shot quality on llm-compressor's quality anchor, side by side with
+"""FP4, MX, rotation and AutoRound one-shot quality on llm-compressor's quality anchor, side by side with
 llm-compressor 0.14's own run of the same recipe (measured here: the anchor's ``results.json``
 has none of these settings).
 
 Each setting (NVFP4A16, MXFP4A16 and MXFP8A16 by round to nearest and GPTQ, NVFP4 with its
 calibrated input global scale, MXFP4 with dynamic inputs; QuIP and SpinQuant rotations before
-W4A16) runs in a fresh process for each
+W4A16; AutoRound W4A16, 200 iterations, eager) runs in a fresh process for each
 side: the anchor's ``model/`` loaded in fp32, ``oneshot`` with the setting's recipe and the 256
 calibration samples in order (batch 1), then the anchor's ``perplexity.py`` on
 ``eval_public.json`` with the model as the run leaves it in memory (quantization on: each
@@ -54,6 +54,8 @@ SETTINGS: dict[str, str] = {
         "QuantizationModifier", "W4A16"),
     "spinquant_r4_gptq_w4a16": ("r_stage:\n  r_modifiers:\n    SpinQuantModifier:\n      rotations: [R1, R2, R4]\n"
                                 "      transform_block_size: 256\n") + _recipe("GPTQModifier", "W4A16"),
+    # AutoRound through auto-round, eager (compiled, the numbers depend on the generated code)
+    "autoround_w4a16": _recipe("AutoRoundModifier", "W4A16") + "      iters: 200\n      enable_torch_compile: false\n",
 }
 TOLERANCE = 1.01
 

@@ -9,7 +9,11 @@
   after modifier), their statistics freed, and every batch runs again through the compressed
   block to give the next block's inputs. Targets outside every block (``lm_head``) are
   calibrated at the end on whole-model passes. Peak memory: one block's statistics and one
-  activation cache (``offload=True`` keeps the cache in host memory).
+  activation cache (``offload=True`` keeps the cache in host memory). Expert pruning (REAP,
+  :mod:`.reap.run`) observes the block's routing in the same pass and removes its experts
+  before it runs again; block tuning (AutoRound, :mod:`.autoround`) tunes the block on its
+  cached inputs after the others compress theirs, and the next block is then fed this one's
+  outputs from before any change (llm-compressor's ``propagate_error=False`` for AutoRound).
 - ``datafree``: every target compressed from its weight alone.
 
 When no repeated block is found (a small model without a ModuleList of identical layers),
