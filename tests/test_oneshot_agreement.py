@@ -41,8 +41,10 @@ BASE: dict[str, dict[str, Any]] = {
     # rotates nothing here (QuIP: no target matches; SpinQuant: R2 alone, on the head width)
     "QuIPModifier": {"targets": "re:.*nothing$"},
     "SpinQuantModifier": {"rotations": ["R2"]},
-    # AutoRound's presets group by 128, wider than this model's 64 columns: per-channel groups
-    "AutoRoundModifier": {"config_groups": {"g": {"targets": ["Linear"], "weights": {
+    # AutoRound's presets group by 128, wider than this model's 64 columns: per-channel groups;
+    # it tunes decoder blocks, so its group targets the layers inside them (lm_head, outside,
+    # is refused on the model whatever ``ignore`` says: a check of the model, not the arguments)
+    "AutoRoundModifier": {"config_groups": {"g": {"targets": [r"re:model\.layers\..*_proj$"], "weights": {
         "num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel"}}}, "ignore": ["lm_head"], "iters": 0},
     # expert pruning needs a mixture-of-experts model: its cases run on one (below)
     "REAPPruningModifier": {"sparsity": 0.5},

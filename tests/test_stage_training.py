@@ -165,12 +165,10 @@ NAMED_ONESHOT = ("oneshot_stage:\n  pruning_modifiers:\n"
                  "    ConstantPruningModifier: {targets: ['re:fc1.weight'], start: 0}\n")
 
 REFUSED = {
-    "one_shot": (ONE_SHOT, [(3, 5)], "llm-compressor"),
     "apply_globally": (GLOBAL, [(3, 5)], "apply_globally"),
     "no_start": (NO_START, [(3, 5)], "no start"),
     "two_training_stages": (TWO_STAGES, [(6, 5)], "second training stage"),
     "layer_targets": (LAYER_TARGETS, [(3, 5)], "targets ['re:fc1']"),
-    "mixed": (RUNS + ONE_SHOT, [(6, 5)], "llm-compressor"),
     "disabled_stage": (DISABLED, [(4, 5)], "enabled: false"),
     "oneshot_run_type": (RUN_ONESHOT, [(4, 5)], "run_type: oneshot"),
     "oneshot_stage_name": (NAMED_ONESHOT, [(3, 5)], "name containing 'oneshot'"),
@@ -196,6 +194,19 @@ def test_refused_at_modify_as_validate_says(name: str) -> None:
     validated = [d for d in validate(text, backend="torch") if d.code == "B001"]
     assert [(d.line, d.column, d.message) for d in validated] == [
         (d.line, d.column, d.message) for d in found]
+
+
+@pytest.mark.parametrize(("text", "line"), [(ONE_SHOT, 3), (RUNS + ONE_SHOT, 6)])
+def test_a_one_shot_modifier_is_refused_at_modify_and_left_to_oneshot(text: str, line: int) -> None:
+    """A training run (``modify()``) never runs a one-shot modifier: refused there, located, the
+    hint naming recipe_spec.oneshot; ``validate --backend torch`` judges a one-shot modifier for
+    recipe_spec.oneshot, which runs it on torch, so it says nothing."""
+    with pytest.raises(RecipeError) as caught:
+        _modify_torch(text)
+    found = caught.value.diagnostics
+    assert [(d.code, d.line, d.column) for d in found] == [("B001", line, 5)]
+    assert "training run" in found[0].message and "recipe_spec.oneshot" in found[0].hint
+    assert [d for d in validate(text, backend="torch") if d.code == "B001"] == []
 
 
 def test_keras_refuses_a_one_shot_modifier_at_modify() -> None:

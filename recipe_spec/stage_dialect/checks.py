@@ -264,16 +264,13 @@ class _Checker:
                     self.add(f.code, f.message, f.hint, span, f.severity)
 
     def searched(self, m: Any, keys: tuple[Any, ...], text: str) -> None:
-        """P005 for a string of a :data:`SEARCHED` modifier's ``ignore`` that is not a regular
-        expression (``re:`` in front read as the same pattern)."""
-        if keys[:1] != ("ignore",):
-            return
-        try:
-            re.compile(text.removeprefix("re:"))
-        except re.error as exc:
-            self.add(codes.P005, f"'{text}' is not a valid regular expression ({exc})",
-                     "Write a pattern searched in each MoE layer's name, e.g. 'layers\\.3\\.mlp$'.",
-                     self.span(m.args_path + keys))
+        """P005 for a string of a :data:`SEARCHED` modifier's ``ignore`` that the module matcher
+        cannot search for (``re:`` in front read as the same pattern)."""
+        from ..text.targets import search_problem
+
+        problem = search_problem(text) if keys[:1] == ("ignore",) else None
+        if problem is not None:
+            self.add(codes.P005, problem[0], problem[1], self.span(m.args_path + keys))
 
     def written(self, span: Span) -> str | None:
         """The text of ``span`` as it stands in the file (a scalar with its quotes)."""

@@ -23,7 +23,8 @@ from collections.abc import Iterable, Sequence
 
 from .patterns import LinearPattern, PatternError, compile_pattern
 
-__all__ = ["linear_pattern", "regex_match", "target_matches", "refused_patterns", "explain"]
+__all__ = ["linear_pattern", "regex_match", "target_matches", "refused_patterns", "explain", "searched",
+           "search_problem"]
 
 
 @functools.lru_cache(maxsize=4096)  # the same few targets meet every module of a model
@@ -85,3 +86,25 @@ def explain(exc: PatternError) -> tuple[str, str]:
                 "(it matches names in linear time, without backtracking, so that no pattern can "
                 "hang a run)", hint)
     return f"'{text}': {exc.message}", exc.hint
+
+
+def searched(pattern: str) -> str:
+    r"""A pattern searched anywhere in a name (``re.search``; ``re:`` in front or not, as
+    llm-compressor's REAP reads its ``ignore``) as the ``re:`` selector :func:`regex_match`
+    runs.
+
+    >>> regex_match(searched(r"layers\.1\.mlp$"), "model.layers.1.mlp")
+    True
+    """
+    return "re:.*(?:" + pattern.removeprefix("re:") + ")"
+
+
+def search_problem(pattern: str) -> tuple[str, str] | None:
+    """``(what is wrong, what to write instead)`` when :func:`searched` ``pattern`` is not a
+    pattern the linear matcher runs, else None."""
+    try:
+        _compiled(searched(pattern))
+    except PatternError as exc:
+        what = exc.construct or exc.message
+        return f"'{pattern}' is not a pattern recipe-spec's module matcher runs ({what})", exc.hint
+    return None

@@ -18,13 +18,13 @@ llm-compressor saves a checkpoint transformers cannot load.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ...diagnostics.base import Diagnostic
 from ...recipe.model import Modifier, Recipe
+from ...text.targets import regex_match, search_problem, searched
 from ..algorithm import Algorithm, OneShotModifier, register
 from ..settings import b001, refuse_unrun, strings, value
 
@@ -43,7 +43,7 @@ class ExpertPruning:
 
 def skipped(name: str, ignore: Sequence[str]) -> bool:
     """Whether layer ``name`` is left alone by ``ignore`` (see the module docstring)."""
-    return any(re.search(p.removeprefix("re:"), name) for p in ignore)
+    return any(regex_match(searched(p), name) for p in ignore)
 
 
 class Reap(Algorithm):
@@ -68,12 +68,9 @@ class Reap(Algorithm):
             given = []
         ignore = tuple(strings(given))
         for pattern in ignore:
-            try:
-                re.compile(pattern.removeprefix("re:"))
-            except re.error as e:
-                errors.append(b001(recipe, m, f"{m.type} ignore pattern {pattern!r} is not a regular expression ({e})",
-                                   "Write a pattern searched in the layer's name, e.g. 'layers\\.3\\.mlp$'.",
-                                   "ignore"))
+            problem = search_problem(pattern)
+            if problem is not None:
+                errors.append(b001(recipe, m, f"{m.type} ignore: {problem[0]}", problem[1], "ignore"))
         report = value(m, "report_path")
         if report is not None and not (isinstance(report, str) and report.endswith(".json")):
             errors.append(b001(recipe, m, f"{m.type} report_path {report!r} is not a .json file",
