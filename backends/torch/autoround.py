@@ -128,7 +128,7 @@ class _OneBlock(torch.nn.Module):
         self.dtype = next(block.parameters()).dtype
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self.model.layers[0](*args, **kwargs)
+        return self.model.layers[0](*args, **kwargs)  # type: ignore[index]
 
 
 def _ar_scheme(weights: Any) -> dict[str, Any]:
@@ -168,9 +168,10 @@ class AutoRoundTuning:
         from auto_round.schemes import QuantizationScheme as Scheme
 
         module = self._named[block]
+        assert isinstance(module, torch.nn.Module)
         prefix = f"{block}."
         kept = {n: (p, p.detach().clone()) for n, p in module.named_parameters()}
-        kept_buffers = {n: (b, b.detach().clone()) for n, b in module.named_buffers()}
+        kept_buffers = {n: (b, b.detach().clone()) for n, b in module.named_buffers()}  # type: ignore[attr-defined]
         attrs = {n: set(vars(m)) for n, m in module.named_modules()}
         qparams: dict[str, dict[str, Any]] = {}
         for name in names:  # compressed-tensors' parameters aside while auto-round runs
@@ -214,7 +215,9 @@ class AutoRoundTuning:
                     zero = torch.zeros_like(scale)
                 else:  # auto-round's zero point is on the unsigned grid [0, 2^bits - 1]
                     zero = torch.as_tensor(zero).detach().float() - 2 ** (int(weights.num_bits) - 1)
-                out[full] = {"weight": layer.weight.detach().float().clone(), "weight_scale": scale,
+                weight = layer.weight
+                assert isinstance(weight, torch.Tensor)
+                out[full] = {"weight": weight.detach().float().clone(), "weight_scale": scale,
                              "weight_zero_point": zero}
         except BaseException:
             self._put_block_back(module, kept, kept_buffers, attrs, qparams)
