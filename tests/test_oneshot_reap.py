@@ -234,6 +234,16 @@ def test_a_model_without_experts_is_refused() -> None:
     _refused(llama, REFERENCE["reap_25"]["recipe"], "does not say its expert count|no mixture-of-experts block")
 
 
+def test_a_report_path_that_cannot_be_written_is_refused_before_the_run(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "file").write_text("")
+    for bad in (tmp_path / "file" / "kept.json", tmp_path):
+        recipe = REFERENCE["reap_25"]["recipe"] + f"      report_path: '{bad}{'' if bad.suffix else '/x.json'}'\n"
+        if bad == tmp_path:  # a folder named like the report
+            (tmp_path / "x.json").mkdir()
+        error = _refused(_model(), recipe, "report_path")
+        assert error.diagnostics[0].line == 5
+
+
 def test_report_path_lists_the_experts_each_layer_kept(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "deep" / "kept.json"
     report = _run(_model(), REFERENCE["reap_25"]["recipe"] + f"      report_path: {path}\n")

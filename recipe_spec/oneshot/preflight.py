@@ -289,7 +289,7 @@ def check_rotations(recipe: Recipe, host: Any, mods: Sequence[OneShotModifier]) 
     """A rotation the host cannot apply (a ValueError naming the layer), experts it cannot prune
     as asked (:func:`~.reap.run.layers_pruned`), or a block tuning it cannot run (AutoRound
     without auto-round), as a located :class:`RecipeError`, before any weight changes."""
-    from .reap.run import layers_pruned
+    from .reap.run import layers_pruned, report_problem
 
     for m in mods:
         try:
@@ -310,3 +310,7 @@ def check_rotations(recipe: Recipe, host: Any, mods: Sequence[OneShotModifier]) 
             span = m.entry.key_span(key) if key is not None else m.entry.span
             raise RecipeError([codes.B001(f"{m.type} cannot {what} this model: {exc}", hint,
                                           span).in_file(recipe.path)]) from None
+        problem = report_problem(m.experts.report_path) if m.experts is not None else None
+        if problem is not None:
+            raise RecipeError([codes.B001(f"{m.type}: {problem}", "Give a .json file in a folder you may write in.",
+                                          m.entry.key_span("report_path")).in_file(recipe.path)])

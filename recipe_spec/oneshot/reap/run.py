@@ -23,7 +23,7 @@ from ..algorithm import OneShotModifier
 from . import skipped
 from .saliency import ExpertLayer, Saliency, drop_counts, kept
 
-__all__ = ["layers_pruned", "ExpertWatch", "write_report", "RouteObserver"]
+__all__ = ["layers_pruned", "report_problem", "ExpertWatch", "write_report", "RouteObserver"]
 
 #: Called by a host with one call of a mixture-of-experts block: ``(indices, weights, norms,
 #: every_token)`` (:meth:`~.saliency.Saliency.add`).
@@ -53,6 +53,22 @@ def layers_pruned(host: Any, mod: OneShotModifier) -> list[ExpertLayer]:
     for layer in chosen:
         drop_counts(layer, plan.sparsity)
     return chosen
+
+
+def report_problem(path: str | None) -> str | None:
+    """Why ``report_path`` could not be written at the end of the run (checked before it
+    starts, nothing created), or None."""
+    if not path:
+        return None
+    target = os.path.abspath(path)
+    if os.path.isdir(target):
+        return f"report_path {path!r} is a folder"
+    parent = os.path.dirname(target)
+    while not os.path.exists(parent):  # the folders the report will create
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        return f"report_path {path!r} cannot be written ({parent} is not a folder this process may write in)"
+    return None
 
 
 class ExpertWatch:
