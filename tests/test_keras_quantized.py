@@ -143,6 +143,30 @@ def _reference(layer: object, x: np.ndarray, w_eff: np.ndarray, bias: np.ndarray
     return y.reshape(*lead, -1)
 
 
+def _keras_int4_read(layer: object) -> np.ndarray:
+    """The flat ``(in, out)`` kernel of an int4 layer by Keras's own functions."""
+    from keras.src.quantizers.quantizers import dequantize_with_sz_map
+
+    columns = int(layer._orig_output_dim if isinstance(layer, keras.layers.Dense)
+                  else layer._int4_unpacked_column_size)
+    q = keras.quantizers.unpack_int4(layer._kernel.value, columns, axis=-1)
+    if getattr(layer, "_int4_block_size", None) in (None, -1):
+        return _np(keras.ops.divide(keras.ops.cast(q, "float32"), layer.kernel_scale.value))
+    return _np(dequantize_with_sz_map(q, layer.kernel_scale.value, layer.kernel_zero.value, layer.g_idx.value,
+                                      group_axis=0))
+
+
+@pytest.mark.parametrize("length", [1, 2, 7, 128, 513])
+def test_int4_packing_in_numpy_is_keras_own(length: int) -> None:
+    from recipe_spec_keras.quantized_reads import pack_int4, unpack_int4
+
+    values = np.random.default_rng(length).integers(-8, 8, size=(3, length)).astype(np.int8)
+    theirs, _, _ = keras.quantizers.pack_int4(keras.ops.convert_to_tensor(values), axis=-1)
+    np.testing.assert_array_equal(pack_int4(values), _np(theirs))
+    np.testing.assert_array_equal(unpack_int4(pack_int4(values), length), values)
+    np.testing.assert_array_equal(_np(keras.quantizers.unpack_int4(theirs, length, axis=-1)), values)
+
+
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_a_quantized_layer_holds_our_integers_and_computes_with_them(scheme: str, tmp_path: pathlib.Path) -> None:
     from recipe_spec_keras.quantized import keras_weight, quantize_layer
@@ -177,6 +201,12 @@ def test_a_quantized_layer_holds_our_integers_and_computes_with_them(scheme: str
         else:  # float8 keeps the dequantized kernel in float and casts kernel / scale to e4m3
             np.testing.assert_allclose(kernel / _np(layer.kernel_scale), _kernel_of(q, layer), rtol=1e-6)
         np.testing.assert_allclose(keras_weight(layer), deq, rtol=1e-6, atol=1e-7)
+        if row.mode.startswith("int4"):  # the NumPy read-back is Keras's own unpack and dequantization
+            mine, keras_own = keras_weight(layer).T.reshape(-1), _keras_int4_read(layer).reshape(-1)
+            if keras.backend.backend() == "jax":  # XLA divides by multiplying with the reciprocal
+                np.testing.assert_allclose(mine, keras_own, rtol=1.2e-7, atol=0)
+            else:
+                np.testing.assert_array_equal(mine, keras_own)
         got = _np(layer(inputs[name]))
         want = _reference(layer, inputs[name], deq, bias, scheme, q, scale)
         np.testing.assert_allclose(got.reshape(want.shape), want, rtol=2e-5, atol=2e-5 * float(np.abs(want).max()))
@@ -186,6 +216,35 @@ def test_a_quantized_layer_holds_our_integers_and_computes_with_them(scheme: str
     assert [loaded.get_layer(n).quantization_mode for n in LAYERS] == [model.get_layer(n).quantization_mode
                                                                       for n in LAYERS]
     np.testing.assert_array_equal(loaded.predict(x, verbose=0), y)
+
+
+@pytest.mark.parametrize("scheme", [s for s in SCHEMES if s != "FP8"])
+def test_a_layer_built_without_keras_grid_is_the_layer_keras_quantize_builds(scheme: str,
+                                                                            tmp_path: pathlib.Path) -> None:
+    """``build_quantized`` skips Keras's own grid of the float kernel; every layer then has
+    the variables (paths, shapes, dtypes), dtype policy and config ``layer.quantize`` gives it,
+    and once both are assigned the same values they save and compute the same."""
+    from recipe_spec_keras.quantized import check_quantizable
+    from recipe_spec_keras.quantized_build import build_quantized
+
+    args, acts = SCHEMES[scheme]
+    ours, theirs = _model(), _model()
+    x = np.random.default_rng(2).normal(size=(2, 6, 32)).astype(np.float32)
+    for name in LAYERS:
+        a, b = ours.get_layer(name), theirs.get_layer(name)
+        mode = check_quantizable(a, args, acts, name=name)[0]
+        build_quantized(a, mode.mode, mode.config())
+        b.quantize(mode.mode, config=mode.config())
+        assert [(v.path, tuple(v.shape), str(v.dtype)) for v in a.variables] == \
+            [(v.path, tuple(v.shape), str(v.dtype)) for v in b.variables], name
+        assert a.dtype_policy.name == b.dtype_policy.name and a.quantization_mode == b.quantization_mode
+        assert a.get_config() == b.get_config(), name
+        for va, vb in zip(a.variables, b.variables):
+            va.assign(np.array(_np(vb.value)))
+    np.testing.assert_array_equal(ours.predict(x, verbose=0), theirs.predict(x, verbose=0))
+    ours.save(tmp_path / "m.keras")
+    np.testing.assert_array_equal(keras.saving.load_model(tmp_path / "m.keras").predict(x, verbose=0),
+                                  theirs.predict(x, verbose=0))
 
 
 @pytest.mark.parametrize("scheme,why", [

@@ -2,9 +2,10 @@
 
 A ``Dense`` or ``EinsumDense`` whose weight a one-shot modifier put on a grid
 (:mod:`recipe_spec.quantization`) becomes the layer Keras itself builds for that grid
-(``layer.quantize(mode, config)``: the same variables, dtype policy and saved form), and its
-variables are then overwritten with *our* integers, scales and zero points: Keras's own
-re-quantization of the float kernel is discarded. ``model.save`` / ``keras.saving.load_model``
+(``layer.quantize(mode, config)``: the same variables, dtype policy and saved form), its
+variables holding *our* integers, scales and zero points (built by
+:func:`.quantized_build.build_quantized`, without Keras's own quantization of the float
+kernel). ``model.save`` / ``keras.saving.load_model``
 round-trip it, and inference runs in Keras's quantized call on every backend.
 
 **Which Keras layer a scheme becomes** (Keras 3.15; weights ``(out, in)``, ``s`` our scale,
@@ -66,7 +67,8 @@ from recipe_spec.quantization.grid import dequantize, quantize
 from recipe_spec.quantization.scheme import PRESET_ACTIVATIONS, ActivationArgs
 
 from .layout import linear_axes
-from .quantized_reads import int4_channel, int4_grouped
+from .quantized_build import build_quantized
+from .quantized_reads import int4_weight, pack_int4
 
 __all__ = ["KerasMode", "QuantizationRefused", "QuantizedLayer", "keras_mode", "quantize_layer",
            "describe_scheme", "report_table", "saved_config_is_lost", "keras_weight",
@@ -298,7 +300,7 @@ def quantize_layer(layer: Any, weight: Any, scale: Any, zero_point: Any, args: Q
     bytes_before = _nbytes(layer)
 
     with _deferred_collect():
-        layer.quantize(mode.mode, config=mode.config())
+        build_quantized(layer, mode.mode, mode.config())
     _assign(layer, mode, q, s, z, args, groups, ours, shape, order, input_scale)
     if keras.backend.backend() == "torch":
         layer._track_variables()
@@ -346,9 +348,7 @@ def _assign(layer: Any, mode: KerasMode, q: np.ndarray, s: np.ndarray, z: np.nda
             recip = keras.ops.convert_to_numpy(layer._adjust_scale_for_quant(per_out, "kernel"))
         layer.kernel_scale.assign(recip.reshape(tuple(int(d) for d in layer.kernel_scale.shape)))
         return
-    flat = q.T.astype(np.int8)  # (in, out): contracted axes first (checked), the kernel's flat layout
-    packed, _, _ = keras.quantizers.pack_int4(keras.ops.convert_to_tensor(flat), axis=-1)
-    layer._kernel.assign(packed)
+    layer._kernel.assign(pack_int4(q.T))  # (in, out): contracted axes first (checked), the kernel's flat layout
     if mode.block_size == -1:
         layer.kernel_scale.assign((1.0 / _per_row(s)).astype(np.float32))
         return
@@ -362,8 +362,9 @@ def _assign(layer: Any, mode: KerasMode, q: np.ndarray, s: np.ndarray, z: np.nda
 
 def keras_weight(layer: Any) -> np.ndarray:
     """The ``(out, in)`` float32 weight a quantized Keras layer computes with, read back from
-    its variables with Keras's own functions (``unpack_int4``, ``dequantize_with_sz_map``,
-    ``quantize_and_dequantize``)."""
+    its variables: int8 and float8 with Keras's own functions (``quantize_and_dequantize``,
+    ``_adjust_scale_for_dequant``), int4 by :func:`.quantized_reads.int4_weight` (Keras's
+    ``unpack_int4`` and ``dequantize_with_sz_map`` written in NumPy, the same bits)."""
     kin, kout = _axes(layer)
     mode = layer.quantization_mode
     ops, quantizers = keras.ops, keras.quantizers
@@ -378,12 +379,7 @@ def keras_weight(layer: Any) -> np.ndarray:
         dense = isinstance(layer, keras.layers.Dense)
         shape = (layer._orig_input_dim, layer._orig_output_dim) if dense else tuple(layer.original_kernel_shape)
         columns = int(shape[1] if dense else layer._int4_unpacked_column_size)
-        if getattr(layer, "_int4_block_size", None) in (None, -1):
-            flat = int4_channel()(layer._kernel.value, layer.kernel_scale.value, columns)
-        else:
-            flat = int4_grouped()(layer._kernel.value, layer.kernel_scale.value, layer.kernel_zero.value,
-                                   layer.g_idx.value, columns)
-        k = ops.reshape(flat, shape)
+        k = int4_weight(layer, columns).reshape(shape)
     else:
         raise ValueError(f"layer {layer.name!r} is not quantized (quantization_mode {mode!r})")
     k = np.asarray(ops.convert_to_numpy(k), dtype=np.float32)

@@ -1,63 +1,57 @@
-"""Keras's read-back of a quantized layer's int4 kernel (:func:`.quantized.keras_weight`),
-compiled once per shape where the backend compiles (JAX, TensorFlow): eager calls of Keras's
-quantizers dispatch dozens of operations each (a tenth of a second a layer on JAX)."""
+"""Keras's int4 kernels written and read in NumPy: two signed 4-bit values a byte along the
+last axis, the first in the low nibble (``keras.quantizers.pack_int4`` / ``unpack_int4``), and
+the weight an int4 layer computes with (``unpack_int4`` divided by a channel's scale, or
+``dequantize_with_sz_map`` of a grouped kernel). The same bits as Keras's functions on
+TensorFlow and torch, and within one float32 rounding of JAX's (XLA divides by multiplying with
+the reciprocal; ``tests/test_keras_quantized.py`` compares them), without their eager dispatch
+per operation, which on JAX and TensorFlow also compiles per kernel shape."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 import keras
 
-__all__ = ["compiled_function", "int4_channel", "int4_grouped"]
+__all__ = ["pack_int4", "unpack_int4", "int4_weight"]
 
 
-def compiled_function(fn: Callable[..., Any], static: int) -> Callable[..., Any]:
-    """``fn`` compiled once per shape where the backend compiles (JAX, TensorFlow), its last
-    ``static`` arguments fixed per program; eager calls of Keras's quantizers dispatch dozens
-    of operations each (a tenth of a second a layer on JAX)."""
-    backend = keras.backend.backend()
-    if backend == "jax":
-        import jax
+def pack_int4(values: np.ndarray) -> np.ndarray:
+    """``values`` (integers in ``[-8, 7]``) packed two a byte along the last axis (an odd length
+    padded with a 0), as ``keras.quantizers.pack_int4(values, axis=-1)`` packs them.
 
-        n = fn.__code__.co_argcount
-        return jax.jit(fn, static_argnums=tuple(range(n - static, n)))
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        programs: dict[Any, Any] = {}
-
-        def call(*args: Any) -> Any:
-            fixed = args[len(args) - static:]
-            if fixed not in programs:
-                programs[fixed] = tf.function(lambda *a: fn(*a, *fixed), autograph=False)
-            return programs[fixed](*args[:len(args) - static])
-        return call
-    return fn
+    >>> pack_int4(np.array([[-3, 7, 2], [-8, 1, 0]])).tolist()
+    [[125, 2], [24, 0]]
+    """
+    v = np.asarray(values).astype(np.int8)
+    if v.shape[-1] % 2:
+        v = np.concatenate([v, np.zeros((*v.shape[:-1], 1), np.int8)], axis=-1)
+    low, high = v[..., 0::2].view(np.uint8) & 0x0F, v[..., 1::2].view(np.uint8) & 0x0F
+    return ((high << 4) | low).astype(np.uint8).view(np.int8)
 
 
-def _unpack_channel(kernel: Any, scale: Any, columns: int) -> Any:
-    unpacked = keras.quantizers.unpack_int4(kernel, columns, axis=-1)
-    return keras.ops.divide(keras.ops.cast(unpacked, "float32"), scale)
+def unpack_int4(packed: np.ndarray, length: int) -> np.ndarray:
+    """The ``length`` signed values along the last axis of a :func:`pack_int4` array (int8).
+
+    >>> unpack_int4(np.array([[125, 2], [24, 0]], np.int8), 3).tolist()
+    [[-3, 7, 2], [-8, 1, 0]]
+    """
+    b = np.asarray(packed).view(np.uint8)
+    both = np.stack([b & 0x0F, b >> 4], axis=-1).reshape(*b.shape[:-1], -1)[..., :length].astype(np.int8)
+    return np.where(both > 7, both - 16, both).astype(np.int8)
 
 
-def _unpack_grouped(kernel: Any, scale: Any, zero: Any, g_idx: Any, columns: int) -> Any:
-    from keras.src.quantizers.quantizers import dequantize_with_sz_map
-
-    unpacked = keras.quantizers.unpack_int4(kernel, columns, axis=-1)
-    return dequantize_with_sz_map(unpacked, scale, zero, g_idx, group_axis=0)
-
-
-@functools.cache
-def int4_channel() -> Callable[..., Any]:
-    """Keras's read-back of a per-channel int4 kernel (``unpack_int4``, divided by its scale),
-    compiled once per shape."""
-    return compiled_function(_unpack_channel, 1)
-
-
-@functools.cache
-def int4_grouped() -> Callable[..., Any]:
-    """Keras's read-back of a grouped int4 kernel (``unpack_int4``, ``dequantize_with_sz_map``),
-    compiled once per shape."""
-    return compiled_function(_unpack_grouped, 1)
+def int4_weight(layer: Any, columns: int) -> np.ndarray:
+    """The float32 kernel, flat ``(in, out)``, a Keras ``int4`` layer computes with: its packed
+    ``_kernel`` unpacked to ``columns`` outputs, divided by ``kernel_scale`` (one per output),
+    or, grouped, ``(q - kernel_zero[g_idx]) * kernel_scale[g_idx]`` (Keras's
+    ``dequantize_with_sz_map`` along the inputs)."""
+    read = keras.ops.convert_to_numpy
+    q = unpack_int4(read(layer._kernel.value), columns)
+    scale = np.asarray(read(layer.kernel_scale.value), np.float32)
+    if getattr(layer, "_int4_block_size", None) in (None, -1):
+        return (q.astype(np.float32) / scale.reshape(1, -1)).astype(np.float32)
+    groups = np.asarray(read(layer.g_idx.value)).astype(np.int32)
+    zero = np.asarray(read(layer.kernel_zero.value)).astype(np.float32)
+    return ((q.astype(np.float32) - zero[groups]) * scale[groups]).astype(np.float32)
