@@ -72,7 +72,7 @@ from .quantized_reads import int4_weight, pack_int4
 
 __all__ = ["KerasMode", "QuantizationRefused", "QuantizedLayer", "keras_mode", "quantize_layer",
            "describe_scheme", "report_table", "saved_config_is_lost", "keras_weight",
-           "check_quantizable", "on_grid", "group_index", "hub_backbone_layers", "weight_only_int8",
+           "check_quantizable", "on_grid", "grid_values", "group_index", "hub_backbone_layers", "weight_only_int8",
            "keras_version", "WEIGHT_ONLY_INT8_LOST"]
 
 
@@ -239,12 +239,20 @@ def on_grid(weight: Any, scale: Any, zero_point: Any, args: QuantArgs,
             g_idx: Sequence[int] | None = None) -> np.ndarray:
     """``weight`` (``(out, in)``) moved onto the grid of its stored qparams, each column on its
     group's (``g_idx``): the float weight a quantized layer computes with."""
+    return grid_values(weight, scale, zero_point, args, g_idx)[1]
+
+
+def grid_values(weight: Any, scale: Any, zero_point: Any, args: QuantArgs,
+                g_idx: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``weight``'s integers on the grid of its qparams and their dequantized float32 weight
+    (:func:`on_grid`), both ``(out, in)``."""
     w = np.asarray(weight, dtype=np.float32)
     rows, columns = w.shape
     groups = group_index(args, columns, g_idx)
     s = _expanded(scale, rows, columns, args, groups)
     z = _expanded(zero_point, rows, columns, args, groups) if zero_point is not None else np.zeros_like(s)
-    return np.asarray(dequantize(NUMPY_OPS, quantize(NUMPY_OPS, w, s, z, args), s, z, args), dtype=np.float32)
+    q = np.asarray(quantize(NUMPY_OPS, w, s, z, args), dtype=np.float32)
+    return q, np.asarray(dequantize(NUMPY_OPS, q, s, z, args), dtype=np.float32)
 
 
 def check_quantizable(layer: Any, args: QuantArgs, activations: ActivationArgs | None, *, name: str,
@@ -273,15 +281,16 @@ def check_quantizable(layer: Any, args: QuantArgs, activations: ActivationArgs |
 def quantize_layer(layer: Any, weight: Any, scale: Any, zero_point: Any, args: QuantArgs, *,
                    activations: ActivationArgs | None = None, input_scale: float | None = None,
                    g_idx: Sequence[int] | None = None, name: str | None = None,
-                   reference: Any = None) -> QuantizedLayer:
+                   reference: Any = None, integers: np.ndarray | None = None) -> QuantizedLayer:
     """Turn ``layer`` (a built, unquantized ``Dense`` or ``EinsumDense``) into Keras's quantized
     layer for ``(args, activations)`` holding ``weight``'s integers on the grid of ``scale`` /
     ``zero_point`` (compressed-tensors' shapes; ``g_idx``: each input column's group).
     ``weight``: ``(out, in)``, on the grid (GPTQ's dequantized weight, or any float weight:
     it is quantized with the given qparams); ``input_scale``: the calibrated FP8 input scale
     (``float8`` only); ``reference``: the float weight the report's error is measured against
-    (default: the layer's kernel before). The report line; :class:`QuantizationRefused` before
-    anything changes when Keras has no layer for it."""
+    (default: the layer's kernel before); ``integers``: ``weight``'s integers when ``weight``
+    is already :func:`on_grid` (both from :func:`grid_values`: not computed again). The report
+    line; :class:`QuantizationRefused` before anything changes when Keras has no layer for it."""
     label = name or layer.name
     mode, kin, kout, shape = check_quantizable(layer, args, activations, name=label, input_scale=input_scale)
     order = kin + kout
@@ -293,8 +302,11 @@ def quantize_layer(layer: Any, weight: Any, scale: Any, zero_point: Any, args: Q
     groups = group_index(args, columns, g_idx)
     s = _expanded(scale, rows, columns, args, groups)
     z = _expanded(zero_point, rows, columns, args, groups) if zero_point is not None else np.zeros_like(s)
-    q = np.asarray(quantize(NUMPY_OPS, w, s, z, args), dtype=np.float32)
-    ours = np.asarray(dequantize(NUMPY_OPS, q, s, z, args), dtype=np.float32)
+    if integers is not None:
+        q, ours = np.asarray(integers, dtype=np.float32), w
+    else:
+        q = np.asarray(quantize(NUMPY_OPS, w, s, z, args), dtype=np.float32)
+        ours = np.asarray(dequantize(NUMPY_OPS, q, s, z, args), dtype=np.float32)
     before = np.asarray(reference if reference is not None else _from_kernel(
         keras.ops.convert_to_numpy(layer._kernel), order, columns), dtype=np.float32)
     bytes_before = _nbytes(layer)

@@ -33,9 +33,9 @@ from .quantized import (
     QuantizationRefused,
     QuantizedLayer,
     check_quantizable,
+    grid_values,
     hub_backbone_layers,
     keras_version,
-    on_grid,
     quantize_layer,
     saved_config_is_lost,
     weight_only_int8,
@@ -152,7 +152,10 @@ class QuantizedWeights:
         self._refuse_reverse(name)
         check_quantizable(lin.layer, args, activations, name=name, need_input_scale=False)
         first = pending.get(name, {}).get("reference")
-        pending[name] = dict(weight=on_grid(weight, scale, zero_point, args, g_idx), scale=scale,
+        integers, grid = grid_values(weight, scale, zero_point, args, g_idx)
+        if args.type == "int" and args.num_bits <= 8:  # kept until finish: a byte each
+            integers = integers.astype(np.int8)
+        pending[name] = dict(weight=grid, integers=integers, scale=scale,
                              zero_point=zero_point, args=args, g_idx=g_idx, activations=activations,
                              input_scale=input_scale, reference=first if first is not None else lin.weight())
         if write:
@@ -167,7 +170,7 @@ class QuantizedWeights:
             self.quantized.append(quantize_layer(self._linear[name].layer, p["weight"], p["scale"], p["zero_point"],
                                                  p["args"], activations=p["activations"],
                                                  input_scale=p["input_scale"], g_idx=p["g_idx"], name=name,
-                                                 reference=p["reference"]))
+                                                 reference=p["reference"], integers=p["integers"]))
             del pending[name]
         for attr in ("train_function", "test_function", "predict_function"):
             if getattr(self.model, attr, None) is not None:
