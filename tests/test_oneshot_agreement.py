@@ -254,7 +254,35 @@ def test_validate_and_oneshot_agree_on_keras(monkeypatch: pytest.MonkeyPatch, tm
     # keras-hub's head is a ReversibleEmbedding, which no Keras quantized layer holds: a recipe
     # that quantizes it is refused on this model (the model's check, which ``lint`` and
     # ``oneshot`` make), not for its arguments; the run stops after the recipe's own checks
-    wrong = _agree("keras", model, weights, samples(name)[:2], monkeypatch, stop="preflight.check_mappings")
+    wrong = _agree("keras", model, weights, samples(name)[:2], monkeypatch, stop="preflight.check_mappings",
+                   only=lambda name: name not in _MOE)
+    assert not wrong, "\n".join(wrong[:20]) + f"\n({len(wrong)} in all)"
+
+
+def test_validate_and_oneshot_agree_on_a_keras_hub_mixture_of_experts_model(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path: Any) -> None:
+    """Expert pruning's cases on keras-hub's twin of a tiny Qwen3-MoE (4 experts, top 2)."""
+    pytest.importorskip("keras")
+    pytest.importorskip("keras_hub")
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    import numpy as np
+    from recipe_spec_keras.hub import load_causal_lm
+
+    torch.manual_seed(0)
+    config = transformers.Qwen3MoeConfig(vocab_size=64, hidden_size=32, intermediate_size=64, moe_intermediate_size=32,
+                                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                                         head_dim=16, num_experts=4, num_experts_per_tok=2,
+                                         max_position_embeddings=32)
+    transformers.Qwen3MoeForCausalLM(config).save_pretrained(tmp_path)
+    model = load_causal_lm(tmp_path)
+    rng = np.random.default_rng(1)
+    samples = [{"token_ids": rng.integers(0, 64, 8).astype("int32"), "padding_mask": np.ones(8, bool)}
+               for _ in range(2)]
+    weights = _Weights(lambda: [(v.path, float(np.asarray(v.numpy(), dtype=np.float64).sum()),
+                                 float(np.square(np.asarray(v.numpy(), dtype=np.float64)).sum()))
+                                for v in model.weights])
+    wrong = _agree("keras", model, weights, samples, monkeypatch, only=lambda name: name in _MOE)
     assert not wrong, "\n".join(wrong[:20]) + f"\n({len(wrong)} in all)"
 
 

@@ -300,14 +300,6 @@ def test_a_failed_run_puts_experts_back_under_their_numbers(monkeypatch: pytest.
     assert model.config.num_experts == 6 and model.model.layers[0].mlp.gate.weight.shape == (6, 128)
 
 
-def test_keras_does_not_run_expert_pruning() -> None:
-    from recipe_spec.validation import validate
-
-    found = validate(REFERENCE["reap_25"]["recipe"], backend="keras")
-    assert any("prune:experts" in d.message for d in found)
-    assert not [d for d in validate(REFERENCE["reap_25"]["recipe"], backend="torch") if d.severity.name == "ERROR"]
-
-
 def test_validate_reads_ignore_as_the_regular_expressions_reap_searches() -> None:
     """``layers\\.1\\.mlp$`` is a pattern searched in the name (no P008 for a missing ``re:``);
     one that does not compile is P005 at its line."""

@@ -119,9 +119,9 @@ def test_cli_compat(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "0.14" in bad.stderr
 
 
-@pytest.mark.parametrize("modifier", ["AutoRoundModifier: {scheme: W4A16, iters: 10}", "REAPPruningModifier: {sparsity: 0.5}"])
+@pytest.mark.parametrize("modifier", ["AutoRoundModifier: {scheme: W4A16, iters: 10}"])
 def test_one_shot_modifiers_are_refused_by_backends_that_do_not_run_them(modifier: str) -> None:
-    """keras runs neither (capabilities quantize:autoround, prune:experts); torch runs both in
+    """keras does not run AutoRound (capability quantize:autoround); torch runs it in
     recipe_spec.oneshot, so validate --backend torch has nothing to say."""
     text = STAGE + f"    {modifier}\n"
     found = [d for d in validate(text, backend="keras") if d.code == "B001"]

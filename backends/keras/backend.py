@@ -18,7 +18,7 @@ __all__ = ["backend", "KerasBackend", "CAPABILITIES", "canonical_axes"]
 CAPABILITIES = frozenset({
     "masks", "scores:magnitude", "scores:mfac", "scores:obs", "gradients", "lr", "weight_decay",
     "trainable", "layers", "quantization", "acdc", "scores:movement", "loss", "teacher",
-    "oneshot", "scores:sparsegpt", "scores:wanda", "transform:smoothquant", "transform:awq",
+    "oneshot", "scores:sparsegpt", "scores:wanda", "transform:smoothquant", "transform:awq", "prune:experts",
     "oneshot:quantize", "scores:gptq",
 })
 

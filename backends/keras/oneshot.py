@@ -74,6 +74,7 @@ from .hub import hf_architecture, hf_tables, warn_config_differences
 from .inputs import feed, input_keys, preprocess
 from .layout import LinearAxes, linear_axes
 from .oneshot_calls import ModuleCalls, held, next_call, on_device, wrapped
+from .expert_pruning import ExpertPruning
 from .oneshot_state import ModelState
 from .params import numpy_value
 from .quantization import layer_paths
@@ -162,7 +163,7 @@ def _no_grad() -> Any:
     return contextlib.nullcontext()
 
 
-class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
+class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState, ExpertPruning):
     """A Keras 3 model held for one-shot compression (see the module docstring)."""
 
     ops = NUMPY_OPS
@@ -354,16 +355,17 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
 
     def run_block(self, block: str, inputs: Sequence[Any], observers: Mapping[str, Observer],
                   propagate: bool, outputs: Mapping[str, Observer] | None = None,
-                  calls: Mapping[str, CallRecorder] | None = None, offload_calls: bool = False) -> list[Any]:
+                  calls: Mapping[str, CallRecorder] | None = None, offload_calls: bool = False,
+                  routes: Mapping[str, Any] | None = None) -> list[Any]:
         layer = self._layers[block]
         out: list[Any] = []
-        compiled = self._compiled(block, observers, propagate, outputs, calls)
+        compiled = None if routes else self._compiled(block, observers, propagate, outputs, calls)
         if compiled is not None:
             # a call that could not be compiled: it and the rest run eagerly
             inputs = inputs[run_compiled(compiled[0], layer, compiled[1], inputs, observers, self._linear, out):]
         # a calibration pass needs the observed layers' inputs only (ObservedCalls)
-        stop = ObservedCalls if ObservedCalls.apply(propagate, observers, outputs, calls) else None
-        with self._observing(observers, outputs, calls, offload_calls, stop) as seen:
+        stop = ObservedCalls if ObservedCalls.apply(propagate, observers, outputs or routes, calls) else None
+        with self._observing(observers, outputs, calls, offload_calls, stop) as seen, self.route_wraps(routes or {}):
             for call in inputs:
                 args, kwargs = on_device(call)
                 whole, result = observed_call(seen, layer, *args, **kwargs)
@@ -398,8 +400,9 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState):
 
     def run_model(self, batches: Sequence[Any], observers: Mapping[str, Observer],
                   outputs: Mapping[str, Observer] | None = None,
-                  calls: Mapping[str, CallRecorder] | None = None, offload_calls: bool = False) -> None:
-        with self._observing(observers, outputs, calls, offload_calls):
+                  calls: Mapping[str, CallRecorder] | None = None, offload_calls: bool = False,
+                  routes: Mapping[str, Any] | None = None) -> None:
+        with self._observing(observers, outputs, calls, offload_calls), self.route_wraps(routes or {}):
             for batch in batches:
                 self._forward(batch)
 

@@ -12,7 +12,7 @@ quantized (a Keras quantization mode).
 a module's weight and bias live in before their first change, :meth:`~ModelState.put_back`
 assigns them back; :meth:`~ModelState.shell` and :meth:`~ModelState.restore_shell` keep the
 quantization the host recorded (schemes attached, layers pending), which lives in the host
-until the run ends. The layers become Keras's quantized layers only once the run is over
+until the run ends, and the experts REAP removes (:meth:`~.expert_pruning.ExpertPruning.structure`). The layers become Keras's quantized layers only once the run is over
 (:meth:`~.quantized_host.QuantizedWeights.finish`, when leaving the host or saving): an error
 while ``model.keras`` is written after that leaves them quantized (and no folder behind).
 """
@@ -120,10 +120,12 @@ class ModelState:
         for variable, value in kept:
             variable.assign(value)
 
-    def shell(self) -> tuple[dict[str, Any], dict[str, Any], list[Any]]:
+    def shell(self) -> tuple[dict[str, Any], dict[str, Any], list[Any], list[Any]]:
         self._quantized_state()  # type: ignore[attr-defined]
-        return dict(self._pending), dict(self._schemes), list(self.quantized)  # type: ignore[attr-defined]
+        return (dict(self._pending), dict(self._schemes), list(self.quantized),  # type: ignore[attr-defined]
+                self.structure())  # type: ignore[attr-defined]
 
-    def restore_shell(self, shell: tuple[dict[str, Any], dict[str, Any], list[Any]]) -> None:
-        pending, schemes, done = shell
+    def restore_shell(self, shell: tuple[dict[str, Any], dict[str, Any], list[Any], list[Any]]) -> None:
+        pending, schemes, done, structure = shell
+        self.restore_structure(structure)  # type: ignore[attr-defined]
         self._pending, self._schemes, self.quantized = dict(pending), dict(schemes), list(done)
