@@ -177,15 +177,17 @@ class ExpertPruning:
         for name in views:
             del self._linear[name]
         self._linear.update(renamed)
-        keep_infos = [i for i in self._infos if not i.name.startswith(prefix)]
-        at = next((k for k, i in enumerate(self._infos) if i.name.startswith(prefix)), len(keep_infos))
-        first = len([i for i in self._infos[:at] if not i.name.startswith(prefix)])
-        template = {i.name: i for i in self._infos if i.name.startswith(prefix)}
+        at = next((k for k, i in enumerate(self._infos) if i.name.startswith(prefix)), len(self._infos))
         new_infos = []
-        for name in sorted(renamed, key=lambda n: (int(_EXPERT.match(n)["expert"]), n)):  # type: ignore[index]
-            old = next(i for i in template.values() if i.name.endswith("." + name.rsplit(".", 1)[1]))
-            new_infos.append(type(old)(name, old.classes, old.prunable, (renamed[name].rows, renamed[name].columns)))
-        self._infos = keep_infos[:first] + new_infos + keep_infos[first:]
+        for info in self._infos:  # in their order, each kept expert's projections under its new number
+            found = _EXPERT.match(info.name) if info.name.startswith(prefix) else None
+            if found is not None and int(found["expert"]) in position:
+                name = f"{prefix}{position[int(found['expert'])]}.{found['proj']}"
+                if name in renamed:
+                    new_infos.append(type(info)(name, info.classes, info.prunable,
+                                                (renamed[name].rows, renamed[name].columns)))
+        rest = [i for i in self._infos if not i.name.startswith(prefix)]
+        self._infos = rest[:at] + new_infos + rest[at:]
 
     # -- undo (the journal's shell) ------------------------------------------------------------
     def structure(self) -> list[tuple[Any, dict[str, Any]]]:
