@@ -94,8 +94,8 @@ def test_schemas_list_the_one_shot_modifiers_keras_runs() -> None:
     data = json.loads((ROOT / "schemas" / "backends.json").read_text(encoding="utf-8"))
     assert data["backends"]["keras"]["oneshot_modifiers"] == [
         "AWQModifier", "ConstantPruningModifier", "GPTQModifier", "LogarithmicEqualizationModifier",
-        "MagnitudePruningModifier", "QuantizationModifier", "SmoothQuantModifier", "SparseGPTModifier",
-        "WandaPruningModifier"]
+        "MagnitudePruningModifier", "QuantizationModifier", "REAPPruningModifier", "SmoothQuantModifier",
+        "SparseGPTModifier", "WandaPruningModifier"]
 
 
 # -- a keras-hub Llama from a Hugging Face checkpoint -------------------------------------------
