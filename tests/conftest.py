@@ -96,3 +96,19 @@ def _full_float32_on_gpus(request: pytest.FixtureRequest) -> Any:
         yield
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+@pytest.fixture()
+def saliencies(monkeypatch: pytest.MonkeyPatch) -> list[list[float]]:
+    """REAP's mean saliency each decision reads, in decision order (``reap.run.kept`` recorded)."""
+    from recipe_spec.oneshot.reap import run as reap_run
+
+    seen: list[list[float]] = []
+    decide = reap_run.kept
+
+    def recording(saliency: Any, *args: Any) -> list[int]:
+        seen.append([float(v) for v in saliency])
+        return decide(saliency, *args)
+
+    monkeypatch.setattr(reap_run, "kept", recording)
+    return seen

@@ -21,7 +21,6 @@ from keras_hub_cases import needs_hub  # noqa: E402
 from testdata import MOE  # noqa: E402
 
 import recipe_spec  # noqa: E402
-from recipe_spec.oneshot.reap import run as reap_run  # noqa: E402
 
 pytestmark = needs_hub
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "reap"
@@ -45,19 +44,6 @@ def unmasked(monkeypatch: pytest.MonkeyPatch) -> None:
     import keras_hub.src.models.qwen3_moe.qwen3_moe_decoder as decoder
 
     monkeypatch.setattr(decoder, "compute_causal_mask", lambda b, i, o, c=0: keras.ops.ones((b, o, i), dtype="bool"))
-
-
-@pytest.fixture()
-def saliencies(monkeypatch: pytest.MonkeyPatch) -> list[list[float]]:
-    seen: list[list[float]] = []
-    decide = reap_run.kept
-
-    def recording(saliency: Any, *args: Any) -> list[int]:
-        seen.append([float(v) for v in saliency])
-        return decide(saliency, *args)
-
-    monkeypatch.setattr(reap_run, "kept", recording)
-    return seen
 
 
 def _samples() -> list[dict[str, list[int]]]:

@@ -27,7 +27,6 @@ from testdata import MOE  # noqa: E402
 
 import recipe_spec  # noqa: E402
 from recipe_spec.diagnostics.base import RecipeError  # noqa: E402
-from recipe_spec.oneshot.reap import run as reap_run  # noqa: E402
 from recipe_spec.oneshot.reap.saliency import ExpertLayer, Saliency, drop_counts, kept  # noqa: E402
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "reap"
@@ -81,20 +80,6 @@ def unmasked(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(qwen3_moe, "create_causal_mask", lambda *args, **kwargs: None)
     monkeypatch.syspath_prepend(str(FIXTURES))
-
-
-@pytest.fixture()
-def saliencies(monkeypatch: pytest.MonkeyPatch) -> list[list[float]]:
-    """The mean saliency each decision reads, in decision order."""
-    seen: list[list[float]] = []
-    decide = reap_run.kept
-
-    def recording(saliency: Any, *args: Any) -> list[int]:
-        seen.append([float(v) for v in saliency])
-        return decide(saliency, *args)
-
-    monkeypatch.setattr(reap_run, "kept", recording)
-    return seen
 
 
 @pytest.mark.parametrize("name", ["reap_25", "reap_50_routed", "reap_40_bf16", "reap_25_gptq", "reap_50_deepseek_groups"])
