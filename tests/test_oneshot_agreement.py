@@ -219,16 +219,21 @@ def test_validate_and_oneshot_agree_on_pytorch(monkeypatch: pytest.MonkeyPatch) 
     assert not wrong, "\n".join(wrong[:20]) + f"\n({len(wrong)} in all)"
 
 
-def test_validate_and_oneshot_agree_on_a_mixture_of_experts_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Expert pruning's cases on a tiny Qwen3-MoE (4 experts, top 2, two layers)."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+def _tiny_qwen3_moe(torch: Any, transformers: Any) -> Any:
+    """A tiny Qwen3-MoE (4 experts, top 2, two layers), seed 0."""
     torch.manual_seed(0)
     config = transformers.Qwen3MoeConfig(vocab_size=64, hidden_size=32, intermediate_size=64, moe_intermediate_size=32,
                                          num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
                                          head_dim=16, num_experts=4, num_experts_per_tok=2,
                                          max_position_embeddings=32)
-    model = transformers.Qwen3MoeForCausalLM(config).eval()
+    return transformers.Qwen3MoeForCausalLM(config).eval()
+
+
+def test_validate_and_oneshot_agree_on_a_mixture_of_experts_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Expert pruning's cases on a tiny Qwen3-MoE (4 experts, top 2, two layers)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    model = _tiny_qwen3_moe(torch, transformers)
     g = torch.Generator().manual_seed(1)
     samples = [{"input_ids": torch.randint(0, 64, (8,), generator=g), "attention_mask": torch.ones(8, dtype=torch.long)}
                for _ in range(2)]
@@ -269,12 +274,7 @@ def test_validate_and_oneshot_agree_on_a_keras_hub_mixture_of_experts_model(monk
     import numpy as np
     from recipe_spec_keras.hub import load_causal_lm
 
-    torch.manual_seed(0)
-    config = transformers.Qwen3MoeConfig(vocab_size=64, hidden_size=32, intermediate_size=64, moe_intermediate_size=32,
-                                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                                         head_dim=16, num_experts=4, num_experts_per_tok=2,
-                                         max_position_embeddings=32)
-    transformers.Qwen3MoeForCausalLM(config).save_pretrained(tmp_path)
+    _tiny_qwen3_moe(torch, transformers).save_pretrained(tmp_path)
     model = load_causal_lm(tmp_path)
     rng = np.random.default_rng(1)
     samples = [{"token_ids": rng.integers(0, 64, 8).astype("int32"), "padding_mask": np.ones(8, bool)}
