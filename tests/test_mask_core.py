@@ -391,3 +391,21 @@ def test_torch_selection_primitives_equal_numpy() -> None:
         flags = x == x[-1]
         for nth in (1, int(flags.sum())):
             assert nth_true(T, torch.from_numpy(flags), nth, chunk=7) == nth_true(NP, flags, nth, chunk=7)
+
+
+@pytest.mark.parametrize("shape", [(1536, 512), (512, 1536), (1000, 77), (77, 1000), (3, 5), (16, 4096), (4097, 17)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.float64])
+def test_transposed_is_numpys_transpose_copied(shape: tuple[int, int], dtype: type) -> None:
+    """The banded copy (used for weights read from and written to Keras kernels, and by
+    ``permute`` in the block-wise OBS loop) holds ``x.T``'s entries, C-contiguous, for sizes
+    on both sides of the small-array cut, bands that do not divide the rows, and strided
+    inputs (a column slice, as the OBS loop takes its blocks)."""
+    from recipe_spec.masks.numpy_ops import transposed
+
+    x = (np.random.default_rng(0).standard_normal((shape[0], shape[1] + 3)) * 100).astype(dtype)[:, 2:-1]
+    out = transposed(x)
+    assert out.flags.c_contiguous and out.dtype == x.dtype
+    np.testing.assert_array_equal(out, x.T)
+    np.testing.assert_array_equal(NP.permute(x, (1, 0)), x.T)
+    with pytest.raises(ValueError, match="2-D"):
+        transposed(np.zeros((2, 2, 2)))

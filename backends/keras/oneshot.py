@@ -55,7 +55,7 @@ import numpy as np
 
 import keras
 from recipe_spec.atomic import write_text
-from recipe_spec.masks.numpy_ops import NUMPY_OPS
+from recipe_spec.masks.numpy_ops import NUMPY_OPS, transposed
 from recipe_spec.oneshot.calibration_inputs import to_numpy
 from recipe_spec.oneshot.host import (
     CallRecorder,
@@ -97,12 +97,12 @@ class _Linear:
 
     def weight(self) -> np.ndarray:
         k = np.asarray(numpy_value(self.variable), dtype=np.float32)
-        return np.ascontiguousarray(k.transpose(self.kernel_in + self.kernel_out).reshape(self.columns, self.rows).T)
+        return transposed(k.transpose(self.kernel_in + self.kernel_out).reshape(self.columns, self.rows))
 
     def set_weight(self, value: np.ndarray) -> None:
         order = self.kernel_in + self.kernel_out
-        k = np.asarray(value).T.reshape([self.kernel_shape[i] for i in order]).transpose(np.argsort(order))
-        self.variable.assign(k.astype(keras.backend.standardize_dtype(self.variable.dtype)))
+        k = transposed(value).reshape([self.kernel_shape[i] for i in order]).transpose(np.argsort(order))
+        self.variable.assign(k.astype(keras.backend.standardize_dtype(self.variable.dtype), copy=False))
 
     def rows_of(self, x: Any) -> tuple[np.ndarray, int]:
         """The layer input ``x`` as ``[tokens, in]`` float32, and its number of sequences."""

@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 
 import keras
-from recipe_spec.masks.numpy_ops import NUMPY_OPS
+from recipe_spec.masks.numpy_ops import NUMPY_OPS, transposed
 from recipe_spec.quantization.args import PRESET_WEIGHTS, QuantArgs
 from recipe_spec.quantization.grid import dequantize, quantize
 from recipe_spec.quantization.scheme import PRESET_ACTIVATIONS, ActivationArgs
@@ -212,19 +212,27 @@ def _axes(layer: Any) -> tuple[list[int], list[int]]:
 
 def _to_kernel(w: np.ndarray, shape: tuple[int, ...], order: list[int]) -> np.ndarray:
     """An ``(out, in)`` array in the kernel's own layout (``order``: in axes, then out axes)."""
-    return np.asarray(w).T.reshape([shape[i] for i in order]).transpose(np.argsort(order))
+    return transposed(w).reshape([shape[i] for i in order]).transpose(np.argsort(order))
 
 
 def _from_kernel(k: np.ndarray, order: list[int], columns: int) -> np.ndarray:
-    return np.ascontiguousarray(np.asarray(k).transpose(order).reshape(columns, -1).T)
+    return transposed(np.asarray(k).transpose(order).reshape(columns, -1))
 
 
-def _expanded(a: np.ndarray, rows: int, columns: int, args: QuantArgs, groups: np.ndarray) -> np.ndarray:
-    """A stored scale or zero point spread over the whole ``(rows, columns)`` weight."""
+def _broadcast(w: np.ndarray, a: Any, args: QuantArgs, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ``(out, in)`` weight ``w`` and a stored scale or zero point ``a`` in shapes that
+    broadcast against each other, entry for entry as if ``a`` were spread over the whole
+    weight: groups of consecutive columns as a ``(rows, groups, size)`` view of ``w`` beside
+    ``(rows, groups, 1)`` (no copy), any other group order by spreading ``a`` over the columns."""
+    rows, columns = w.shape
     a = np.asarray(a, dtype=np.float32)
-    if args.strategy == "group":
-        return a[:, groups]
-    return np.broadcast_to(a.reshape(-1, 1) if a.size == rows else a.reshape(1, 1), (rows, columns))
+    if args.strategy != "group":
+        return w, a.reshape(-1, 1) if a.size == rows else a.reshape(1, 1)
+    size = int(args.group_size or columns)
+    if columns % size == 0 and a.shape == (rows, columns // size) \
+            and np.array_equal(groups, np.arange(columns) // size):
+        return w.reshape(rows, columns // size, size), a.reshape(rows, columns // size, 1)
+    return w, a[:, groups]
 
 
 def group_index(args: QuantArgs, columns: int, g_idx: Sequence[int] | None = None) -> np.ndarray:
@@ -249,10 +257,12 @@ def grid_values(weight: Any, scale: Any, zero_point: Any, args: QuantArgs,
     w = np.asarray(weight, dtype=np.float32)
     rows, columns = w.shape
     groups = group_index(args, columns, g_idx)
-    s = _expanded(scale, rows, columns, args, groups)
-    z = _expanded(zero_point, rows, columns, args, groups) if zero_point is not None else np.zeros_like(s)
-    q = np.asarray(quantize(NUMPY_OPS, w, s, z, args), dtype=np.float32)
-    return q, np.asarray(dequantize(NUMPY_OPS, q, s, z, args), dtype=np.float32)
+    if zero_point is None:
+        zero_point = np.zeros_like(np.asarray(scale, dtype=np.float32))
+    view, s = _broadcast(w, scale, args, groups)
+    z = _broadcast(w, zero_point, args, groups)[1]
+    q = np.asarray(quantize(NUMPY_OPS, view, s, z, args), dtype=np.float32)
+    return q.reshape(rows, columns), np.asarray(dequantize(NUMPY_OPS, q, s, z, args), dtype=np.float32).reshape(rows, columns)
 
 
 def check_quantizable(layer: Any, args: QuantArgs, activations: ActivationArgs | None, *, name: str,
@@ -300,13 +310,12 @@ def quantize_layer(layer: Any, weight: Any, scale: Any, zero_point: Any, args: Q
     if w.shape != (rows, columns):
         raise ValueError(f"{label}: the weight has shape {list(w.shape)}, the layer's is [{rows}, {columns}] (out, in)")
     groups = group_index(args, columns, g_idx)
-    s = _expanded(scale, rows, columns, args, groups)
-    z = _expanded(zero_point, rows, columns, args, groups) if zero_point is not None else np.zeros_like(s)
     if integers is not None:
         q, ours = np.asarray(integers, dtype=np.float32), w
     else:
-        q = np.asarray(quantize(NUMPY_OPS, w, s, z, args), dtype=np.float32)
-        ours = np.asarray(dequantize(NUMPY_OPS, q, s, z, args), dtype=np.float32)
+        q, ours = grid_values(w, scale, zero_point, args, g_idx)
+    s = np.asarray(scale, dtype=np.float32)
+    z = np.asarray(zero_point, dtype=np.float32) if zero_point is not None else np.zeros_like(s)
     before = np.asarray(reference if reference is not None else _from_kernel(
         keras.ops.convert_to_numpy(layer._kernel), order, columns), dtype=np.float32)
     bytes_before = _nbytes(layer)
@@ -338,9 +347,9 @@ def _deferred_collect() -> Iterator[None]:
         gc.collect = collect
 
 
-def _per_row(a: np.ndarray) -> np.ndarray:
-    """An expanded channel or tensor scale, one value per output row."""
-    return np.ascontiguousarray(a[:, 0])
+def _per_row(a: np.ndarray, rows: int) -> np.ndarray:
+    """A stored channel or tensor scale, one value per output row."""
+    return np.ascontiguousarray(np.broadcast_to(a.reshape(-1), (rows,)))
 
 
 def _assign(layer: Any, mode: KerasMode, q: np.ndarray, s: np.ndarray, z: np.ndarray, args: QuantArgs,
@@ -353,7 +362,7 @@ def _assign(layer: Any, mode: KerasMode, q: np.ndarray, s: np.ndarray, z: np.nda
         return
     if mode.mode == "int8":
         layer._kernel.assign(_to_kernel(q, shape, order).astype(np.int8))
-        recip = (1.0 / _per_row(s)).astype(np.float32)
+        recip = (1.0 / _per_row(s, q.shape[0])).astype(np.float32)
         if isinstance(layer, keras.layers.EinsumDense):  # Keras's own layout of a per-output scale
             kin, kout = _axes(layer)
             per_out = np.expand_dims(recip.reshape([shape[i] for i in kout]), tuple(kin))
@@ -362,12 +371,13 @@ def _assign(layer: Any, mode: KerasMode, q: np.ndarray, s: np.ndarray, z: np.nda
         return
     layer._kernel.assign(pack_int4(q.T))  # (in, out): contracted axes first (checked), the kernel's flat layout
     if mode.block_size == -1:
-        layer.kernel_scale.assign((1.0 / _per_row(s)).astype(np.float32))
+        layer.kernel_scale.assign((1.0 / _per_row(s, q.shape[0])).astype(np.float32))
         return
     n_groups = int(layer.kernel_scale.shape[0])
-    first = np.array([int(np.argmax(groups == g)) for g in range(n_groups)])  # a column of each group
+    # each Keras group's column of the stored scale: its own (one no column belongs to: the first column's)
+    first = groups[np.array([int(np.argmax(groups == g)) for g in range(n_groups)])]
     layer.kernel_scale.assign(np.ascontiguousarray(s[:, first].T).astype(np.float32))
-    zeros = z[:, first].T if not args.symmetric else np.zeros((n_groups, s.shape[0]), np.float32)
+    zeros = z[:, first].T if not args.symmetric else np.zeros((n_groups, q.shape[0]), np.float32)
     layer.kernel_zero.assign(zeros.astype(np.int8))
     layer.g_idx.assign(groups.astype(np.float32))
 
