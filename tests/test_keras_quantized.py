@@ -218,6 +218,36 @@ def test_a_quantized_layer_holds_our_integers_and_computes_with_them(scheme: str
     np.testing.assert_array_equal(loaded.predict(x, verbose=0), y)
 
 
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_a_group_grid_in_any_column_order_is_each_column_on_its_group(symmetric: bool) -> None:
+    """``g_idx`` (GPTQ's ``actorder: group``) names each column's group in any order: the
+    integers and the weight on the grid are each entry's ``round(w / s + z)`` with the scale of
+    its own group (written out here per entry), the same as with the groups in column order where
+    ``g_idx`` is that order, and the int4 layer computes with that weight."""
+    from recipe_spec_keras.quantized import grid_values, keras_weight, quantize_layer
+
+    args = QuantArgs(4, "int", symmetric, "group", group_size=16)
+    model = _model()
+    layer = model.get_layer("down")  # (48 in, 32 out): 3 groups
+    w = _host(model).weight("down")
+    g_idx = np.random.default_rng(3).permutation(np.arange(48) // 16)
+    rng = np.random.default_rng(4)
+    scale = rng.uniform(0.01, 0.05, size=(32, 3)).astype(np.float32)
+    zero = (np.zeros((32, 3)) if symmetric else rng.integers(-3, 4, size=(32, 3))).astype(np.float32)
+    q, deq = grid_values(w, scale, zero, args, list(g_idx))
+    for r in range(32):
+        for c in range(48):
+            s, z = scale[r, g_idx[c]], (0.0 if symmetric else zero[r, g_idx[c]])
+            want = np.clip(np.rint(w[r, c] / s + np.float32(z)), -8, 7)
+            assert q[r, c] == want and deq[r, c] == np.float32((want - np.float32(z)) * s)
+    ordered = grid_values(w, scale, zero, args, list(np.arange(48) // 16))
+    for a, b in zip(ordered, grid_values(w, scale, zero, args), strict=True):
+        np.testing.assert_array_equal(a, b)
+    row = quantize_layer(layer, w, scale, zero, args, g_idx=list(g_idx), name="down")
+    assert row.mode == "int4/16"
+    np.testing.assert_allclose(keras_weight(layer), deq, rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("scheme", [s for s in SCHEMES if s != "FP8"])
 def test_a_layer_built_without_keras_grid_is_the_layer_keras_quantize_builds(scheme: str,
                                                                             tmp_path: pathlib.Path) -> None:

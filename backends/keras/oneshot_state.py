@@ -28,6 +28,7 @@ import keras
 from recipe_spec.oneshot.data_checks import ArrayFacts
 
 from .hub import backbone_of
+from .params import numpy_value
 
 __all__ = ["ModelState"]
 
@@ -114,7 +115,7 @@ class ModelState:
         return list(unique.values())
 
     def keep(self, name: str) -> list[tuple[Any, np.ndarray]]:
-        return [(v, np.array(keras.ops.convert_to_numpy(v), copy=True)) for v in self._variables(name)]
+        return [(v, np.array(numpy_value(v), copy=True)) for v in self._variables(name)]
 
     def put_back(self, name: str, kept: Sequence[tuple[Any, np.ndarray]]) -> None:
         for variable, value in kept:
