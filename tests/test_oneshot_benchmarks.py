@@ -177,3 +177,12 @@ def test_finite_checks_take_an_overflowing_sum_for_what_it_is() -> None:
     w[0, 0] = np.inf
     with pytest.raises(SolverError, match="1 NaN or infinite"):
         sparsegpt_prune(NUMPY_OPS, w, h, sparsity=0.5)
+
+
+def test_numpy_copies_benchmark_smoke() -> None:
+    """``benchmarks/numpy_copies.py`` checks each new form equal to the old before timing it and
+    prints one row per case with its ratio."""
+    pytest.importorskip("keras")
+    out = _run("benchmarks/numpy_copies.py", "--repeat", "1", "--anchor-only")
+    rows = [line.split() for line in out.splitlines()[1:] if line.strip()]
+    assert len(rows) == 4 and all(float(r[-1]) > 0 for r in rows), out
