@@ -387,3 +387,49 @@ def test_keras_hub_presets_drop_a_weight_only_int8_config(tmp_path: pathlib.Path
     model.backbone.save_to_preset(str(tmp_path / "preset"))
     with pytest.raises(ValueError, match="feedforward_gate_dense"):
         keras_hub.models.Backbone.from_preset(str(tmp_path / "preset"))
+
+
+_JAX_WRITES = """
+import json, logging, os
+os.environ["KERAS_BACKEND"] = "jax"
+import jax, keras, numpy as np
+from recipe_spec.quantization import QuantArgs, minmax_qparams
+from recipe_spec.masks.numpy_ops import NUMPY_OPS
+from recipe_spec_keras.oneshot import KerasCalibrationHost
+from recipe_spec_keras.quantized import keras_weight, quantize_layer
+compiled = []
+class Seen(logging.Handler):
+    def emit(self, record):
+        if record.getMessage().startswith("Compiling "):
+            compiled.append(record.getMessage().split(" with ")[0])
+ids = keras.Input(shape=(None, 37))
+model = keras.Model(ids, keras.layers.Dense(23, use_bias=False, name="fc")(ids))
+host = KerasCalibrationHost(model)
+w = np.random.default_rng(0).standard_normal((23, 37)).astype(np.float32)
+jax.config.update("jax_log_compiles", True)
+logging.getLogger("jax").addHandler(Seen())
+host.set_weight("fc", w)
+written = host.weight("fc")
+args = QuantArgs(4, "int", True, "channel")
+scale, zero = minmax_qparams(NUMPY_OPS, w, args)
+quantize_layer(model.get_layer("fc"), w, scale, zero, args, name="fc")
+print(json.dumps({"compiled": compiled, "written": bool(np.array_equal(written, w)),
+                  "mode": model.get_layer("fc").quantization_mode,
+                  "error": float(np.abs(keras_weight(model.get_layer("fc")) - w).max()),
+                  "half_step": float(np.max(scale)) / 2}))
+"""
+
+
+def test_jax_variables_take_numpy_values_without_a_program_per_shape() -> None:
+    """On JAX, ``jnp.asarray`` of a NumPy array (what Keras's ``assign`` calls) compiles a small
+    program for each new shape (``jit(stage)``, about 50 ms each): the host's weight writes and
+    the quantized layer's variables go in through ``jax.device_put`` instead. A layer of a shape
+    seen nowhere before: written, then made Keras's int4 layer, without compiling anything for
+    the values (only Keras's own ``g_idx``-free channel layer: nothing at all)."""
+    pytest.importorskip("jax")
+    out = subprocess.run([sys.executable, "-c", _JAX_WRITES], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found["written"] and found["mode"] == "int4"
+    assert found["error"] <= found["half_step"] * (1 + 1e-6)  # on its grid: within half a step of the weight
+    assert not [c for c in found["compiled"] if "stage" in c], found["compiled"]

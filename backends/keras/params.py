@@ -44,7 +44,7 @@ from typing import Any
 from recipe_spec.params import ParamRecord, portable_alias
 from recipe_spec.params.headers import ModelSpecError
 
-__all__ = ["named_variables", "param_records", "numpy_value", "load_model", "PRUNABLE"]
+__all__ = ["named_variables", "param_records", "numpy_value", "host_to_backend", "load_model", "PRUNABLE"]
 
 #: (layer class names in ``keras.layers``, the variable name that is prunable)
 PRUNABLE = (
@@ -172,6 +172,26 @@ def numpy_value(x: Any) -> Any:
     if isinstance(x, keras.Variable) and keras.backend.backend() == "tensorflow":
         return np.asarray(x.numpy())
     return np.asarray(keras.ops.convert_to_numpy(x))
+
+
+def host_to_backend(x: Any) -> Any:
+    """A NumPy array as a Keras variable takes it in (``variable.assign``, an initializer's
+    value): on JAX a device array made by ``jax.device_put``, because JAX 0.10's
+    ``jnp.asarray`` of a NumPy array (what Keras calls) compiles a small program for each new
+    shape and dtype, about 50 ms each, a second or more for the shapes of one one-shot run;
+    on the other backends ``x`` as it is.
+
+    >>> import numpy as np
+    >>> host_to_backend(np.zeros(2)).shape
+    (2,)
+    """
+    import keras
+
+    if keras.backend.backend() != "jax":
+        return x
+    import jax
+
+    return jax.device_put(x)
 
 
 def load_model(path: str | os.PathLike[str]) -> Any:

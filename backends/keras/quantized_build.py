@@ -16,9 +16,15 @@ Keras it relies on is missing (another Keras), or for other modes and layers, it
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 import keras
+
+from .params import host_to_backend
 
 __all__ = ["build_quantized"]
 
@@ -33,6 +39,45 @@ def _keras_parts() -> tuple[Any, Any] | None:
     except ImportError:
         return None
     return validate_and_resolve_config, dtype_policies
+
+
+class _HostConstant:
+    """Keras's ``"zeros"`` / ``"ones"`` initializer made in NumPy (:func:`~.params.host_to_backend`):
+    the same values, which a JAX variable takes in without an eager operation (each of which
+    JAX compiles once per shape)."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def __call__(self, shape: Any, dtype: Any = None) -> np.ndarray:
+        kind = keras.backend.standardize_dtype(dtype or keras.config.floatx())
+        return host_to_backend(np.full(tuple(int(d) for d in shape), self.value, dtype=kind))
+
+
+@contextlib.contextmanager
+def _host_constants() -> Iterator[None]:
+    """``add_weight``'s ``"zeros"`` and ``"ones"`` initializers as :class:`_HostConstant` in
+    the ``with`` block, on JAX (elsewhere, and where Keras resolves initializers otherwise, as
+    they are)."""
+    try:
+        from keras.src import initializers
+    except ImportError:  # pragma: no cover - another Keras layout
+        yield
+        return
+    if keras.backend.backend() != "jax" or not callable(getattr(initializers, "get", None)):
+        yield
+        return
+    original = initializers.get
+    constants = {"zeros": _HostConstant(0.0), "ones": _HostConstant(1.0)}
+
+    def get(identifier: Any) -> Any:
+        return constants[identifier] if isinstance(identifier, str) and identifier in constants else original(identifier)
+
+    initializers.get = get
+    try:
+        yield
+    finally:
+        initializers.get = original
 
 
 def _builds_itself(layer: Any) -> bool:
@@ -71,7 +116,8 @@ def build_quantized(layer: Any, mode: str, config: Any) -> None:
         if type(layer) is keras.layers.EinsumDense:
             layer._set_quantization_info()
         del layer._kernel
-        layer.quantized_build(shape, mode, config)
+        with _host_constants():
+            layer.quantized_build(shape, mode, config)
         if layer.dtype_policy.quantization_mode is None:
             name = mode
             if mode == "int4":
