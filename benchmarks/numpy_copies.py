@@ -9,6 +9,10 @@ the same run.
   ``(rows, groups, size)`` view of the weight) against the same ``grid.quantize`` /
   ``grid.dequantize`` on scales spread over every column (``scale[:, column // size]``), for
   W4A16's int4 groups of 128; the two results are checked equal before timing.
+- ``jax``, where JAX is installed: a NumPy array of a shape not seen before taken in by JAX as a
+  Keras variable's ``assign`` took it (``jnp.asarray``, which compiles a program per new shape)
+  against :func:`recipe_spec_keras.params.host_to_backend`'s ``jax.device_put``; each call a new
+  shape, so every call of the old form compiles.
 
 Prints, per case, the median of ``--repeat`` calls of each form (ms) and their ratio.
 
@@ -71,6 +75,26 @@ def _grid_case(label: str, shape: tuple[int, int], repeat: int) -> tuple[str, fl
             _median_ms(lambda: grid_values(w, scale, zero, args), repeat))
 
 
+def _jax_case(repeat: int) -> tuple[str, float, float] | None:
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+    shapes = iter(range(1000, 100000))
+
+    def fresh() -> np.ndarray:
+        return np.zeros((next(shapes), 3), np.int8)
+
+    def old() -> None:
+        jnp.asarray(fresh()).block_until_ready()
+
+    def new() -> None:
+        jax.device_put(fresh()).block_until_ready()
+
+    return "jax: a NumPy array of a new shape in", _median_ms(old, repeat), _median_ms(new, repeat)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeat", type=int, default=20)
@@ -80,6 +104,8 @@ def main() -> None:
     print(f"{'case':<50} {'before ms':>10} {'now ms':>10} {'now/before':>11}")
     rows = [_transpose_case(label, shape, a.repeat) for label, shape in shapes.items()]
     rows += [_grid_case(label, shape, a.repeat) for label, shape in shapes.items()]
+    jax_row = _jax_case(a.repeat)
+    rows += [jax_row] if jax_row is not None else []
     for label, before, now in rows:
         print(f"{label:<50} {before:>10.2f} {now:>10.2f} {now / before:>11.2f}")
 

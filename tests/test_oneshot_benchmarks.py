@@ -185,4 +185,4 @@ def test_numpy_copies_benchmark_smoke() -> None:
     pytest.importorskip("keras")
     out = _run("benchmarks/numpy_copies.py", "--repeat", "1", "--anchor-only")
     rows = [line.split() for line in out.splitlines()[1:] if line.strip()]
-    assert len(rows) == 4 and all(float(r[-1]) > 0 for r in rows), out
+    assert len(rows) in (4, 5) and all(float(r[-1]) > 0 for r in rows), out
