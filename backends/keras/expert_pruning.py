@@ -39,7 +39,7 @@ from recipe_spec.oneshot.reap.saliency import ExpertLayer
 from .experts import EXPERT_KEYS, LAYOUTS, Bank, ExpertLinear
 from .hub import backbone_of
 from .oneshot_calls import wrapped
-from .params import host_to_backend, numpy_value
+from .params import assign_array, numpy_value
 
 __all__ = ["ExpertPruning"]
 
@@ -61,7 +61,7 @@ def _replace_variables(layer: Any, attrs: list[str], values: list[Any]) -> None:
                 array = np.asarray(new)
                 variable = layer.add_weight(shape=array.shape, initializer="zeros", dtype=old.dtype,
                                             trainable=old.trainable, name=old.name)
-                variable.assign(host_to_backend(array))
+                assign_array(variable, array)
                 new = variable
             setattr(layer, attr, new)
     finally:

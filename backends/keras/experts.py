@@ -38,7 +38,7 @@ import numpy as np
 
 import keras
 
-from .params import host_to_backend, numpy_value
+from .params import assign_array, numpy_value
 
 __all__ = ["LAYOUTS", "Bank", "ExpertLinear", "expert_linears", "module_name", "expert_count", "refuse_unsplit", "routers_of"]
 
@@ -190,7 +190,7 @@ class ExpertLinear:
     def set_weight(self, value: np.ndarray) -> None:
         k = np.array(numpy_value(self.variable))
         k[self.expert, :, self._cols] = np.asarray(value).T
-        self.variable.assign(host_to_backend(k.astype(keras.backend.standardize_dtype(self.variable.dtype))))
+        assign_array(self.variable, k)
 
     def rows_of(self, x: Any) -> tuple[np.ndarray, int]:
         """The bank's input ``x`` ``(tokens, hidden)`` as this projection's input rows (the

@@ -76,7 +76,7 @@ from .layout import LinearAxes, linear_axes
 from .oneshot_calls import ModuleCalls, held, next_call, on_device, wrapped
 from .expert_pruning import ExpertPruning
 from .oneshot_state import ModelState
-from .params import host_to_backend, numpy_value
+from .params import assign_array, numpy_value
 from .quantization import layer_paths
 from .quantized_host import QuantizedWeights
 
@@ -102,7 +102,7 @@ class _Linear:
     def set_weight(self, value: np.ndarray) -> None:
         order = self.kernel_in + self.kernel_out
         k = transposed(value).reshape([self.kernel_shape[i] for i in order]).transpose(np.argsort(order))
-        self.variable.assign(host_to_backend(k.astype(keras.backend.standardize_dtype(self.variable.dtype), copy=False)))
+        assign_array(self.variable, k)
 
     def rows_of(self, x: Any) -> tuple[np.ndarray, int]:
         """The layer input ``x`` as ``[tokens, in]`` float32, and its number of sequences."""

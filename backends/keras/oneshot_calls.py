@@ -35,7 +35,7 @@ import numpy as np
 import keras
 from recipe_spec.oneshot.host import CallRecorder, Observer
 
-from .params import host_to_backend, numpy_value
+from .params import assign_array, numpy_value
 
 __all__ = ["ModuleCalls", "wrapped", "observe_input", "next_call", "shared_rows", "output_rows", "held", "is_held", "on_device"]
 
@@ -272,7 +272,7 @@ class ModuleCalls:
         v = self._vector(name, _VECTOR)
         if v is None:
             raise ValueError(f"{name} has no weight to write (see weight())")
-        v.assign(host_to_backend(np.asarray(value).reshape(v.shape).astype(keras.backend.standardize_dtype(v.dtype))))
+        assign_array(v, np.asarray(value).reshape(v.shape))
 
     def _bias_variable(self, name: str) -> tuple[Any, tuple[int, ...] | None]:
         """The bias variable of ``name`` (None: none) and, for an EinsumDense, the order that
@@ -306,4 +306,4 @@ class ModuleCalls:
         a = np.asarray(value)
         if order is not None:
             a = a.reshape([bias.shape[i] for i in order]).transpose(np.argsort(order))
-        bias.assign(host_to_backend(a.reshape(bias.shape).astype(keras.backend.standardize_dtype(bias.dtype))))
+        assign_array(bias, a.reshape(bias.shape))

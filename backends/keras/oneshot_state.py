@@ -28,7 +28,7 @@ import keras
 from recipe_spec.oneshot.data_checks import ArrayFacts
 
 from .hub import backbone_of
-from .params import host_to_backend, numpy_value
+from .params import assign_array, numpy_value
 
 __all__ = ["ModelState"]
 
@@ -119,7 +119,7 @@ class ModelState:
 
     def put_back(self, name: str, kept: Sequence[tuple[Any, np.ndarray]]) -> None:
         for variable, value in kept:
-            variable.assign(host_to_backend(value))
+            assign_array(variable, value)
 
     def shell(self) -> tuple[dict[str, Any], dict[str, Any], list[Any], list[Any]]:
         self._quantized_state()  # type: ignore[attr-defined]

@@ -44,7 +44,8 @@ from typing import Any
 from recipe_spec.params import ParamRecord, portable_alias
 from recipe_spec.params.headers import ModelSpecError
 
-__all__ = ["named_variables", "param_records", "numpy_value", "host_to_backend", "load_model", "PRUNABLE"]
+__all__ = ["named_variables", "param_records", "numpy_value", "host_to_backend", "assign_array", "load_model",
+           "PRUNABLE"]
 
 #: (layer class names in ``keras.layers``, the variable name that is prunable)
 PRUNABLE = (
@@ -178,8 +179,8 @@ def host_to_backend(x: Any) -> Any:
     """A NumPy array as a Keras variable takes it in (``variable.assign``, an initializer's
     value): on JAX a device array made by ``jax.device_put``, because JAX 0.10's
     ``jnp.asarray`` of a NumPy array (what Keras calls) compiles a small program for each new
-    shape and dtype, about 50 ms each, a second or more for the shapes of one one-shot run;
-    on the other backends ``x`` as it is.
+    shape and dtype (15 ms each here, ``benchmarks/numpy_copies.py``); on the other backends
+    ``x`` as it is.
 
     >>> import numpy as np
     >>> host_to_backend(np.zeros(2)).shape
@@ -192,6 +193,17 @@ def host_to_backend(x: Any) -> Any:
     import jax
 
     return jax.device_put(x)
+
+
+def assign_array(variable: Any, value: Any) -> None:
+    """Write the NumPy array ``value`` into the Keras ``variable``: cast to the variable's dtype
+    and taken in through :func:`host_to_backend`."""
+    import numpy as np
+
+    import keras
+
+    kind = keras.backend.standardize_dtype(variable.dtype)
+    variable.assign(host_to_backend(np.asarray(value).astype(kind, copy=False)))
 
 
 def load_model(path: str | os.PathLike[str]) -> Any:

@@ -67,7 +67,7 @@ from recipe_spec.quantization.grid import dequantize, quantize
 from recipe_spec.quantization.scheme import PRESET_ACTIVATIONS, ActivationArgs
 
 from .layout import linear_axes
-from .params import host_to_backend
+from .params import assign_array
 from .quantized_build import build_quantized
 from .quantized_reads import int4_weight, pack_int4
 
@@ -357,31 +357,31 @@ def _assign(layer: Any, mode: KerasMode, q: np.ndarray, s: np.ndarray, z: np.nda
             groups: np.ndarray, ours: np.ndarray, shape: tuple[int, ...], order: list[int],
             input_scale: float | None) -> None:
     if mode.mode == "float8":
-        layer._kernel.assign(host_to_backend(_to_kernel(ours, shape, order).astype(np.float32)))
-        layer.kernel_scale.assign(host_to_backend(np.float32(s.reshape(-1)[0])))
-        layer.inputs_scale.assign(host_to_backend(np.float32(input_scale)))
+        assign_array(layer._kernel, _to_kernel(ours, shape, order).astype(np.float32))
+        assign_array(layer.kernel_scale, np.float32(s.reshape(-1)[0]))
+        assign_array(layer.inputs_scale, np.float32(input_scale))
         return
     if mode.mode == "int8":
-        layer._kernel.assign(host_to_backend(_to_kernel(q, shape, order).astype(np.int8)))
+        assign_array(layer._kernel, _to_kernel(q, shape, order).astype(np.int8))
         recip = (1.0 / _per_row(s, q.shape[0])).astype(np.float32)
         if isinstance(layer, keras.layers.EinsumDense):  # Keras's own layout of a per-output scale
             kin, kout = _axes(layer)
             per_out = np.expand_dims(recip.reshape([shape[i] for i in kout]), tuple(kin))
             recip = keras.ops.convert_to_numpy(layer._adjust_scale_for_quant(per_out, "kernel"))
-        layer.kernel_scale.assign(host_to_backend(recip.reshape(tuple(int(d) for d in layer.kernel_scale.shape))))
+        assign_array(layer.kernel_scale, recip.reshape(tuple(int(d) for d in layer.kernel_scale.shape)))
         return
     # (in, out): contracted axes first (checked), the kernel's flat layout
-    layer._kernel.assign(host_to_backend(pack_int4(q.T)))
+    assign_array(layer._kernel, pack_int4(q.T))
     if mode.block_size == -1:
-        layer.kernel_scale.assign(host_to_backend((1.0 / _per_row(s, q.shape[0])).astype(np.float32)))
+        assign_array(layer.kernel_scale, (1.0 / _per_row(s, q.shape[0])).astype(np.float32))
         return
     n_groups = int(layer.kernel_scale.shape[0])
     # each Keras group's column of the stored scale: its own (one no column belongs to: the first column's)
     first = groups[np.array([int(np.argmax(groups == g)) for g in range(n_groups)])]
-    layer.kernel_scale.assign(host_to_backend(np.ascontiguousarray(s[:, first].T).astype(np.float32)))
+    assign_array(layer.kernel_scale, np.ascontiguousarray(s[:, first].T).astype(np.float32))
     zeros = z[:, first].T if not args.symmetric else np.zeros((n_groups, q.shape[0]), np.float32)
-    layer.kernel_zero.assign(host_to_backend(zeros.astype(np.int8)))
-    layer.g_idx.assign(host_to_backend(groups.astype(np.float32)))
+    assign_array(layer.kernel_zero, zeros.astype(np.int8))
+    assign_array(layer.g_idx, groups.astype(np.float32))
 
 
 def keras_weight(layer: Any) -> np.ndarray:
