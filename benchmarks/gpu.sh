@@ -64,6 +64,8 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to the benc
   step "Keras overhead, $backend" 180 python3 benchmarks/bench_keras_overhead.py --keras-backend "$backend" \
     --steps "$steps" --rounds "$rounds"
 done
+[[ $parts == *" keras "* ]] && step "Keras one-shot solves, NumPy (CPU) against Keras tensors (GPU)" 240 \
+  python3 benchmarks/keras_solves.py --backends jax,torch --repeat 3
 # each cuda test runs on the GPU and compares with the same run on the CPU (or with stored
 # llm-compressor runs); those needing a framework not installed here skip themselves
 [[ $parts == *" tests "* ]] && { echo "=== cuda tests ($(date +%T))" | tee -a "$bench"

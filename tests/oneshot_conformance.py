@@ -47,9 +47,19 @@ def relative_error(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.abs(got.astype(np.float64) - want).max() / np.abs(want).max())
 
 
-def backends() -> list[Any]:
-    """``(ops, to_array)`` parameters for PyTorch (where installed) and NumPy."""
+def backends(keras_ops: bool = True) -> list[Any]:
+    """``(ops, to_array)`` parameters for PyTorch (where installed), NumPy and, with
+    ``keras_ops``, Keras's own tensors (:class:`recipe_spec_keras.solver_ops.KerasOps` on this
+    process's Keras backend, where Keras is installed)."""
     out: list[Any] = [pytest.param(NUMPY_OPS, np.array, id="numpy")]
+    if keras_ops:
+        try:
+            import keras
+            from recipe_spec_keras.solver_ops import KERAS_OPS
+        except ImportError:
+            pass
+        else:
+            out.append(pytest.param(KERAS_OPS, lambda a: keras.ops.convert_to_tensor(np.array(a)), id="keras"))
     try:
         import torch
         from recipe_spec_torch.masks import TORCH_OPS

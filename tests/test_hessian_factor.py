@@ -203,6 +203,54 @@ def test_a_keras_run_with_the_factors_made_ahead_is_the_run_without(modifier: st
         assert sum(float(np.mean(a == 0)) >= 0.5 for a in ahead) == 4  # every kernel pruned
 
 
+@pytest.mark.parametrize("modifier", [
+    "SparseGPTModifier:\n      sparsity: 0.5\n      mask_structure: '2:4'\n      targets: [Dense]",
+    "WandaPruningModifier:\n      sparsity: 0.5\n      targets: [Dense]",
+    "GPTQModifier:\n      config_groups:\n        g:\n          targets: [Dense]\n          weights: {num_bits: 4, "
+    "type: int, symmetric: false, strategy: group, group_size: 8, actorder: weight}",
+])
+def test_a_keras_run_solved_on_keras_tensors_is_the_run_solved_on_numpy(modifier: str,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``RECIPE_SPEC_KERAS_SOLVES=keras`` (what an accelerator gets by default): the solves run on
+    this process's Keras backend's tensors, factors made ahead on a second thread included, and
+    leave the model the NumPy solves leave: the same pruned entries and grid values, the weights
+    within float32 rounding (carried into the next layer's inputs)."""
+    from recipe_spec_keras import solver_ops
+
+    recipe = f"s_stage:\n  s_modifiers:\n    {modifier}\n"
+    used: list[str] = []
+    original = solver_ops.KerasOps.cholesky
+
+    def spy(self: Any, a: Any) -> Any:
+        used.append(type(a).__module__)
+        return original(self, a)
+
+    monkeypatch.setattr(solver_ops.KerasOps, "cholesky", spy)
+    monkeypatch.setenv(solver_ops.SOLVES_VARIABLE, "numpy")
+    plain, plain_modes = _run_keras(recipe, True, monkeypatch)
+    assert not used
+    monkeypatch.setenv(solver_ops.SOLVES_VARIABLE, "keras")
+    tensors, modes = _run_keras(recipe, True, monkeypatch)
+    # a factor and its inverse's factor per Dense layer (Wanda factors nothing), none on NumPy
+    assert len(used) == (0 if "Wanda" in modifier else 8) and not any(m.startswith("numpy") for m in used), used
+    assert modes == plain_modes
+    for a, b in zip(tensors, plain, strict=True):
+        np.testing.assert_array_equal(a == 0, b == 0)
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_a_place_to_solve_that_is_not_one_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("keras")
+    from recipe_spec_keras import solver_ops
+
+    monkeypatch.setenv(solver_ops.SOLVES_VARIABLE, "gpu")
+    with pytest.raises(ValueError, match="RECIPE_SPEC_KERAS_SOLVES='gpu' is not a place to solve: write auto"):
+        solver_ops.solver_for()
+    assert solver_ops.solver_for("numpy") is None
+    assert solver_ops.solver_for("keras").ops is solver_ops.KERAS_OPS
+    assert (solver_ops.solver_for("auto") is None) == (not solver_ops.on_accelerator())
+
+
 def test_a_factor_that_fails_ahead_fails_in_its_own_turn_naming_its_layer(monkeypatch: pytest.MonkeyPatch) -> None:
     """A factorisation made ahead that raises is raised when its layer is solved, with that
     layer's location, after the layers before it were compressed."""

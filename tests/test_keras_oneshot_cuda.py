@@ -80,6 +80,7 @@ SCRIPT = textwrap.dedent(
     for recipe, text in RECIPES.items():
         model = plain_model()
         host = KerasCalibrationHost(model)
+        solver = "numpy" if host.solver is None else type(host.solver.ops).__name__
         layers = {name: model.get_layer(name) for name in LAYERS}
         if recipe == "sparsegpt":
             saved["embed"] = keras.ops.convert_to_numpy(model.get_layer("embed").embeddings)
@@ -100,16 +101,21 @@ SCRIPT = textwrap.dedent(
             saved[f"{recipe}.{name}"] = np.asarray(weight, np.float32)
     np.savez(sys.argv[1], ids=np.asarray([s["input_ids"] for s in samples]), **saved)
     imported = [name for name in ("tensorflow", "keras_hub") if sys.modules.get(name) is not None]
-    print(json.dumps({"devices": devices, "imported": imported}))
+    print(json.dumps({"devices": devices, "imported": imported, "solver": solver}))
     """
 )
 
 
-def _run(backend: str, device: str, tmp: Path) -> tuple[set[str], dict[str, np.ndarray]]:
-    """The three recipes on ``backend``, on the CPU or the GPU: the devices the compressed
-    kernels ended on, and the arrays the script saved."""
-    report, arrays = run_script(SCRIPT, backend, device, tmp)
+def _run(backend: str, device: str, tmp: Path, solves: str | None = None) -> tuple[set[str], dict[str, np.ndarray]]:
+    """The three recipes on ``backend``, on the CPU or the GPU (``solves``: where the host
+    solves, the device's default when None): the devices the compressed kernels ended on,
+    and the arrays the script saved. The host solves on Keras's tensors on a GPU and where
+    told so, on NumPy on a CPU by default."""
+    extra = {"RECIPE_SPEC_KERAS_SOLVES": solves} if solves else None
+    report, arrays = run_script(SCRIPT, backend, device, tmp, extra)
     assert report["imported"] == [], report  # neither is installed on the GPU machine
+    gpu = device != "cpu" and set(report["devices"].values()) <= {"gpu", "cuda"}
+    assert report["solver"] == ("KerasOps" if gpu or solves == "keras" else "numpy"), report
     return set(report["devices"].values()), arrays
 
 
@@ -195,3 +201,16 @@ def test_keras_oneshot_on_device(backend: str, device: str, tmp_path: Path) -> N
         _check_wanda(ref)
         _check_gptq(ref)
         _compare_with_cpu(ref, arrays)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_keras_solves_on_keras_tensors_as_on_numpy(backend: str, tmp_path: Path) -> None:
+    """The solves on Keras's own tensors (what a GPU gets), told so on the CPU: the same
+    results as the NumPy solves, within what the GPU run is held to."""
+    _, arrays = _run(backend, "cpu", tmp_path, solves="keras")
+    _check_sparsegpt(arrays)
+    _check_wanda(arrays)
+    _check_gptq(arrays)
+    _, ref = _run(backend, "cpu", tmp_path, solves="numpy")
+    _compare_with_cpu(ref, arrays)

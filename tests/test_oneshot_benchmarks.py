@@ -186,3 +186,14 @@ def test_numpy_copies_benchmark_smoke() -> None:
     out = _run("benchmarks/numpy_copies.py", "--repeat", "1", "--anchor-only")
     rows = [line.split() for line in out.splitlines()[1:] if line.strip()]
     assert len(rows) in (4, 5) and all(float(r[-1]) > 0 for r in rows), out
+
+
+def test_keras_solves_benchmark_smoke() -> None:
+    """``benchmarks/keras_solves.py`` solves one layer on NumPy and on Keras's tensors, checks
+    the two agree and prints one row per solve with the ratio of their times."""
+    pytest.importorskip("keras")
+    out = _run("benchmarks/keras_solves.py", "--quick", "--repeat", "1", "--backends", "tensorflow")
+    rows = [line.split() for line in out.splitlines()[1:] if line.strip()]
+    assert [r[0] for r in rows] == ["tensorflow", "tensorflow"], out
+    assert {r[5] for r in rows} == {"sparsegpt50", "gptq_w4a16"}, out
+    assert all(float(r[-2]) > 0 and float(r[-1]) >= 0.99 for r in rows), out

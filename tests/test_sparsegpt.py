@@ -397,7 +397,7 @@ def test_both_backends_supply_every_solver_operation() -> None:
     from recipe_spec.pruning.second_order.ops import FisherOps, SolverOps
 
     names = {n for cls in (SolverOps, FisherOps) for n in vars(cls) if not n.startswith("_")}
-    for _, param in zip(range(2), BACKENDS, strict=False):
+    for param in BACKENDS:
         ops = param.values[0]
         assert not {n for n in names if not callable(getattr(ops, n, None))}, type(ops).__name__
 

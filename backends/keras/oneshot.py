@@ -79,6 +79,7 @@ from .oneshot_state import ModelState
 from .params import assign_array, numpy_value
 from .quantization import layer_paths
 from .quantized_host import QuantizedWeights
+from .solver_ops import solver_for
 
 __all__ = ["KerasCalibrationHost"]
 
@@ -185,6 +186,8 @@ class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState, ExpertPrun
         self._index(model)
         self._contexts: Any = None
         self._programs: dict[Any, Any] = {}
+        #: where SparseGPT, GPTQ and Wanda solve (None: NumPy; :func:`.solver_ops.solver_for`)
+        self.solver = solver_for()
         warn_config_differences(model)  # a keras-hub backbone unlike its checkpoint's config.json
 
     @property

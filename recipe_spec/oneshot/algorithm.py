@@ -183,10 +183,11 @@ class Algorithm:
         gathers none. ``group``: the module's quantization config group (quantizers)."""
         return None
 
-    def prepare(self, ops: Any, mod: OneShotModifier, stats: Any, group: Any) -> Any:
+    def prepare(self, solver: Any, mod: OneShotModifier, stats: Any, group: Any) -> Any:
         """The part of one module's solve that reads its statistic alone (SparseGPT's and
         GPTQ's Hessian factor: :func:`~.shared.obs.factor_hessian`), or None when there is
-        none. A host that asks for it (``solves_ahead``) has it made on a second thread while
+        none; made on ``solver`` (a :class:`~.shared.solver.Solver`: the statistic goes over
+        with its ``put``). A host that asks for it (``solves_ahead``) has it made on a second thread while
         the module before is solved; :meth:`solve` then gets it as ``prepared``."""
         return None
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from .algorithm import LayerReport, OneShotModifier, Prepared
 from .algorithms import algorithm_of
+from .shared.solver import Solver
 
 __all__ = ["LayerReport", "new_statistics", "prepare_module", "compress_module"]
 
@@ -33,13 +34,14 @@ def new_statistics(ops: Any, mod: OneShotModifier, columns: int, like: Any, clas
     return algorithm_of(mod).new_stats(ops, mod, _group(mod, name, classes), columns, like)
 
 
-def prepare_module(ops: Any, mod: OneShotModifier, name: str, stats: Any, classes: Sequence[str] = ()) -> Any:
+def prepare_module(solver: Solver, mod: OneShotModifier, name: str, stats: Any, classes: Sequence[str] = ()) -> Any:
     """The part of module ``name``'s solve that reads its statistic alone
-    (:meth:`~.algorithm.Algorithm.prepare`), None when there is none or it has no group."""
+    (:meth:`~.algorithm.Algorithm.prepare`), on ``solver`` (the host's:
+    :func:`~.shared.solver.solver_of`), None when there is none or it has no group."""
     group = _group(mod, name, classes)
     if mod.quant is not None and group is None:
         return None  # compress_module refuses it in its turn
-    return algorithm_of(mod).prepare(ops, mod, stats, group)
+    return algorithm_of(mod).prepare(solver, mod, stats, group)
 
 
 def _zero_fraction(ops: Any, weight: Any) -> float:

@@ -45,6 +45,7 @@ from .owl.profile import layer_sparsities
 from .reap.run import ExpertWatch, layers_pruned, write_report
 from .shared.hessian import SharedInput
 from .shared.smoothing import run_smoothing_pass
+from .shared.solver import solver_of
 
 __all__ = ["PIPELINES", "OneShotReport", "Progress", "run_pipeline"]
 
@@ -309,13 +310,13 @@ def _in_order(host: CalibrationHost, mod: OneShotModifier, names: list[str], sta
     interpreter's lock) made on a second thread while the module before it is solved."""
     if not getattr(host, "solves_ahead", False) or len(names) < 2:
         return [compress_module(host, mod, n, stats.pop(n), infos[n].classes) for n in names]
-    out = []
+    out, solver = [], solver_of(host)  # the statistics go over to the solver's arrays ahead too
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="recipe-spec-prepare") as pool:
-        ahead = pool.submit(prepare_module, host.ops, mod, names[0], stats[names[0]], infos[names[0]].classes)
+        ahead = pool.submit(prepare_module, solver, mod, names[0], stats[names[0]], infos[names[0]].classes)
         for k, name in enumerate(names):
             mine = ahead
             if k + 1 < len(names):
                 after = names[k + 1]
-                ahead = pool.submit(prepare_module, host.ops, mod, after, stats[after], infos[after].classes)
+                ahead = pool.submit(prepare_module, solver, mod, after, stats[after], infos[after].classes)
             out.append(compress_module(host, mod, name, stats.pop(name), infos[name].classes, mine.result))
     return out

@@ -153,8 +153,8 @@ def quantize(ops: QuantOps, x: Array, scale: Array, zero_point: Array | None, ar
     (elementwise; ``scale`` and ``zero_point`` broadcast against ``x``). A symmetric grid adds
     no zero point; with a ``global_scale`` (NVFP4) the scale is ``scale / global_scale``."""
     if global_scale is not None:
-        scale = scale / global_scale
-    scaled = x / scale
+        scale = _divided(ops, scale, global_scale)
+    scaled = _divided(ops, x, scale)
     if zero_point is not None and not args.symmetric:
         scaled = scaled + zero_point
     qmin, qmax = args.q_range
@@ -169,10 +169,20 @@ def dequantize(ops: QuantOps, q: Array, scale: Array, zero_point: Array | None, 
     """``(q - zero_point) · scale`` (elementwise; a symmetric grid subtracts nothing; with a
     ``global_scale``, ``scale / global_scale``)."""
     if global_scale is not None:
-        scale = scale / global_scale
+        scale = _divided(ops, scale, global_scale)
     if zero_point is not None and not args.symmetric:
         q = q - zero_point
     return q * scale
+
+
+def _divided(ops: QuantOps, x: Array, y: Array) -> Array:
+    """``x / y``, a ``y`` of one entry spread to ``x``'s shape first: XLA (JAX, TensorFlow's
+    compiled functions) divides by a broadcast scalar as a product with its reciprocal, one
+    unit in the last place off at times; by an array of ``x``'s shape it divides."""
+    one = len(y.shape) <= len(x.shape) and all(int(d) == 1 for d in y.shape)
+    if one and any(int(d) != 1 for d in x.shape):
+        y = ops.expand(ops.reshape(y, (1,) * len(x.shape)), x.shape)
+    return x / y
 
 
 def fake_quantize(ops: QuantOps, x: Array, scale: Array, zero_point: Array | None, args: QuantArgs,

@@ -15,6 +15,7 @@ from ..rtn import read_quantizer
 from ..shared.global_scales import fused_global_scale
 from ..shared.obs import SolverError, factor_hessian
 from ..shared.quantize import grid_text, new_quant_statistics, record_quantized
+from ..shared.solver import Solver, solver_of
 from .solve import gptq_quantize
 
 __all__ = ["GPTQ", "GPTQ_ALGORITHM"]
@@ -36,16 +37,15 @@ class GPTQ(Algorithm):
     def new_stats(self, ops: Any, mod: OneShotModifier, group: Any, columns: int, like: Any) -> Any:
         return new_quant_statistics(ops, group, columns, like, hessian=True)
 
-    def prepare(self, ops: Any, mod: OneShotModifier, stats: Any, group: Any) -> Any:
+    def prepare(self, solver: Solver, mod: OneShotModifier, stats: Any, group: Any) -> Any:
         if group is None or group.weights is None or stats is None or stats.hessian_stats is None \
                 or not stats.hessian_stats.samples:
             return None  # solve says why, in its turn
         ordered = group.actorder is not None and (group.actorder != "group" or group.weights.strategy in ("group", "tensor_group"))
-        return factor_hessian(ops, stats.hessian, mod.dampening_frac, ordered=ordered)
+        return factor_hessian(solver.ops, solver.put(stats.hessian), mod.dampening_frac, ordered=ordered)
 
     def solve(self, host: Any, mod: OneShotModifier, name: str, stats: Any, group: Any,
               prepared: Prepared | None = None) -> Solved:
-        ops = host.ops
         # in the model's dtype: a bfloat16 weight gets bfloat16 scales and returns bfloat16
         weight = host.observed(name) if group.weights is not None else host.weight(name)
         if group.weights is None:
@@ -53,17 +53,20 @@ class GPTQ(Algorithm):
         if stats is None or stats.hessian_stats is None or not stats.hessian_stats.samples:
             raise ValueError(f"{mod.type} ({mod.where}) on {name}: no calibration input reached this "
                              "module, so GPTQ has no Hessian")
-        mask = ops.astype(weight, "bool") if mod.preserve_mask else None
+        solver = solver_of(host)
         fused = fused_global_scale(host, mod, name, group)
         try:
             factor = prepared() if prepared is not None else None
-            result = gptq_quantize(ops, weight, stats.hessian if factor is None else None, args=group.weights,
-                                   block_size=mod.block_size, dampening_frac=mod.dampening_frac,
-                                   actorder=group.actorder, mask=mask, factor=factor, global_scale=fused)
+            start = solver.put(weight)
+            mask = solver.ops.astype(start, "bool") if mod.preserve_mask else None
+            result = gptq_quantize(solver.ops, start, solver.put(stats.hessian) if factor is None else None,
+                                   args=group.weights, block_size=mod.block_size, dampening_frac=mod.dampening_frac,
+                                   actorder=group.actorder, mask=mask, factor=factor, global_scale=solver.put(fused))
         except (SolverError, ValueError) as exc:
             raise type(exc)(f"{mod.type} ({mod.where}) on {name}: {exc}; no later layer was "
                             "compressed") from None
-        after = record_quantized(host, name, weight, result.weight, result.scale, result.zero_point, stats, fused)
+        after = record_quantized(host, name, weight, solver.get(result.weight), solver.get(result.scale),
+                                 solver.get(result.zero_point), stats, fused)
         return Solved(after, result.loss, result.report or "", grid_text(group))
 
     def stats_bytes(self, columns: int) -> int:

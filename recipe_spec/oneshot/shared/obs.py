@@ -350,7 +350,7 @@ class _MaskRule:
         return self._ops.where(self.keeps[-1][:, i], T1[i], 0.0)
 
     def block_update(self, update: Array, i2: int) -> Array:
-        return update if self._before is None else (~self._before[:, i2:]) * update
+        return update if self._before is None else self._ops.where(self._before[:, i2:], 0.0, update)
 
 
 def _preserved(ops: SolverOps, W: Array, preserve_mask: Any, sparsity: float, dead: Array) -> Array | None:
@@ -379,7 +379,7 @@ def _tile_keep(ops: SolverOps, W1: Array, scale: Array, before1: Array | None, s
     if before1 is None:
         tmp = W1 ** 2 / scale
     elif k > ops.count_nonzero(before1):
-        tmp = (~before1) * W1 ** 2 / scale
+        tmp = ops.where(before1, 0.0, W1 ** 2) / scale  # llm-compressor's (~mask) · W1², without a bool product
     else:
         return ~before1
     thresh = ops.kth_direct(ops.reshape(tmp, (numel,)), k + 1)
@@ -393,5 +393,5 @@ def _group_keep(ops: SolverOps, keep1: Array, now: Array, scale: Array, before1:
     so they are pruned first)."""
     tmp = now ** 2 / scale[:, i:i + m]
     if before1 is not None:
-        tmp = tmp * (~before1[:, i:i + m])
+        tmp = ops.where(before1[:, i:i + m], 0.0, tmp)  # tmp · ~mask: 0 where preserved (tmp >= 0)
     return ops.scatter_last(keep1, ops.argsort_last(tmp)[:, :n] + i, False)

@@ -15,6 +15,7 @@ from ..algorithm import Algorithm, OneShotModifier, Prepared, Solved
 from ..owl.profile import read_sparsity
 from ..settings import b001, refuse_unrun, strings, value
 from .obs import PruneResult, SolverError
+from .solver import Solver, solver_of
 
 __all__ = ["read_pruning", "nm", "PruningAlgorithm"]
 
@@ -61,19 +62,23 @@ class PruningAlgorithm(Algorithm):
     def needs_data(self, mod: OneShotModifier) -> bool:
         return True
 
-    def prune(self, ops: Any, weight: Any, stats: Any, mod: OneShotModifier, sparsity: float,
+    def prune(self, solver: Solver, weight: Any, stats: Any, mod: OneShotModifier, sparsity: float,
               prepared: Any = None) -> PruneResult:
-        """The pruned weight of one module from its statistic ``stats`` (``prepared``: what
+        """The pruned weight of one module (``weight``: ``solver``'s array) from its statistic
+        ``stats`` (the host's arrays: ``solver.put`` brings them over; ``prepared``: what
         :meth:`prepare` made of it, None when nothing was)."""
         raise NotImplementedError
 
     def solve(self, host: Any, mod: OneShotModifier, name: str, stats: Any, group: Any,
               prepared: Prepared | None = None) -> Solved:
+        solver = solver_of(host)
         try:
             made = prepared() if prepared is not None else None
-            result = self.prune(host.ops, host.weight(name), stats, mod, mod.levels.get(name, mod.sparsity), made)
+            result = self.prune(solver, solver.put(host.weight(name)), stats, mod, mod.levels.get(name, mod.sparsity),
+                                made)
         except (SolverError, ValueError) as exc:
             raise type(exc)(f"{mod.type} ({mod.where}) on {name}: {exc}; no later layer was "
                             "compressed") from None
-        host.set_weight(name, result.weight)
-        return Solved(result.weight, result.loss, result.report or "")
+        weight = solver.get(result.weight)
+        host.set_weight(name, weight)
+        return Solved(weight, result.loss, result.report or "")

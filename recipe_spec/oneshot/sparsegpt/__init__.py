@@ -10,6 +10,7 @@ from ..algorithm import OneShotModifier, register
 from ..shared.hessian import HessianStats
 from ..shared.obs import PruneResult, factor_hessian, sparsegpt_prune
 from ..shared.pruning import PruningAlgorithm
+from ..shared.solver import Solver
 
 __all__ = ["SparseGPT", "SPARSEGPT"]
 
@@ -22,12 +23,13 @@ class SparseGPT(PruningAlgorithm):
     def new_stats(self, ops: Any, mod: OneShotModifier, group: Any, columns: int, like: Any) -> Any:
         return HessianStats(ops, columns, like)
 
-    def prepare(self, ops: Any, mod: OneShotModifier, stats: Any, group: Any) -> Any:
-        return None if stats is None else factor_hessian(ops, stats.hessian, mod.dampening_frac)
+    def prepare(self, solver: Solver, mod: OneShotModifier, stats: Any, group: Any) -> Any:
+        return None if stats is None else factor_hessian(solver.ops, solver.put(stats.hessian), mod.dampening_frac)
 
-    def prune(self, ops: Any, weight: Any, stats: Any, mod: OneShotModifier, sparsity: float,
+    def prune(self, solver: Solver, weight: Any, stats: Any, mod: OneShotModifier, sparsity: float,
               prepared: Any = None) -> PruneResult:
-        return sparsegpt_prune(ops, weight, stats.hessian if prepared is None else None, sparsity=sparsity,
+        hessian = solver.put(stats.hessian) if prepared is None else None
+        return sparsegpt_prune(solver.ops, weight, hessian, sparsity=sparsity,
                                prune_n=mod.prune_n, prune_m=mod.prune_m, block_size=mod.block_size,
                                dampening_frac=mod.dampening_frac, preserve_mask=True if mod.preserve_mask else None,
                                factor=prepared)

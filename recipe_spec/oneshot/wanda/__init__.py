@@ -10,6 +10,7 @@ from ..algorithm import OneShotModifier, register
 from ..shared.hessian import WandaStats
 from ..shared.obs import PruneResult
 from ..shared.pruning import PruningAlgorithm
+from ..shared.solver import Solver
 from .solve import wanda_prune
 
 __all__ = ["Wanda", "WANDA"]
@@ -23,9 +24,9 @@ class Wanda(PruningAlgorithm):
     def new_stats(self, ops: Any, mod: OneShotModifier, group: Any, columns: int, like: Any) -> Any:
         return WandaStats(ops, columns, like)
 
-    def prune(self, ops: Any, weight: Any, stats: Any, mod: OneShotModifier, sparsity: float,
+    def prune(self, solver: Solver, weight: Any, stats: Any, mod: OneShotModifier, sparsity: float,
               prepared: Any = None) -> PruneResult:  # Wanda prepares nothing: always None
-        return wanda_prune(ops, weight, stats.row_scalars, sparsity=sparsity, prune_n=mod.prune_n,
+        return wanda_prune(solver.ops, weight, solver.put(stats.row_scalars), sparsity=sparsity, prune_n=mod.prune_n,
                            prune_m=mod.prune_m)
 
     def stats_bytes(self, columns: int) -> int:
