@@ -1,7 +1,8 @@
 """The Keras 3 calibration host of the one-shot pipeline
 (:class:`recipe_spec.oneshot.host.CalibrationHost`) on the TensorFlow, JAX and torch backends.
-The pipeline and the solvers live in :mod:`recipe_spec.oneshot` and run on NumPy arrays
-(:data:`recipe_spec.masks.numpy_ops.NUMPY_OPS`).
+The pipeline and the solvers live in :mod:`recipe_spec.oneshot`; the host's arrays are NumPy's
+(:data:`recipe_spec.masks.numpy_ops.NUMPY_OPS`), and SparseGPT, GPTQ and Wanda solve on Keras's
+own tensors where Keras runs on an accelerator (``solver``: :func:`.solver_ops.solver_for`).
 
 **Modules.** Every layer under the model, depth first. ``Dense`` and ``EinsumDense`` (a plain
 contraction such as ``bqm,muh->bquh``) are prunable and also answer to the class name
