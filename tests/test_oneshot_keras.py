@@ -95,7 +95,7 @@ def test_schemas_list_the_one_shot_modifiers_keras_runs() -> None:
     assert data["backends"]["keras"]["oneshot_modifiers"] == [
         "AWQModifier", "ConstantPruningModifier", "GPTQModifier", "LogarithmicEqualizationModifier",
         "MagnitudePruningModifier", "QuantizationModifier", "REAPPruningModifier", "SmoothQuantModifier",
-        "SparseGPTModifier", "WandaPruningModifier"]
+        "SparseGPTModifier", "SpinQuantModifier", "WandaPruningModifier"]
 
 
 # -- a keras-hub Llama from a Hugging Face checkpoint -------------------------------------------

@@ -19,7 +19,7 @@ CAPABILITIES = frozenset({
     "masks", "scores:magnitude", "scores:mfac", "scores:obs", "gradients", "lr", "weight_decay",
     "trainable", "layers", "quantization", "acdc", "scores:movement", "loss", "teacher",
     "oneshot", "scores:sparsegpt", "scores:wanda", "transform:smoothquant", "transform:awq", "prune:experts",
-    "oneshot:quantize", "scores:gptq",
+    "oneshot:quantize", "scores:gptq", "transform:rotations",
 })
 
 #: PyTorch parameter names and their Keras names, by owning layer kind.

@@ -80,6 +80,7 @@ from .oneshot_state import ModelState
 from .params import assign_array, numpy_value
 from .quantization import layer_paths
 from .quantized_host import QuantizedWeights
+from .rotations import Rotations
 from .solver_ops import solver_for
 
 __all__ = ["KerasCalibrationHost"]
@@ -165,7 +166,7 @@ def _no_grad() -> Any:
     return contextlib.nullcontext()
 
 
-class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState, ExpertPruning):
+class KerasCalibrationHost(QuantizedWeights, ModuleCalls, ModelState, ExpertPruning, Rotations):
     """A Keras 3 model held for one-shot compression (see the module docstring)."""
 
     ops = NUMPY_OPS

@@ -19,7 +19,8 @@ CAPABILITIES = frozenset({
     "masks", "scores:magnitude", "scores:mfac", "scores:obs", "gradients", "lr", "weight_decay",
     "trainable", "layers", "quantization", "loss", "teacher", "acdc", "scores:movement",
     "oneshot", "scores:sparsegpt", "scores:wanda", "checkpoint:huggingface", "scores:gptq",
-    "oneshot:quantize", "transform:smoothquant", "transform:awq", "transform:rotations", "prune:experts", "quantize:autoround",
+    "oneshot:quantize", "transform:smoothquant", "transform:awq", "transform:rotations",
+    "transform:online-rotations", "prune:experts", "quantize:autoround",
     "integration:transformers",
     "integration:lightning",
 })

@@ -41,6 +41,12 @@ Capabilities (the words a backend declares; each is a promise about what it real
                      the next layers' weights (:mod:`recipe_spec.oneshot.shared.smoothing`)
 ``transform:awq``    AWQ: record a module's calls and run it again with trial weights to search
                      the scales of the layers it holds
+``transform:rotations``
+                     QuIP, SpinQuant: rotations fused into the weights (norms fused and
+                     embeddings centred first), built by compressed-tensors
+``transform:online-rotations``
+                     a rotation of the activations while the model runs (QuIP's inputs and
+                     outputs, SpinQuant's R4): a layer that applies it, saved as a transform
 ``checkpoint:huggingface``
                      load a Hugging Face checkpoint folder as a model (``load_checkpoint``;
                      ``recipe-spec oneshot --model DIR``) and build an architecture on the meta
@@ -68,8 +74,8 @@ CAPABILITIES = frozenset({
     "masks", "scores:magnitude", "scores:mfac", "scores:obs", "scores:movement", "gradients",
     "lr", "weight_decay", "trainable", "layers", "quantization", "loss", "teacher", "acdc",
     "oneshot", "scores:sparsegpt", "scores:wanda", "checkpoint:huggingface", "scores:gptq",
-    "oneshot:quantize", "transform:smoothquant", "transform:awq", "transform:rotations", "prune:experts", "quantize:autoround",
-    "integration:transformers",
+    "oneshot:quantize", "transform:smoothquant", "transform:awq", "transform:rotations",
+    "transform:online-rotations", "prune:experts", "quantize:autoround", "integration:transformers",
     "integration:lightning",
 })
 

@@ -178,6 +178,13 @@ class Algorithm:
         """Whether ``mod`` calibrates on data."""
         return False
 
+    def argument_needs(self, mod: OneShotModifier) -> list[tuple[str, str, str, str]]:
+        """Capabilities ``mod`` needs beyond its modifier's declared ``oneshot_needs`` for the
+        values its arguments have: ``(capability, argument, what needs it, what to write
+        instead)``; a backend without one refuses ``mod`` located at that argument (``validate
+        --backend`` and ``oneshot`` alike: :func:`~.modifiers.resolve`)."""
+        return []
+
     def new_stats(self, ops: Any, mod: OneShotModifier, group: Any, columns: int, like: Any) -> Any:
         """A fresh accumulator of one module's inputs (``add(x, sequences)``), None when it
         gathers none. ``group``: the module's quantization config group (quantizers)."""

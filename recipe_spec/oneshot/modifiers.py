@@ -72,7 +72,13 @@ def resolve(recipe: Recipe, capabilities: frozenset[str], backend: str,
                                f"backend (it needs {', '.join(sorted(needs - capabilities))})",
                                "Run it on a backend that has it (schemas/backends.json lists them)."))
             continue
-        out += algorithm.read(recipe, m, errors, version)
+        read = algorithm.read(recipe, m, errors, version)
+        for mod in read:
+            for capability, argument, what, instead in algorithm.argument_needs(mod):
+                if capability not in capabilities:
+                    errors.append(b001(recipe, m, f"{m.type}: {what}, which oneshot() does not do on the {backend} "
+                                       f"backend (it needs {capability})", instead, argument))
+        out += read
     if errors:
         raise RecipeError(sorted(errors, key=lambda d: (d.line, d.column)))
     return out

@@ -272,7 +272,7 @@ QUIP = declare(
         arg("ignore", "Layers not rotated.", oneshot="runs", **_STR_LIST, default="lm_head"),
     ),
     example={"transform_type": "random-hadamard", "targets": ["Linear"], "ignore": ["lm_head"]},
-    oneshot_needs=frozenset({"oneshot", "transform:rotations"}),
+    oneshot_needs=frozenset({"oneshot", "transform:rotations", "transform:online-rotations"}),
 )
 
 SPECS: tuple[StageSpec, ...] = (

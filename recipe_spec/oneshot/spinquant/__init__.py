@@ -9,7 +9,8 @@ into the layers it feeds (:class:`~.shared.rotation.Rotation`). ``transform_type
 head width), ``precision``. Refused, located: R3 (an online rotation inside attention that
 needs llm-compressor's attention hooks), other ``mappings`` / ``norm_mappings``,
 ``transform_config`` (llm-compressor 0.14 stops on it: it skips the mappings the norm fusing
-reads), ``randomize`` and ``learnable`` (refused by llm-compressor 0.14).
+reads), ``randomize`` and ``learnable`` (refused by llm-compressor 0.14); R4 on a backend
+without online rotations (``transform:online-rotations``: Keras, where R1 and R2 run).
 
 >>> spinquant_rotation(("R1", "R2"), "hadamard", "torch.float64", None).head_dim_groups
 ('R2',)
@@ -95,6 +96,13 @@ class SpinQuant(Algorithm):
     def read(self, recipe: Recipe, m: Modifier, errors: list[Diagnostic], version: Any) -> list[OneShotModifier]:
         rotation = _read(recipe, m, errors)
         return [] if rotation is None else [OneShotModifier(m.type, self.name, m, (), rotation=rotation)]
+
+    def argument_needs(self, mod: OneShotModifier) -> list[tuple[str, str, str, str]]:
+        if mod.rotation is None or "R4" not in mod.rotation.config["config_groups"]:
+            return []  # R1 and R2 are fused into the weights alone
+        return [("transform:online-rotations", "rotations",
+                 "rotation R4 rotates down_proj's inputs while the model runs",
+                 "Leave R4 out (rotations: [R1, R2]: both are fused into the weights), or run it on PyTorch.")]
 
 
 SPINQUANT = register(SpinQuant())
