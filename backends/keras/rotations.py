@@ -24,6 +24,7 @@ twin cannot hold, and what the PyTorch host refuses.
 
 from __future__ import annotations
 
+import functools
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -48,6 +49,26 @@ def _torch() -> Any:
         raise ValueError("rotations are built by compressed-tensors, a PyTorch library: install it "
                          "(pip install compressed-tensors) to run QuIP or SpinQuant on Keras") from None
     return torch
+
+
+@functools.lru_cache(maxsize=64)
+def _buildable(kind: str, size: int) -> str | None:
+    """Why compressed-tensors cannot build a ``kind`` rotation of ``size`` (None: it can), asked
+    once per kind and size, not once per layer."""
+    from compressed_tensors.transform.utils.hadamard import (
+        deterministic_hadamard_matrix,
+        random_hadamard_matrix,
+    )
+
+    torch = _torch()
+    try:
+        if kind == "hadamard":
+            deterministic_hadamard_matrix(size, torch.float64)
+        elif kind == "random-hadamard":
+            random_hadamard_matrix(size, torch.float64, gen=torch.Generator())
+    except (ValueError, RuntimeError, AssertionError) as exc:
+        return str(exc)
+    return None
 
 
 def _to_torch(torch: Any, value: np.ndarray, dtype: str) -> Any:
@@ -96,7 +117,7 @@ class Rotations:
             raise ValueError("SpinQuant's R2 rotates each attention head, and this model has no keras-hub backbone "
                              "to read the head width from (head_dim, or hidden_dim and num_query_heads): leave R2 "
                              "out (rotations: [R1]) or load the model with keras-hub")
-        twin, _ = self._twin(rotation)
+        twin, _ = self._twin(rotation, values=False)
         self._steps(twin).check_rotations(rotation)
 
     def apply_rotations(self, rotation: Any) -> None:
@@ -120,9 +141,10 @@ class Rotations:
         hidden, heads = getattr(backbone, "hidden_dim", None), getattr(backbone, "num_query_heads", None)
         return int(hidden) // int(heads) if hidden and heads else None
 
-    def _twin(self, rotation: Any) -> tuple[Any, dict[str, Any]]:
-        """A PyTorch module tree holding the weights of :meth:`_parts` under their names, and for
-        each name the function that writes a twin weight back into the Keras model."""
+    def _twin(self, rotation: Any, values: bool = True) -> tuple[Any, dict[str, Any]]:
+        """A PyTorch module tree holding the weights of :meth:`_parts` under their names (with
+        ``values`` False, their shapes alone, on PyTorch's meta device: what the checks read),
+        and for each name the function that writes a twin weight back into the Keras model."""
         torch = _torch()
         root = torch.nn.Module()
         head_dim = self._head_dim()
@@ -130,19 +152,17 @@ class Rotations:
         writers: dict[str, Any] = {}
         for name, kind, part in self._parts(rotation):
             if kind == "linear":
-                weight = part.weight()  # (out, in), float32: exact for every Keras float dtype
-                module = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
-                module.weight.data = _to_torch(torch, weight, part.variable.dtype)
+                module = torch.nn.Linear(part.columns, part.rows, bias=False, device="meta")
+                variable, shape, read = part.variable, (part.rows, part.columns), part.weight  # (out, in)
                 writers[name] = part.set_weight
             else:
                 variable = part.embeddings if kind == "embedding" else part.scale
-                module = torch.nn.Embedding(*variable.shape) if kind == "embedding" else torch.nn.Module()
-                value = np.asarray(numpy_value(variable))
-                if kind == "embedding":
-                    module.weight.data = _to_torch(torch, value, variable.dtype)
-                else:
-                    module.weight = torch.nn.Parameter(_to_torch(torch, value, variable.dtype), requires_grad=False)
+                module = (torch.nn.Embedding(*variable.shape, device="meta") if kind == "embedding"
+                          else torch.nn.Module())
+                shape, read = tuple(int(d) for d in variable.shape), functools.partial(numpy_value, variable)
                 writers[name] = lambda a, v=variable: assign_array(v, a.reshape(v.shape))
+            weight = _to_torch(torch, read(), variable.dtype) if values else torch.empty(shape, device="meta")
+            module.weight = torch.nn.Parameter(weight, requires_grad=False)
             _place(torch, root, name, module)
         return root, writers
 
@@ -177,10 +197,6 @@ class _TwinSteps:
             raise ValueError(f"compressed-tensors refuses the transform config: {exc}") from None
 
     def check_rotations(self, rotation: Any) -> None:
-        from compressed_tensors.transform.utils.hadamard import (
-            deterministic_hadamard_matrix,
-            random_hadamard_matrix,
-        )
         from compressed_tensors.transform.utils.matrix import get_transform_size
         from compressed_tensors.utils import match_modules_set, match_named_modules
 
@@ -197,15 +213,11 @@ class _TwinSteps:
                     if width % size:
                         raise ValueError(f"{name}: the rotation's block of {size} does not divide its width {width}; "
                                          "pick a transform_block_size that divides every rotated width")
-                    try:
-                        if kind == "hadamard":
-                            deterministic_hadamard_matrix(size, torch.float64)
-                        elif kind == "random-hadamard":
-                            random_hadamard_matrix(size, torch.float64, gen=torch.Generator())
-                    except (ValueError, RuntimeError, AssertionError) as exc:
+                    why = _buildable(kind, size)
+                    if why is not None:
                         raise ValueError(f"{name}: compressed-tensors cannot build a {kind} rotation of size {size} "
-                                         f"({exc}); use transform_type random-matrix, or a transform_block_size it "
-                                         "can build (a power of two)") from None
+                                         f"({why}); use transform_type random-matrix, or a transform_block_size it "
+                                         "can build (a power of two)")
         for norm, linears in rotation.norms:
             if not any(True for _ in match_modules_set(self.model, (norm, *linears))):
                 raise ValueError(f"no {norm} feeding {', '.join(linears)} in this model: the norm fusing knows "
