@@ -131,12 +131,68 @@ class _OneBlock(torch.nn.Module):
         return self.model.layers[0](*args, **kwargs)  # type: ignore[index]
 
 
-def _ar_scheme(weights: Any) -> dict[str, Any]:
-    """auto-round's scheme of compressed-tensors' weight arguments (weight-only)."""
-    group = weights.group_size if weights.strategy == "group" else -1 if weights.strategy == "channel" else 0
-    return {"bits": int(weights.num_bits), "sym": bool(weights.symmetric), "group_size": int(group),
-            "data_type": "fp" if weights.type == "float" else str(weights.type), "act_bits": 16,
-            "act_group_size": None, "act_sym": None, "act_dynamic": None, "act_data_type": None}
+def _ar_type(args: Any) -> str:
+    """auto-round's data type of compressed-tensors' arguments: ``int``, ``fp`` (FP8), ``nv_fp``
+    (NVFP4's groups of 16 under a global scale) or ``mx_fp`` (MX's power-of-two group scales)."""
+    if args.type != "float":
+        return str(args.type)
+    if args.strategy == "tensor_group":
+        return "nv_fp"
+    return "mx_fp" if args.mx else "fp"
+
+
+def _ar_scheme(group: Any) -> dict[str, Any]:
+    """auto-round's scheme of a config group, as llm-compressor translates one (dynamic input
+    activations left to the model's run: ``act_bits`` 16), with 4-bit float weights as auto-round's
+    own ``nv_fp`` / ``mx_fp`` types and NVFP4's inputs as auto-round's NVFP4 preset has them."""
+    def size(args: Any) -> int:
+        return int(args.group_size) if args.strategy in ("group", "tensor_group") else \
+            -1 if args.strategy == "channel" else 0
+
+    weights, inputs = group.weights, group.inputs
+    out = {"bits": int(weights.num_bits), "sym": bool(weights.symmetric), "group_size": size(weights),
+           "data_type": _ar_type(weights), "act_bits": 16, "act_group_size": None, "act_sym": None,
+           "act_dynamic": None, "act_data_type": None}
+    if inputs is not None and inputs.strategy == "tensor_group":  # NVFP4's: a calibrated global scale
+        out.update(act_bits=4, act_group_size=16, act_sym=True, act_dynamic=True,
+                   act_data_type="nv_fp4_with_static_gs")
+    elif inputs is not None:  # static per tensor
+        out.update(act_bits=int(inputs.num_bits), act_group_size=0, act_sym=bool(inputs.symmetric),
+                   act_dynamic=False, act_data_type="fp" if inputs.type == "float" else str(inputs.type))
+    return out
+
+
+def _tuned(layer: torch.nn.Module, group: Any, registered: Any) -> dict[str, torch.Tensor]:
+    """What auto-round left on a tuned Linear under compressed-tensors' names, those of them
+    compressed-tensors registered for its scheme (``registered``): ``weight_scale`` (MX's log2
+    scales as scales), ``weight_zero_point`` (compressed-tensors' symmetric grid centred on 0;
+    auto-round's asymmetric one on ``[0, 2^bits - 1]``), ``weight_global_scale``, ``input_scale``
+    (static inputs) and ``input_global_scale`` (NVFP4's, ``448 * 6 / act_max``)."""
+    from auto_round.data_type.nvfp import FLOAT4_E2M1_MAX, FLOAT8_E4M3_MAX, get_reciprocal
+
+    def read(key: str) -> torch.Tensor | None:  # in auto-round's dtype (its act_max is the block's)
+        value = getattr(layer, key, None)
+        return None if value is None else torch.as_tensor(value).detach().clone()
+
+    weights = group.weights
+    scale = read("scale")
+    if scale is None:
+        raise ValueError("auto-round did not quantize it")
+    out = {"weight_scale": torch.exp2(scale.float()) if _ar_type(weights) == "mx_fp" else scale.float()}
+    if "weight_zero_point" in registered:
+        zero = read("zp")
+        out["weight_zero_point"] = torch.zeros_like(out["weight_scale"]) if weights.symmetric or zero is None else \
+            zero.float() - 2 ** (int(weights.num_bits) - 1)
+    for key, theirs in (("weight_global_scale", "weight_global_scale"), ("input_scale", "act_scale"),
+                        ("input_global_scale", "act_max")):
+        value = read(theirs)
+        if key in registered and value is not None:  # NVFP4's input global scale from act_max in its dtype
+            out[key] = (FLOAT8_E4M3_MAX * FLOAT4_E2M1_MAX * get_reciprocal(value) if theirs == "act_max"
+                        else value).float()
+    missing = sorted(set(registered) & {"weight_global_scale", "input_scale", "input_global_scale"} - set(out))
+    if missing:
+        raise ValueError(f"auto-round left no value for its {', '.join(missing)}")
+    return out
 
 
 class AutoRoundTuning:
@@ -156,13 +212,12 @@ class AutoRoundTuning:
     def tune_block(self, block: str, calls: list[Any], names: list[str], schemes: dict[str, Any], default: Any,
                    settings: Any, carry: dict[str, Any]) -> dict[str, dict[str, torch.Tensor]]:
         """Tune block ``block`` on its cached ``calls``: ``names`` (its Linear layers quantized,
-        full names) with ``schemes[name]`` (compressed-tensors' weight arguments; ``default``:
-        the modifier's first config group's, auto-round's scheme, the others its
-        ``layer_config``); ``settings``:
-        the modifier's (:class:`recipe_spec.oneshot.autoround.Tuning`); ``carry``: auto-round's
+        full names) with ``schemes[name]`` (their config groups; ``default``: the modifier's
+        first, auto-round's scheme, the others its ``layer_config``); ``settings``: the
+        modifier's (:class:`recipe_spec.oneshot.autoround.Tuning`); ``carry``: auto-round's
         quantized output of the block before (``q_input``), updated. Returns each quantized
-        layer's weight (dequantized) and ``weight_scale`` / ``weight_zero_point``, recorded by
-        the caller; the block is left as it was but for those."""
+        layer's weight (dequantized) and its quantization parameters under compressed-tensors'
+        names (:func:`_tuned`), recorded by the caller; the block is left as it was but for those."""
         from auto_round import AutoRound
         from auto_round.schemes import PRESET_SCHEMES
         from auto_round.schemes import QuantizationScheme as Scheme
@@ -171,6 +226,9 @@ class AutoRoundTuning:
         assert isinstance(module, torch.nn.Module)
         prefix = f"{block}."
         kept = {n: (p, p.detach().clone()) for n, p in module.named_parameters()}
+        grads = {n: p.requires_grad for n, p in module.named_parameters()}
+        module.requires_grad_(False)  # auto-round tunes its own values; the weights take no gradient
+        own = {n: (set(m._parameters), set(m._buffers)) for n, m in module.named_modules()}
         kept_buffers = {n: (b, b.detach().clone()) for n, b in module.named_buffers()}  # type: ignore[attr-defined]
         attrs = {n: set(vars(m)) for n, m in module.named_modules()}
         qparams: dict[str, dict[str, Any]] = {}
@@ -205,24 +263,17 @@ class AutoRoundTuning:
             for short, full in local.items():
                 layer = module.get_submodule(short)
                 layer = getattr(layer, "orig_layer", layer)
-                scale = getattr(layer, "scale", None)
-                if scale is None:  # auto-round left it unquantized (a layer it found too small)
-                    raise ValueError(f"auto-round did not quantize {full}")
-                scale = torch.as_tensor(scale).detach().float().clone()
-                weights = schemes[full]
-                zero = getattr(layer, "zp", None)
-                if weights.symmetric or zero is None:  # compressed-tensors' symmetric grid is centred on 0
-                    zero = torch.zeros_like(scale)
-                else:  # auto-round's zero point is on the unsigned grid [0, 2^bits - 1]
-                    zero = torch.as_tensor(zero).detach().float() - 2 ** (int(weights.num_bits) - 1)
+                try:
+                    out[full] = _tuned(layer, schemes[full], qparams[full])
+                except ValueError as exc:
+                    raise ValueError(f"{full}: {exc}") from None
                 weight = layer.weight
                 assert isinstance(weight, torch.Tensor)
-                out[full] = {"weight": weight.detach().float().clone(), "weight_scale": scale,
-                             "weight_zero_point": zero}
+                out[full]["weight"] = weight.detach().float().clone()
         except BaseException:
-            self._put_block_back(module, kept, kept_buffers, attrs, qparams)
+            self._put_block_back(module, kept, kept_buffers, attrs, qparams, own, grads)
             raise
-        self._put_block_back(module, kept, kept_buffers, attrs, qparams)
+        self._put_block_back(module, kept, kept_buffers, attrs, qparams, own, grads)
         return out
 
     @staticmethod
@@ -243,10 +294,12 @@ class AutoRoundTuning:
             ar.attention_mask = found
 
     def _put_block_back(self, module: torch.nn.Module, kept: dict[str, Any], buffers: dict[str, Any],
-                        attrs: dict[str, set[str]], qparams: dict[str, dict[str, Any]]) -> None:
+                        attrs: dict[str, set[str]], qparams: dict[str, dict[str, Any]],
+                        own: dict[str, tuple[set[str], set[str]]], grads: dict[str, bool]) -> None:
         """Every Linear auto-round wrapped unwrapped, every parameter and buffer its own object
-        with its dtype and values, every attribute it added removed, compressed-tensors'
-        parameters back."""
+        with its dtype, values and ``requires_grad``, every attribute, parameter and buffer it
+        added removed (``own``: each module's before; FP8's ``act_max_scale`` would otherwise be
+        saved, a tensor no loader reads), compressed-tensors' parameters back."""
         for name, child in list(module.named_modules()):
             original = getattr(child, "orig_layer", None)
             if isinstance(original, torch.nn.Module) and name:
@@ -262,7 +315,14 @@ class AutoRoundTuning:
             holder._buffers[key] = value
         for name, child in module.named_modules():
             for key in set(vars(child)) - attrs.get(name, set(vars(child))):
-                delattr(child, key)
+                del vars(child)[key]  # not delattr: a Module's goes to a parameter of the same name first
+            params, bufs = own.get(name, (set(child._parameters), set(child._buffers)))
+            for key in set(child._parameters) - params:
+                del child._parameters[key]
+            for key in set(child._buffers) - bufs:
+                del child._buffers[key]
+        for name, param in module.named_parameters():
+            param.requires_grad_(grads.get(name, param.requires_grad))
         for name, params in qparams.items():
             self._named[name]._parameters.update(params)
         self._named = dict(self.model.named_modules())

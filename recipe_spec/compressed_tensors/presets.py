@@ -116,5 +116,5 @@ PRESET_RANGES: dict[str, str] = {name: p.ct for name, p in PRESETS.items()}
 #: The presets recipe-spec quantizes on, with their contents.
 PRESET_SCHEMES: dict[str, Mapping[str, Any]] = {name: p.scheme for name, p in PRESETS.items()
                                                 if p.scheme is not None}
-#: The presets on grids recipe-spec does not have (block, FP4, MX scales) or that quantize nothing.
+#: The presets on grids recipe-spec does not have (block scales) or that quantize nothing.
 UNSUPPORTED_PRESETS = frozenset(name for name, p in PRESETS.items() if p.scheme is None)

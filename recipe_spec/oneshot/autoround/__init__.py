@@ -12,11 +12,16 @@ gives each quantized Linear under compressed-tensors' names (``weight_scale``,
 Arguments: the quantization modifier's (``scheme`` / ``config_groups``, ``targets``,
 ``ignore``), ``iters`` (0: auto-round's optimised round to nearest), ``lr`` (None: auto-round's
 ``1 / iters``), ``batch_size``, ``enable_torch_compile``, ``disable_opt_rtn``. Run: integer
-schemes by group or channel (W4A16, W8A16, their asymmetric forms, explicit ``config_groups``),
-with dynamic input activations too (W8A8: the activations are quantized as the model runs, so
-the tuning is the weights'). Refused, located: static input activations and float grids
-(auto-round's activation calibration and FP8/FP4 paths are not run here), ``device_ids`` (auto-round's multi-device dispatch), targets outside the decoder
-blocks (llm-compressor never tunes them and saves them with untouched scales).
+weights by group or channel (W4A16, W8A16, their asymmetric forms, explicit ``config_groups``);
+FP8 weights by tensor or channel; NVFP4's and MXFP4's 4-bit float weights (auto-round's ``nv_fp``
+and ``mx_fp`` types, with NVFP4A16 and MXFP4A16 too, which llm-compressor 0.14.0.1 hands
+auto-round as a plain ``fp`` type it cannot tune); input activations dynamic (quantized as the
+model runs: the tuning is the weights', as llm-compressor's translation of a scheme has it; the
+MXFP4 preset by name is auto-round's own, activations in the loop), static FP8 per tensor
+(auto-round calibrates ``input_scale``) or NVFP4's (its ``input_global_scale``). Refused,
+located: other grids and static activations, ``device_ids`` (auto-round's multi-device
+dispatch), targets outside the decoder blocks (llm-compressor never tunes them and saves them
+with untouched scales).
 
 >>> from recipe_spec.oneshot.autoround import Tuning
 >>> Tuning(iters=200, lr=None, batch_size=8, compile=False, disable_opt_rtn=False, preset="W4A16").iters
@@ -51,6 +56,31 @@ class Tuning:
     preset: str | None = None
 
 
+def _not_run(group: Any) -> tuple[str, str] | None:
+    """Why auto-round does not tune config group ``group`` (what, and what to write instead), or
+    None: integer weights by group or channel, FP8 weights by tensor or channel, NVFP4's 4-bit
+    float weights, MX's (MXFP4, MXFP8); input activations dynamic, static FP8 per tensor, or NVFP4's."""
+    w, x = group.weights, group.inputs
+    if w is None:
+        return "quantizes no weights", "Give the group weights: an integer, FP8, NVFP4 or MXFP4 scheme."
+    fits = ((w.type == "int" and w.strategy in ("group", "channel"))
+            or (w.type == "float" and w.num_bits == 8 and w.strategy in ("tensor", "channel"))
+            or (w.type == "float" and w.num_bits == 4 and w.strategy == "tensor_group" and w.group_size == 16)
+            or w.mx)
+    if not fits:
+        return (f"quantizes its weights on a grid auto-round has no tuning for ({grid_text(group)})",
+                "Use integer weights by group or channel (W4A16, W8A16, W8A8, their asymmetric forms), FP8 weights "
+                "by tensor or channel (FP8, FP8_DYNAMIC), NVFP4, MXFP4 or MXFP8 (their A16 forms too), or quantize with a "
+                "QuantizationModifier or GPTQModifier.")
+    if x is not None and not ((x.type, x.num_bits, x.strategy) == ("float", 8, "tensor")
+                              or (x.type, x.num_bits, x.strategy, x.group_size) == ("float", 4, "tensor_group", 16)):
+        return ("quantizes static input activations that auto-round does not calibrate "
+                f"({x.num_bits}-bit {x.type} by {x.strategy})",
+                "Make the activations dynamic (W8A8), use FP8's static per-tensor or NVFP4's, or calibrate them "
+                "with a QuantizationModifier or GPTQModifier.")
+    return None
+
+
 def _read(recipe: Recipe, m: Modifier, errors: list[Diagnostic]) -> list[OneShotModifier]:
     before = len(errors)
     resolved = resolve_quant(recipe, m, errors)
@@ -59,16 +89,9 @@ def _read(recipe: Recipe, m: Modifier, errors: list[Diagnostic]) -> list[OneShot
     plan, _ = resolved
     key = "scheme" if "scheme" in m.args else "config_groups"
     for group in plan.groups:
-        w = group.weights
-        if group.inputs is not None:
-            errors.append(b001(recipe, m, f"{m.type}: config group {group.name} quantizes static input activations, "
-                               "which auto-round calibrates on a path recipe_spec.oneshot does not run",
-                               "Make the activations dynamic (W8A8), or calibrate them with a QuantizationModifier or "
-                               "GPTQModifier.", key))
-        elif w is None or w.type != "int" or w.strategy not in ("group", "channel"):
-            errors.append(b001(recipe, m, f"{m.type} tunes integer weights by group or channel (W4A16, W8A16, W8A8, "
-                               f"their asymmetric forms) on this backend; config group {group.name} is not one",
-                               "Use an integer scheme, or quantize with a QuantizationModifier or GPTQModifier.", key))
+        problem = _not_run(group)
+        if problem is not None:
+            errors.append(b001(recipe, m, f"{m.type}: config group {group.name} {problem[0]}", problem[1], key))
     iters, batch, lr = value(m, "iters"), value(m, "batch_size"), value(m, "lr")
     if isinstance(iters, bool) or not isinstance(iters, int) or iters < 0:
         errors.append(b001(recipe, m, f"{m.type} iters {iters!r} is not a count", "Write iters: 200.", "iters"))
@@ -91,16 +114,14 @@ def _read(recipe: Recipe, m: Modifier, errors: list[Diagnostic]) -> list[OneShot
 def tune(host: Any, mod: OneShotModifier, block: str, names: list[str], calls: Any, carry: dict[str, Any],
          classes: dict[str, Any]) -> list[LayerReport]:
     """Tune block ``block`` (its quantized Linear layers ``names``) on its cached ``calls``
-    through the host, record each layer's grid, and report it; ``carry``: what the tuning
-    passes from block to block (auto-round's quantized input)."""
+    through the host, record each layer's grid and the scales the tuning gave it, and report it;
+    ``carry``: what the tuning passes from block to block (auto-round's quantized input)."""
     groups = {n: mod.quant.group_of(n, classes[n]) for n in names}
-    results = host.tune_block(block, calls, names, {n: g.weights for n, g in groups.items()},
-                              mod.quant.groups[0].weights, mod.tuning, carry)
+    results = host.tune_block(block, calls, names, groups, mod.quant.groups[0], mod.tuning, carry)
     out = []
     for name in names:
-        r = results[name]
-        host.set_quantized(name, r["weight"], {"weight_scale": r["weight_scale"],
-                                               "weight_zero_point": r["weight_zero_point"]})
+        r = dict(results[name])
+        host.set_quantized(name, r.pop("weight"), r)
         out.append(LayerReport(name, mod.type, 0.0, samples=len(calls), grid=grid_text(groups[name])))
     return out
 

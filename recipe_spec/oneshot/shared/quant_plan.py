@@ -166,9 +166,10 @@ def resolve_quant(recipe: Recipe, m: Modifier, errors: list[Diagnostic], args: M
     names = [scheme] if isinstance(scheme, str) else list(scheme) if isinstance(scheme, Mapping) else []
     for preset in names:
         if isinstance(preset, str) and preset.upper() in UNSUPPORTED_PRESETS:
-            errors.append(_b001(recipe, m, f"preset scheme {preset} is not run by recipe_spec.oneshot (block, FP4 "
-                                "and MX grids are not implemented)", "Use an int or FP8 preset (W4A16, W8A8, "
-                                "FP8_DYNAMIC, ...), or run this recipe with llm-compressor.", "scheme"))
+            why = "it quantizes nothing" if preset.upper() == "UNQUANTIZED" else "block scales are not implemented"
+            errors.append(_b001(recipe, m, f"preset scheme {preset} is not run by recipe_spec.oneshot ({why})",
+                                "Use another preset (W4A16, W8A8, FP8_DYNAMIC, NVFP4, MXFP4, ...), or run this "
+                                "recipe with llm-compressor.", "scheme"))
     settings = {k: value(args, k, name) for k in ("block_size", "dampening_frac") if k in declared(name)}
     if len(errors) > before:
         return None
