@@ -4,7 +4,8 @@ has none of these settings).
 
 Each setting (NVFP4A16, MXFP4A16 and MXFP8A16 by round to nearest and GPTQ, NVFP4 with its
 calibrated input global scale, MXFP4 with dynamic inputs; QuIP and SpinQuant rotations before
-W4A16; AutoRound W4A16, 200 iterations, eager) runs in a fresh process for each
+W4A16; AutoRound W4A16, 200 iterations, and NVFP4, MXFP4, FP8 (static inputs), 50 iterations,
+eager) runs in a fresh process for each
 side: the anchor's ``model/`` loaded in fp32, ``oneshot`` with the setting's recipe and the 256
 calibration samples in order (batch 1), then the anchor's ``perplexity.py`` on
 ``eval_public.json`` with the model as the run leaves it in memory (quantization on: each
@@ -56,6 +57,9 @@ SETTINGS: dict[str, str] = {
                                 "      transform_block_size: 256\n") + _recipe("GPTQModifier", "W4A16"),
     # AutoRound through auto-round, eager (compiled, the numbers depend on the generated code)
     "autoround_w4a16": _recipe("AutoRoundModifier", "W4A16") + "      iters: 200\n      enable_torch_compile: false\n",
+    # AutoRound's float grids (50 iterations: each block's tuning loop quantizes activations too)
+    **{f"autoround_{scheme.lower()}": _recipe("AutoRoundModifier", scheme) + "      iters: 50\n"
+       "      enable_torch_compile: false\n" for scheme in ("NVFP4", "MXFP4", "FP8")},
 }
 TOLERANCE = 1.01
 

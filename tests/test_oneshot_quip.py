@@ -1,13 +1,13 @@
 """QuIP and SpinQuant rotations (``QuIPModifier``, ``SpinQuantModifier``) on PyTorch against
 llm-compressor 0.14's own runs: Hadamard, random Hadamard and random-matrix rotations of the
-inputs (and outputs), a block size; SpinQuant's R1, R2, R4 with its norm fusing and centred
+inputs (and outputs), a block size; SpinQuant's R1, R2, R3, R4 with its norm fusing and centred
 embeddings; then round to nearest or GPTQ W4A16. The saved folder holds llm-compressor's
 tensors byte for byte (the rotation matrices, the packed weights and scales, the embeddings,
 norms and lm_head) and its ``transform_config``. What cannot run is refused, located, before
-any weight changes: a block size that does not divide a layer, randomize, SpinQuant's R3 and
-its explicit transform_config. On Keras, SpinQuant's R1 and R2 (fused into the weights) give
-the PyTorch run's weights bit for bit on a keras-hub Llama; QuIP and R4 (online rotations, which
-no Keras layer applies) are refused, located.
+any weight changes: a block size that does not divide a layer, randomize, an unknown rotation
+and SpinQuant's explicit transform_config. On Keras, SpinQuant's R1 and R2 (fused into the
+weights) give the PyTorch run's weights bit for bit on a keras-hub Llama; QuIP, R3 and R4 (online
+rotations, which no Keras layer applies) are refused, located.
 
 ``tests/fixtures/quip/`` holds llm-compressor's runs (``make_reference.py`` wrote them by running
 it on case ``10_staged_sparse24_gptq_w4a16``'s model and samples).
@@ -69,6 +69,29 @@ def test_the_saved_folder_is_llm_compressors_byte_for_byte(run: str, tmp_path: p
     assert config["config_groups"] == want["quantization_config"]["config_groups"]
 
 
+def test_r3_rotates_queries_and_keys_online_and_the_model_computes_what_it_did() -> None:
+    """R3 rotates the queries (after RoPE) and the key cache by one orthogonal matrix per head,
+    through compressed-tensors' attention hooks: no weight changes (the saved folder is the R1+R2
+    run's plus the rotation, test above), the scores ``(qR)(kR)ᵀ = qkᵀ`` are unchanged, and the
+    model keeps the hooks after the run, around its own attention implementation."""
+    runs = REFERENCE["runs"]
+    with_r3, without = _model(), _model()
+    impl = with_r3.config._attn_implementation
+    for model, run in ((with_r3, "spin_r1r2r3_rtn"), (without, "spin_r1r2_rtn")):
+        recipe_spec.oneshot(model=model, recipe=runs[run]["recipe"], dataset=_samples(), num_calibration_samples=16,
+                            shuffle_calibration_samples=False, progress=False)
+    from compressed_tensors.modeling.attention import QuantizedAttentionImpl
+
+    assert with_r3.config._attn_implementation == "ct_hooked_attention" and QuantizedAttentionImpl._original_impl == impl
+    assert without.config._attn_implementation == impl
+    seen = []
+    hook = with_r3.model.layers[0].self_attn.R3_q_attn.register_forward_hook(lambda *a: seen.append(1))
+    ids = torch.tensor([_samples()[0]["input_ids"]])
+    got, want = with_r3(ids).logits, without(ids).logits
+    hook.remove()
+    assert seen and torch.allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
 def test_the_rotation_is_orthogonal_and_folded_into_the_weight() -> None:
     """By hand: after a Hadamard input rotation the layer computes what it computed before
     (``W·x = (W·Hᵀ)·(H·x)`` with ``H`` a Hadamard matrix over ``sqrt(n)``: orthonormal), its
@@ -90,7 +113,7 @@ def test_the_rotation_is_orthogonal_and_folded_into_the_weight() -> None:
 @pytest.mark.parametrize("modifier, args, words", [
     ("QuIPModifier", "transform_type: hadamard\n      transform_block_size: 48\n", "does not divide its width"),
     ("QuIPModifier", "randomize: true\n", "randomize"),
-    ("SpinQuantModifier", "rotations: [R1, R3]\n", "R3"),
+    ("SpinQuantModifier", "learnable: true\n", "learnable"),
     ("SpinQuantModifier", "transform_config: {config_groups: {}}\n", "transform_config"),
     ("SpinQuantModifier", "mappings: {embedding: embed}\n", "mappings"),
     ("SpinQuantModifier", "transform_block_size: 3\n", "does not divide"),
@@ -129,6 +152,7 @@ def test_a_run_that_fails_after_rotating_leaves_the_model_as_it_was(monkeypatch:
 @pytest.mark.parametrize("modifier, args, at, words", [
     ("QuIPModifier", "transform_type: hadamard", 3, "needs transform:online-rotations"),
     ("SpinQuantModifier", "rotations: [R1, R2, R4]", 4, "rotation R4 rotates down_proj's inputs"),
+    ("SpinQuantModifier", "rotations: [R1, R2, R3]", 4, "rotation R3 rotates the queries and the key cache"),
     ("SpinQuantModifier", "transform_type: hadamard", 3, "R2 rotates each attention head"),
     ("SpinQuantModifier", "rotations: [R1]", 3, "no re:.*input_layernorm$ feeding"),
 ])
@@ -301,4 +325,4 @@ def test_the_keras_rotations_on_jax() -> None:
                            "keras and not on_jax"], cwd=HERE.parent, env=env, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert "11 passed" in done.stdout, done.stdout[-2000:]
+    assert "12 passed" in done.stdout, done.stdout[-2000:]

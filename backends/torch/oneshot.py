@@ -138,7 +138,7 @@ class TorchCalibrationHost(Rotations, ExpertPruning, AutoRoundTuning, ModelState
         if config is not None and use_cache is not None:
             config.use_cache = use_cache
         if self._attention is not None:
-            config._attn_implementation = self._attention
+            self._restore_attention(config, failed=exc[0] is not None)
         if self._wrap is not None and exc[0] is None:
             from .saving import install
 
@@ -353,6 +353,20 @@ class TorchCalibrationHost(Rotations, ExpertPruning, AutoRoundTuning, ModelState
         self._quantizing = True
         for name in self.quantized_now():
             self.own_weight(self._named[name])
+
+    def _restore_attention(self, config: Any, failed: bool) -> None:
+        """The model's own attention implementation back; where compressed-tensors hooked the
+        attention during the run (SpinQuant's R3), the hooks kept, around that implementation."""
+        hooked = "ct_hooked_attention"
+        if failed or config._attn_implementation != hooked:
+            config._attn_implementation = self._attention
+            return
+        from compressed_tensors.modeling.attention import QuantizedAttentionImpl
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+
+        if self._attention != hooked:
+            QuantizedAttentionImpl._original_impl = self._attention
+            ALL_MASK_ATTENTION_FUNCTIONS.register(hooked, ALL_MASK_ATTENTION_FUNCTIONS[self._attention])
 
     def set_quantized(self, name: str, weight: torch.Tensor | None, qparams: Mapping[str, Any]) -> None:
         from .compressed import record

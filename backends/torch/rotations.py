@@ -29,7 +29,10 @@ _PRECISION = torch.float64
 @functools.lru_cache(maxsize=64)
 def _buildable(kind: str, size: int) -> str | None:
     """Why compressed-tensors cannot build a ``kind`` rotation of ``size``, or None."""
-    from compressed_tensors.transform.utils.hadamard import deterministic_hadamard_matrix, random_hadamard_matrix
+    from compressed_tensors.transform.utils.hadamard import (
+        deterministic_hadamard_matrix,
+        random_hadamard_matrix,
+    )
 
     try:
         if kind == "hadamard":
@@ -71,6 +74,13 @@ class Rotations:
         for scheme in parsed.config_groups.values():
             for args in scheme.apply:
                 for name, module in match_named_modules(self.model, args.targets, args.ignore):
+                    if _value(args.location) in ("q_attn", "k_cache"):  # per head, inside attention
+                        why = _buildable(_value(scheme.type), scheme.head_dim)
+                        if why is not None:
+                            raise ValueError(f"{name}: compressed-tensors cannot build a {_value(scheme.type)} "
+                                             f"rotation of the head width {scheme.head_dim} ({why}); use "
+                                             "transform_type random-matrix, or leave R3 out")
+                        continue
                     if not isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
                         raise ValueError(f"{name} is a {type(module).__name__}: recipe_spec.oneshot rotates Linear "
                                          "and Embedding layers; narrow the targets or add it to ignore")
