@@ -163,9 +163,12 @@ def test_a_target_outside_the_decoder_blocks_is_refused() -> None:
     assert not any(hasattr(m, "weight_scale") for m in model.modules())
 
 
-def test_a_failure_while_tuning_leaves_the_model_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("run", ["w4a16_iters0", "nvfp4_iters10"])
+def test_a_failure_while_tuning_leaves_the_model_as_it_was(monkeypatch: pytest.MonkeyPatch, run: str) -> None:
     """auto-round failing in the second block (the first tuned and recorded, the second in
-    bfloat16 by then): every tensor back, in its dtype, no attribute of auto-round's left."""
+    bfloat16 by then): every tensor back, in its dtype, no attribute of auto-round's left (with
+    NVFP4 auto-round sets a ``weight_global_scale`` of its own beside compressed-tensors'
+    parameter of that name)."""
     from auto_round.compressors.orchestrator import CompressionOrchestrator
 
     quantize, calls = CompressionOrchestrator.quantize_block, []
@@ -181,11 +184,40 @@ def test_a_failure_while_tuning_leaves_the_model_as_it_was(monkeypatch: pytest.M
     model = _model()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with pytest.raises(RuntimeError, match="out of memory"):
-        _run(model, REFERENCE["w4a16_iters0"]["recipe"])
+        _run(model, REFERENCE[run]["recipe"])
     after = model.state_dict()
     assert len(calls) == 2 and after.keys() == before.keys()
     assert all(after[k].dtype == before[k].dtype and torch.equal(after[k], before[k]) for k in before)
-    assert not any(hasattr(m, a) for m in model.modules() for a in ("scale", "zp", "weight_scale", "global_name"))
+    assert not any(hasattr(m, a) for m in model.modules()
+                   for a in ("scale", "zp", "weight_scale", "weight_global_scale", "act_max", "global_name"))
+
+
+def test_each_recorded_scale_is_the_parameter_that_is_saved() -> None:
+    """NVFP4: auto-round leaves its ``weight_global_scale`` as a plain attribute; removed, it no
+    longer shadows compressed-tensors' parameter of the same name, so what was recorded (fused
+    q/k/v and gate/up share one global scale) is what the module's state holds and saves."""
+    model = _run(_model(), REFERENCE["nvfp4_iters10"]["recipe"])
+    linears = [m for n, m in model.named_modules() if ".layers." in n and isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 14
+    for m in linears:
+        assert not set(vars(m)) & set(m._parameters)
+        assert m.weight_global_scale is m._parameters["weight_global_scale"]
+        assert float(m.weight_global_scale) > 1.0  # 448 * 6 / max |w|: the tiny model's weights are ~0.02
+    attn = model.model.layers[0].self_attn
+    assert attn.q_proj.weight_global_scale == attn.k_proj.weight_global_scale == attn.v_proj.weight_global_scale
+
+
+def test_validate_agrees_with_what_autoround_runs() -> None:
+    from recipe_spec.validation import validate
+
+    for name in ("nvfp4_iters10", "mxfp4_iters10", "fp8_iters10", "mxfp8a16_iters10"):
+        assert not [d for d in validate(REFERENCE[name]["recipe"], backend="torch") if d.severity.name == "ERROR"], name
+    static_int = ("quant_stage:\n  quant_modifiers:\n    AutoRoundModifier:\n      config_groups:\n        g:\n"
+                  "          targets: [Linear]\n          weights: {num_bits: 8, type: int, strategy: channel}\n"
+                  "          input_activations: {num_bits: 8, type: int, strategy: tensor}\n"
+                  "      ignore: [lm_head]\n")
+    found = [d for d in validate(static_int, backend="torch") if d.severity.name == "ERROR"]
+    assert [d.line for d in found] == [4] and "static input activations" in found[0].message
 
 
 def test_without_auto_round_the_recipe_is_refused_located(monkeypatch: pytest.MonkeyPatch) -> None:
