@@ -3,8 +3,8 @@ llm-compressor 0.14's own run of the same recipe (measured here: the anchor's ``
 has none of these settings).
 
 Each setting (NVFP4A16, MXFP4A16 and MXFP8A16 by round to nearest and GPTQ, NVFP4 with its
-calibrated input global scale, MXFP4 with dynamic inputs; QuIP and SpinQuant rotations before
-W4A16; AutoRound W4A16, 200 iterations, and NVFP4, MXFP4, FP8 (static inputs), 50 iterations,
+calibrated input global scale, MXFP4 with dynamic inputs; QuIP and SpinQuant rotations (R3
+too) before W4A16; AutoRound W4A16, 200 iterations, and NVFP4, MXFP4, FP8 (static inputs), 50 iterations,
 eager) runs in a fresh process for each
 side: the anchor's ``model/`` loaded in fp32, ``oneshot`` with the setting's recipe and the 256
 calibration samples in order (batch 1), then the anchor's ``perplexity.py`` on
@@ -52,6 +52,8 @@ SETTINGS: dict[str, str] = {
     # rotations, then W4A16 (the anchor's widths: 256 hidden, 64 per head, 768 in down_proj)
     "quip_rtn_w4a16": "r_stage:\n  r_modifiers:\n    QuIPModifier: {}\n" + _recipe("QuantizationModifier", "W4A16"),
     "spinquant_rtn_w4a16": "r_stage:\n  r_modifiers:\n    SpinQuantModifier: {}\n" + _recipe(
+        "QuantizationModifier", "W4A16"),
+    "spinquant_r3_rtn_w4a16": "r_stage:\n  r_modifiers:\n    SpinQuantModifier:\n      rotations: [R1, R2, R3]\n" + _recipe(
         "QuantizationModifier", "W4A16"),
     "spinquant_r4_gptq_w4a16": ("r_stage:\n  r_modifiers:\n    SpinQuantModifier:\n      rotations: [R1, R2, R4]\n"
                                 "      transform_block_size: 256\n") + _recipe("GPTQModifier", "W4A16"),
