@@ -4,19 +4,21 @@ auto-round keeps for llm-compressor), as llm-compressor 0.14's ``AutoRoundModifi
 
 - the block alone is handed to ``AutoRound`` (wrapped as ``model.layers[0]``, so auto-round finds
   one block), with the modifier's ``iters``, ``lr``, ``batch_size``, ``enable_torch_compile``,
-  ``disable_opt_rtn``, the scheme (a preset auto-round knows by name, else its bits, symmetry,
-  group size and type), the layers of the block quantized otherwise than the first config group
+  ``disable_opt_rtn``, the scheme (a preset auto-round knows by name, else :func:`_ar_scheme`:
+  bits, symmetry, group size, data type and static activations), the layers of the block quantized otherwise than the first config group
   (``layer_config``) and those of its Linear layers the recipe leaves out (``ignore_layers``);
 - its calibration inputs are the block's cached calls, right-padded to the longest (each
   padded position left out of auto-round's loss by a validity mask), each call's attention mask
   otherwise reduced to which query positions count, with the last position of a fully valid row
   marked invalid, as llm-compressor hands them over; the quantized input of the block before
   (auto-round's ``q_input``) is carried from block to block;
-- afterwards each quantized Linear's weight is its dequantized grid value and its scale (and
-  zero point) auto-round's, recorded under compressed-tensors' names (``set_quantized``); the
-  block's other parameters are put back in their own dtype and values (auto-round runs the block
-  in bfloat16 on a CPU and leaves it so: llm-compressor's float32 model comes back with bfloat16
-  norms), and every attribute auto-round added is removed. A failure halfway puts the whole
+- afterwards each quantized Linear's weight is its dequantized grid value and what auto-round
+  left on it is recorded under compressed-tensors' names (``set_quantized``, :func:`_tuned`): the
+  scale (MX's from its log2), zero point, NVFP4's global scales, FP8's static input scale; the
+  block's other parameters are put back in their own dtype, values and ``requires_grad`` (the
+  weights take no gradient while auto-round tunes; it runs the block in bfloat16 on a CPU and
+  leaves it so: llm-compressor's float32 model comes back with bfloat16 norms), and every
+  attribute, parameter and buffer auto-round added is removed. A failure halfway puts the whole
   block back as it was.
 
 auto-round is imported here only (``pip install auto-round``: the ``autoround`` extra).

@@ -7,17 +7,19 @@ The pipeline (:mod:`..pipeline`) hands each block its cached calls: the outputs 
 before *as it was before tuning* (llm-compressor turns its error propagation off for AutoRound;
 auto-round carries the quantized outputs itself, block to block), and records what the tuning
 gives each quantized Linear under compressed-tensors' names (``weight_scale``,
-``weight_zero_point``; the weight its dequantized grid value).
+``weight_zero_point``, ``weight_global_scale``, ``input_scale``, ``input_global_scale``, those
+its scheme has; the weight its dequantized grid value).
 
 Arguments: the quantization modifier's (``scheme`` / ``config_groups``, ``targets``,
 ``ignore``), ``iters`` (0: auto-round's optimised round to nearest), ``lr`` (None: auto-round's
 ``1 / iters``), ``batch_size``, ``enable_torch_compile``, ``disable_opt_rtn``. Run: integer
 weights by group or channel (W4A16, W8A16, their asymmetric forms, explicit ``config_groups``);
-FP8 weights by tensor or channel; NVFP4's and MXFP4's 4-bit float weights (auto-round's ``nv_fp``
-and ``mx_fp`` types, with NVFP4A16 and MXFP4A16 too, which llm-compressor 0.14.0.1 hands
-auto-round as a plain ``fp`` type it cannot tune); input activations dynamic (quantized as the
-model runs: the tuning is the weights', as llm-compressor's translation of a scheme has it; the
-MXFP4 preset by name is auto-round's own, activations in the loop), static FP8 per tensor
+FP8 weights by tensor or channel; NVFP4's and the MX formats' float weights (auto-round's
+``nv_fp`` and ``mx_fp`` types, with NVFP4A16, MXFP4A16 and MXFP8A16 too, which llm-compressor
+0.14.0.1 hands auto-round as a plain ``fp`` type: it cannot tune the first two and gives the
+third float group scales); input activations dynamic (quantized as the model runs: the tuning is
+the weights', as llm-compressor's translation of a scheme has it; a preset auto-round knows by
+name, NVFP4 and MXFP4 among them, is its own, activations in the loop), static FP8 per tensor
 (auto-round calibrates ``input_scale``) or NVFP4's (its ``input_global_scale``). Refused,
 located: other grids and static activations, ``device_ids`` (auto-round's multi-device
 dispatch), targets outside the decoder blocks (llm-compressor never tunes them and saves them
