@@ -1,4 +1,4 @@
-"""``recipe-spec lint RECIPE --model DIR`` for GPTQModifier / QuantizationModifier recipes, from
+"""``recipe-spec lint RECIPE --model DIR`` for GPTQModifier / QuantizationModifier / AutoRoundModifier recipes, from
 the checkpoint's headers: group sizes that do not divide a target's ``in_features`` (P012)
 against llm-compressor 0.14's own refusals (conformance case 12: the layers its
 ``group_size_validation`` named, the observer's ``unflatten`` error), a case it ran (case 10:
@@ -88,6 +88,20 @@ def test_w4a16_on_64_columns_is_refused_before_the_observer_fails(tmp_path: Path
     assert "group_size 64" in d["hint"] and "ignore:" in d["hint"]
     expected = {n for n, c in _columns("12_error_cases").items() if c % 128}
     assert len(expected) == 12 and _named(d["message"]) <= expected
+
+
+def test_autoround_s_groups_are_checked_as_the_other_quantizers(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """AutoRoundModifier initialises its scheme as QuantizationModifier does (llm-compressor's
+    ``QuantizationMixin``, the same group-size validation): W4A16 on case 12's 64-column
+    layers is named, located at the scheme; MXFP4's groups of 32 divide every layer."""
+    folder = _checkpoint("12_error_cases", tmp_path / "m")
+    recipe = ("quant_stage:\n  quant_modifiers:\n    AutoRoundModifier:\n      iters: 10\n      scheme: {}\n"
+              "      targets: [Linear]\n      ignore: [lm_head]\n")
+    code, (d,) = _lint(recipe.format("W4A16"), folder, tmp_path, capsys)
+    assert code == 1 and (d["line"], d["column"]) == (5, 15) and "AutoRoundModifier" in d["message"]
+    assert _named(d["message"]) <= {n for n, c in _columns("12_error_cases").items() if c % 128}
+    assert _lint(recipe.format("MXFP4"), folder, tmp_path, capsys) == (0, [])
 
 
 def test_the_hint_s_group_size_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,4 @@
-"""GPTQModifier and QuantizationModifier against a checkpoint's headers (``recipe-spec lint
+"""GPTQModifier, QuantizationModifier and AutoRoundModifier against a checkpoint's headers (``recipe-spec lint
 RECIPE --model DIR``): no weight is read, no quantization runs.
 
 - :func:`weight_groups`: the weight schemes a modifier applies, resolved as llm-compressor's
@@ -47,7 +47,7 @@ from .modifiers import OneShotModifier, select_modules
 __all__ = ["WeightGroup", "weight_groups", "quant_findings", "mapping_findings", "rotation_findings",
            "gptq_modifiers"]
 
-QUANTIZERS = ("GPTQModifier", "QuantizationModifier")
+QUANTIZERS = ("GPTQModifier", "QuantizationModifier", "AutoRoundModifier")
 
 
 @dataclass(frozen=True)
