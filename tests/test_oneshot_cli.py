@@ -169,7 +169,7 @@ def test_output_is_not_overwritten_without_force(checkpoint: Path, files: dict[s
     ("SparseGPTModifier:\n  sparsity: 0.5\n", 1, "S001"),
     ("sparsity_stage:\n  sparsity_modifiers:\n    SparseGPTModifier:\n      sparsity: 0.3\n"
      "      mask_structure: '2:4'\n", 1, "M006"),
-    ("sparsity_stage:\n  sparsity_modifiers:\n    AutoRoundModifier: {scheme: NVFP4, iters: 10}\n", 1, "B001"),
+    ("sparsity_stage:\n  sparsity_modifiers:\n    AutoRoundModifier: {scheme: FP8_BLOCK, iters: 10}\n", 1, "B001"),
     ("q_stage:\n  q_modifiers:\n    GPTQModifier: {scheme: W4A16, kv_cache_scheme: {num_bits: 8}}\n", 1, "B001"),
 ])
 def test_recipe_errors_stop_before_the_model_is_loaded(checkpoint: Path, files: dict[str, Path], recipe: str,
