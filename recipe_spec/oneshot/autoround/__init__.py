@@ -72,8 +72,8 @@ def _not_run(group: Any) -> tuple[str, str] | None:
     if not fits:
         return (f"quantizes its weights on a grid auto-round has no tuning for ({grid_text(group)})",
                 "Use integer weights by group or channel (W4A16, W8A16, W8A8, their asymmetric forms), FP8 weights "
-                "by tensor or channel (FP8, FP8_DYNAMIC), NVFP4, MXFP4 or MXFP8 (their A16 forms too), or quantize with a "
-                "QuantizationModifier or GPTQModifier.")
+                "by tensor or channel (FP8, FP8_DYNAMIC), NVFP4, MXFP4 or MXFP8 (their A16 forms too), or quantize "
+                "with a QuantizationModifier or GPTQModifier.")
     if x is not None and not ((x.type, x.num_bits, x.strategy) == ("float", 8, "tensor")
                               or (x.type, x.num_bits, x.strategy, x.group_size) == ("float", 4, "tensor_group", 16)):
         return ("quantizes static input activations that auto-round does not calibrate "
