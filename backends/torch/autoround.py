@@ -6,7 +6,8 @@ auto-round keeps for llm-compressor), as llm-compressor 0.14's ``AutoRoundModifi
   one block), with the modifier's ``iters``, ``lr``, ``batch_size``, ``enable_torch_compile``,
   ``disable_opt_rtn``, the scheme (a preset auto-round knows by name, else :func:`_ar_scheme`:
   bits, symmetry, group size, data type and static activations), the layers of the block
-  quantized otherwise than the first config group (``layer_config``) and those of its Linear layers the recipe leaves out (``ignore_layers``);
+  quantized otherwise than the first config group (``layer_config``) and those of its Linear
+  layers the recipe leaves out (``ignore_layers``);
 - its calibration inputs are the block's cached calls, right-padded to the longest (each
   padded position left out of auto-round's loss by a validity mask), each call's attention mask
   otherwise reduced to which query positions count, with the last position of a fully valid row
