@@ -237,7 +237,8 @@ SPINQUANT = declare(
     "SpinQuantModifier", "SpinQuant rotations (data-free transform).", "transform",
     {"llmcompressor": ">=0.7"},
     (
-        arg("rotations", "Rotations to apply (R1, R2, R3, R4; R3 is not run one-shot).", oneshot="runs",
+        arg("rotations", "Rotations to apply (R1, R2, R3, R4; on Keras R1 and R2, the ones fused into the weights).",
+            oneshot="runs",
             type="array", items={"enum": ["R1", "R2", "R3", "R4"]}, minItems=1, default=["R1", "R2"]),
         arg("transform_type", "hadamard, random-hadamard or random-matrix.", oneshot="runs",
             enum=["hadamard", "random-hadamard", "random-matrix"], default="hadamard"),
