@@ -64,19 +64,21 @@ def _saved(name: str, tmp_path: pathlib.Path) -> tuple[Any, dict[str, Any], dict
 @pytest.mark.parametrize("name", ["w4a16_iters20", "w4a16_iters10_batch4_lr", "w8a16_iters10", "group32_iters10",
                                   "w4a16_iters0", "w4a16_iters10_bf16", "mixed_w2_w4_iters10", "fp8_dynamic_iters10",
                                   "fp8_iters10", "nvfp4_iters10", "nvfp4_iters10_bf16", "mxfp4_iters10",
-                                  "mxfp8_iters10", "nvfp4a16_iters10", "mxfp4a16_iters10", "mxfp8a16_iters10"])
+                                  "mxfp8_iters10", "nvfp4a16_iters10", "mxfp4a16_iters10", "mxfp8a16_iters10",
+                                  "w8a8_static_iters10"])
 def test_autoround_saves_llmcompressors_folder(name: str, tmp_path: pathlib.Path) -> None:
     """Every packed weight, scale, zero point, global scale, static input scale and other tensor
     is llm-compressor's, byte for byte; on a float32 model llm-compressor's decoder norms are
     bfloat16 (auto-round ran the block in bfloat16 and left it so), recipe-spec's keep the
-    model's float32, the same values rounded. FP8 with static inputs: llm-compressor also saves
+    model's float32, the same values rounded. Static inputs (FP8, int8): llm-compressor also saves
     auto-round's ``act_max_scale`` beside each ``input_scale`` (an attribute of auto-round's left
     behind, which no loader reads); recipe-spec does not. NVFP4A16, MXFP4A16 and MXFP8A16: the
     runs of llm-compressor as its documents promise (``make_reference.py``: 0.14.0.1 stops on the
     first two and gives the third float group scales)."""
     model, ours, want = _saved(name, tmp_path)
     stray = {k for k in want if k.endswith(".act_max_scale")}
-    assert set(ours) == set(want) - stray and len(stray) == (14 if name == "fp8_iters10" else 0)
+    assert set(ours) == set(want) - stray
+    assert len(stray) == (14 if name in ("fp8_iters10", "w8a8_static_iters10") else 0)
     cast = []
     for key, (shape, dtype, digest) in want.items():
         if key in stray:
@@ -90,7 +92,7 @@ def test_autoround_saves_llmcompressors_folder(name: str, tmp_path: pathlib.Path
             assert _digest(got) == digest, key
     assert len(cast) == (0 if REFERENCE[name]["bfloat16"] else 4)
     floats = {p.dtype for n, p in model.named_parameters() if n.endswith((".weight", ".bias"))}
-    assert floats <= {torch.bfloat16 if REFERENCE[name]["bfloat16"] else torch.float32, torch.float8_e4m3fn}
+    assert floats <= {torch.bfloat16 if REFERENCE[name]["bfloat16"] else torch.float32, torch.float8_e4m3fn, torch.int8}
     assert not any(n.endswith("act_max_scale") for n, _ in model.named_parameters())
     assert all(p.requires_grad for n, p in model.named_parameters() if n.endswith(("weight", "bias"))
                and p.is_floating_point() and p.dtype != torch.float8_e4m3fn)
@@ -132,8 +134,8 @@ def test_an_asymmetric_scheme_saves_auto_rounds_zero_points(tmp_path: pathlib.Pa
 
 @pytest.mark.parametrize(("args", "match", "line"), [
     ("      config_groups:\n        g:\n          targets: [Linear]\n          weights: {num_bits: 8, type: int, "
-     "strategy: channel}\n          input_activations: {num_bits: 8, type: int, strategy: tensor}\n"
-     "      ignore: [lm_head]\n", "static input activations", 4),
+     "strategy: channel}\n          input_activations: {num_bits: 8, type: int, strategy: tensor, "
+     "symmetric: false}\n      ignore: [lm_head]\n", "static input activations", 4),
     ("      config_groups:\n        g:\n          targets: [Linear]\n          weights: {num_bits: 4, type: float, "
      "strategy: group, group_size: 16}\n      ignore: [lm_head]\n", "no tuning", 4),
     ("      scheme: W4A16\n      device_ids: '0,1'\n      targets: [Linear]\n      ignore: [lm_head]\n",
@@ -210,13 +212,13 @@ def test_each_recorded_scale_is_the_parameter_that_is_saved() -> None:
 def test_validate_agrees_with_what_autoround_runs() -> None:
     from recipe_spec.validation import validate
 
-    for name in ("nvfp4_iters10", "mxfp4_iters10", "fp8_iters10", "mxfp8a16_iters10"):
+    for name in ("nvfp4_iters10", "mxfp4_iters10", "fp8_iters10", "mxfp8a16_iters10", "w8a8_static_iters10"):
         assert not [d for d in validate(REFERENCE[name]["recipe"], backend="torch") if d.severity.name == "ERROR"], name
-    static_int = ("quant_stage:\n  quant_modifiers:\n    AutoRoundModifier:\n      config_groups:\n        g:\n"
+    asymmetric = ("quant_stage:\n  quant_modifiers:\n    AutoRoundModifier:\n      config_groups:\n        g:\n"
                   "          targets: [Linear]\n          weights: {num_bits: 8, type: int, strategy: channel}\n"
-                  "          input_activations: {num_bits: 8, type: int, strategy: tensor}\n"
+                  "          input_activations: {num_bits: 8, type: int, strategy: tensor, symmetric: false}\n"
                   "      ignore: [lm_head]\n")
-    found = [d for d in validate(static_int, backend="torch") if d.severity.name == "ERROR"]
+    found = [d for d in validate(asymmetric, backend="torch") if d.severity.name == "ERROR"]
     assert [d.line for d in found] == [4] and "static input activations" in found[0].message
 
 

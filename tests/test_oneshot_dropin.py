@@ -306,10 +306,11 @@ def test_an_unknown_argument_of_an_object_is_located_in_the_generated_recipe() -
 def test_an_object_the_run_cannot_do_is_refused_located() -> None:
     from recipe_spec.modifiers.autoround import AutoRoundModifier
 
-    with pytest.raises(RecipeError) as err:  # static int8 inputs: auto-round calibrates FP8's and NVFP4's only
+    with pytest.raises(RecipeError) as err:  # asymmetric static inputs: auto-round calibrates symmetric ones
         recipe_spec.oneshot(model=dc.llama(), recipe=AutoRoundModifier(
             config_groups={"g": {"targets": ["Linear"], "weights": {"num_bits": 8, "strategy": "channel"},
-                                 "input_activations": {"num_bits": 8, "strategy": "tensor", "dynamic": False}}},
+                                 "input_activations": {"num_bits": 8, "strategy": "tensor", "dynamic": False,
+                                                       "symmetric": False}}},
             targets="Linear", ignore=["lm_head"]), dataset=dc.TEXTS, tokenizer=dc.tokenizer())
     assert [d.code for d in err.value.diagnostics] == ["B001"] and err.value.diagnostics[0].line == 5  # config_groups
     assert "static input activations" in err.value.diagnostics[0].message

@@ -19,9 +19,9 @@ FP8 weights by tensor or channel; NVFP4's and the MX formats' float weights (aut
 0.14.0.1 hands auto-round as a plain ``fp`` type: it cannot tune the first two and gives the
 third float group scales); input activations dynamic (quantized as the model runs: the tuning is
 the weights', as llm-compressor's translation of a scheme has it; a preset auto-round knows by
-name, NVFP4 and MXFP4 among them, is its own, activations in the loop), static FP8 per tensor
-(auto-round calibrates ``input_scale``) or NVFP4's (its ``input_global_scale``). Refused,
-located: other grids and static activations, ``device_ids`` (auto-round's multi-device
+name, NVFP4 and MXFP4 among them, is its own, activations in the loop), static symmetric 8-bit
+per tensor, int or FP8 (auto-round calibrates ``input_scale``) or NVFP4's (its
+``input_global_scale``). Refused, located: other grids and static activations, ``device_ids`` (auto-round's multi-device
 dispatch), targets outside the decoder blocks (llm-compressor never tunes them and saves them
 with untouched scales).
 
@@ -61,7 +61,8 @@ class Tuning:
 def _not_run(group: Any) -> tuple[str, str] | None:
     """Why auto-round does not tune config group ``group`` (what, and what to write instead), or
     None: integer weights by group or channel, FP8 weights by tensor or channel, NVFP4's 4-bit
-    float weights, MX's (MXFP4, MXFP8); input activations dynamic, static FP8 per tensor, or NVFP4's."""
+    float weights, MX's (MXFP4, MXFP8); input activations dynamic, static symmetric 8-bit per tensor
+    (int or FP8), or NVFP4's."""
     w, x = group.weights, group.inputs
     if w is None:
         return "quantizes no weights", "Give the group weights: an integer, FP8, NVFP4 or MXFP4 scheme."
@@ -74,12 +75,12 @@ def _not_run(group: Any) -> tuple[str, str] | None:
                 "Use integer weights by group or channel (W4A16, W8A16, W8A8, their asymmetric forms), FP8 weights "
                 "by tensor or channel (FP8, FP8_DYNAMIC), NVFP4, MXFP4 or MXFP8 (their A16 forms too), or quantize "
                 "with a QuantizationModifier or GPTQModifier.")
-    if x is not None and not ((x.type, x.num_bits, x.strategy) == ("float", 8, "tensor")
+    if x is not None and not ((x.num_bits, x.strategy, x.symmetric) == (8, "tensor", True)
                               or (x.type, x.num_bits, x.strategy, x.group_size) == ("float", 4, "tensor_group", 16)):
         return ("quantizes static input activations that auto-round does not calibrate "
-                f"({x.num_bits}-bit {x.type} by {x.strategy})",
-                "Make the activations dynamic (W8A8), use FP8's static per-tensor or NVFP4's, or calibrate them "
-                "with a QuantizationModifier or GPTQModifier.")
+                f"({x.num_bits}-bit {x.type}{'' if x.symmetric else ' asymmetric'} by {x.strategy})",
+                "Make the activations dynamic (W8A8), use symmetric 8-bit ones per tensor (int or FP8) or NVFP4's, "
+                "or calibrate them with a QuantizationModifier or GPTQModifier.")
     return None
 
 
